@@ -1,0 +1,94 @@
+// Package algorithm holds sluice's rate-limiting algorithms as pure state
+// machines: each is a function of (state, params, now, cost) that returns the
+// next state and a Result, with no locks, clocks or I/O. Stores load the
+// state, call the function under their own atomicity (a mutex, a Lua script)
+// and write the state back only when every request of a batch is allowed.
+//
+// Units: times and durations are int64 microseconds; Params.Period too. All
+// arithmetic is integer and exact; products that could exceed 64 bits go
+// through mulDiv. The Redis store's Lua scripts are line-by-line
+// transliterations of these functions, so both decide identically.
+//
+// The zero State is a key never seen: full capacity.
+//
+// Time that goes backwards (a now earlier than one the state has seen) is
+// treated as the latest time seen, so it never admits more.
+package algorithm
+
+import (
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Params is a Limit in the algorithms' units.
+type Params struct {
+	Rate   int64 // events per Period
+	Period int64 // microseconds
+	Burst  int64 // capacity, resolved: never 0
+}
+
+// ParamsOf converts a validated Limit.
+func ParamsOf(l sluice.Limit) Params {
+	return Params{Rate: l.Rate, Period: int64(l.Period / time.Microsecond), Burst: l.Capacity()}
+}
+
+// State is the fixed-size state of the O(1) algorithms. Its fields mean
+// different things per algorithm; see each function.
+type State [3]int64
+
+// Result is one decision, in microseconds.
+type Result struct {
+	Allowed    bool
+	Remaining  int64
+	RetryAfter int64 // until this request would be allowed; 0 when allowed
+	ResetAfter int64 // until the state is back to full
+	Delay      int64 // shaping delay (leaky bucket); 0 otherwise
+}
+
+// Take runs the O(1) algorithm a (every algorithm but SlidingLog, which
+// keeps a log: see TakeLog). It panics for SlidingLog.
+//
+// Cost 0 peeks: the Result says whether a request of cost 1 would be
+// allowed (with its RetryAfter and Delay) and reports the remaining capacity
+// of the unchanged state.
+func Take(a sluice.Algorithm, s State, p Params, now, cost int64) (State, Result) {
+	if cost == 0 {
+		_, one := Status(a, s, p, now, 1)
+		s, r := Status(a, s, p, now, 0)
+		r.Allowed, r.RetryAfter, r.Delay = one.Allowed, one.RetryAfter, one.Delay
+		return s, r
+	}
+	return Status(a, s, p, now, cost)
+}
+
+// Status runs the O(1) algorithm a without peek semantics: with cost 0 it
+// reports the state at now (Allowed, Remaining, ResetAfter). Stores use it
+// to report the limits of a denied batch that would have allowed.
+func Status(a sluice.Algorithm, s State, p Params, now, cost int64) (State, Result) {
+	switch a.Resolved() {
+	case sluice.FixedWindow:
+		return FixedWindow(s, p, now, cost)
+	case sluice.SlidingWindow:
+		return SlidingWindow(s, p, now, cost)
+	case sluice.TokenBucket:
+		return TokenBucket(s, p, now, cost)
+	case sluice.LeakyBucket:
+		return LeakyBucket(s, p, now, cost)
+	case sluice.GCRA:
+		return GCRA(s, p, now, cost)
+	}
+	panic("algorithm: Status called with " + a.String())
+}
+
+// Decision converts r into the root package's Decision for limit l.
+func (r Result) Decision(l sluice.Limit) sluice.Decision {
+	return sluice.Decision{
+		Allowed:    r.Allowed,
+		Limit:      l,
+		Remaining:  r.Remaining,
+		RetryAfter: time.Duration(r.RetryAfter) * time.Microsecond,
+		ResetAfter: time.Duration(r.ResetAfter) * time.Microsecond,
+		Delay:      time.Duration(r.Delay) * time.Microsecond,
+	}
+}

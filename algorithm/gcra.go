@@ -1,0 +1,76 @@
+package algorithm
+
+// GCRA is the generic cell rate algorithm: one theoretical arrival time (TAT)
+// per key. With emission interval T = Period/Rate and tolerance
+// τ = (Burst − 1)×T, a request of cost is admitted when
+//
+//	max(TAT, now) + cost×T − now ≤ Burst×T
+//
+// so Burst requests may arrive at once and then one every T. It admits
+// exactly what TokenBucket admits with the same parameters.
+//
+// T is rarely a whole number of microseconds, so TAT is kept as an exact
+// fraction: whole microseconds plus a remainder in units of 1/Rate µs.
+//
+// State: [0] TAT in whole microseconds, [1] its remainder (0 ≤ r < Rate).
+func GCRA(s State, p Params, now, cost int64) (State, Result) {
+	tq, tr := tatAt(s, now)
+	nq, nr := tatAdd(tq, tr, cost, p)
+	var res Result
+	if res.Allowed = fitsBurst(nq, nr, now, p); res.Allowed {
+		tq, tr = nq, nr
+	} else {
+		res.RetryAfter = overBurst(nq, nr, now, p)
+	}
+	res.Remaining = tatRemaining(tq, tr, now, p)
+	res.ResetAfter = tatDelay(tq, tr, now)
+	return State{tq, tr, 0}, res
+}
+
+// tatAt returns max(TAT, now) as whole and remainder.
+func tatAt(s State, now int64) (int64, int64) {
+	if s[0] < now {
+		return now, 0
+	}
+	return s[0], s[1]
+}
+
+// tatAdd returns (tq + tr/R) + cost×Period/Rate.
+func tatAdd(tq, tr, cost int64, p Params) (int64, int64) {
+	iq, ir := mulDiv(cost, p.Period, p.Rate)
+	tq, tr = tq+iq, tr+ir
+	if tr >= p.Rate {
+		tq, tr = tq+1, tr-p.Rate
+	}
+	return tq, tr
+}
+
+// fitsBurst reports whether TAT (nq + nr/R) − now ≤ Burst × Period / Rate.
+func fitsBurst(nq, nr, now int64, p Params) bool {
+	bq, br := mulDiv(p.Burst, p.Period, p.Rate)
+	d := nq - now
+	return d < bq || (d == bq && nr <= br)
+}
+
+// overBurst returns ceil(TAT − now − Burst×T): how long until fitsBurst.
+func overBurst(nq, nr, now int64, p Params) int64 {
+	bq, br := mulDiv(p.Burst, p.Period, p.Rate)
+	return nq - now - bq + ceilDiv(nr-br, p.Rate)
+}
+
+// tatRemaining returns Burst − ceil((TAT − now)/T), at least 0: how many
+// events of cost 1 fit now.
+func tatRemaining(tq, tr, now int64, p Params) int64 {
+	mq, mr := mulDiv(tq-now, p.Rate, p.Period)
+	used := mq + ceilDiv(mr+tr, p.Period)
+	return max(p.Burst-used, 0)
+}
+
+// tatDelay returns ceil(TAT − now), at least 0.
+func tatDelay(tq, tr, now int64) int64 {
+	d := tq - now
+	if tr > 0 {
+		d++
+	}
+	return max(d, 0)
+}

@@ -1,0 +1,67 @@
+package algorithm
+
+// SlidingWindow is the sliding window counter: two epoch-aligned windows,
+// the previous one weighted by how much of it the sliding window still
+// covers. It admits when
+//
+//	prev × (Period − elapsed) / Period + curr + cost ≤ Rate
+//
+// evaluated exactly in integers. RetryAfter is solved from that formula.
+//
+// State: [0] start of the current window, [1] its count, [2] the previous
+// window's count.
+func SlidingWindow(s State, p Params, now, cost int64) (State, Result) {
+	start, curr, prev := s[0], s[1], s[2]
+	P := p.Period
+	switch w := floorWindow(now, P); {
+	case w == start+P:
+		start, prev, curr = w, curr, 0
+	case w > start:
+		start, prev, curr = w, 0, 0
+	}
+	// A clock gone back into an older window is read as the start of the
+	// newest; durations are still measured from the caller's now.
+	e := max(now-start, 0) // elapsed in the current window: 0 ≤ e < P
+
+	var r Result
+	k := p.Rate - curr - cost // room left for the previous window's weight
+	if k >= 0 && prevFits(prev, P-e, P, k) {
+		r.Allowed = true
+		curr += cost
+	} else {
+		r.RetryAfter = slidingRetry(prev, curr, cost, p, start, now)
+	}
+	wq, wr := mulDiv(prev, P-e, P)
+	if wr > 0 {
+		wq++
+	}
+	r.Remaining = max(p.Rate-curr-wq, 0)
+	switch {
+	case curr > 0:
+		r.ResetAfter = start + 2*P - now
+	case prev > 0:
+		r.ResetAfter = start + P - now
+	}
+	return State{start, curr, prev}, r
+}
+
+// prevFits reports whether prev × left ≤ k × P.
+func prevFits(prev, left, P, k int64) bool {
+	q, r := mulDiv(prev, left, P)
+	return q < k || (q == k && r == 0)
+}
+
+// slidingRetry returns how long until a request of cost fits.
+func slidingRetry(prev, curr, cost int64, p Params, start, now int64) int64 {
+	P := p.Period
+	if k := p.Rate - curr - cost; k >= 0 {
+		// Only the previous window's weight is in the way: wait until
+		// prev × (P − e') ≤ k × P, that is e' = P − floor(k × P / prev).
+		kq, _ := mulDiv(k, P, prev)
+		return start + P - kq - now
+	}
+	// The current window alone is too full: in the next one it becomes the
+	// previous window. Solve curr × (P − e'') ≤ (Rate − cost) × P there.
+	kq, _ := mulDiv(p.Rate-cost, P, curr)
+	return start + P - now + max(P-kq, 0)
+}

@@ -1,0 +1,50 @@
+package algorithm
+
+// TokenBucket is a bucket of capacity Burst, refilled continuously at
+// Rate/Period and starting full. A request of cost takes cost tokens when the
+// bucket holds at least that many.
+//
+// The bucket is kept as a deficit so that the zero State is full: tokens =
+// Burst − deficit + carry/Period, with 0 ≤ carry < Period holding the
+// fraction of a token refilled so far, exactly.
+//
+// State: [0] deficit in whole tokens, [1] time of the last refill, [2] carry.
+func TokenBucket(s State, p Params, now, cost int64) (State, Result) {
+	deficit, last, carry := s[0], s[1], s[2]
+	if now > last {
+		if deficit > 0 {
+			q, r := mulDiv(now-last, p.Rate, p.Period)
+			if r += carry; r >= p.Period {
+				q, r = q+1, r-p.Period
+			}
+			if q >= deficit {
+				deficit, carry = 0, 0
+			} else {
+				deficit, carry = deficit-q, r
+			}
+		}
+		last = now
+	}
+	// A clock gone back refills nothing; durations count from the caller's
+	// now, and the refill resumes at last.
+	behind := last - now
+	var res Result
+	if deficit+cost <= p.Burst {
+		res.Allowed = true
+		deficit += cost
+	} else {
+		res.RetryAfter = behind + refillTime(deficit+cost-p.Burst, carry, p)
+	}
+	res.Remaining = p.Burst - deficit
+	if deficit > 0 {
+		res.ResetAfter = behind + refillTime(deficit, carry, p)
+	}
+	return State{deficit, last, carry}, res
+}
+
+// refillTime returns how long until need whole tokens have been refilled,
+// carry/Period of the first being there already: ceil((need×P − carry)/R).
+func refillTime(need, carry int64, p Params) int64 {
+	q, r := mulDiv(need, p.Period, p.Rate)
+	return q + ceilDiv(r-carry, p.Rate)
+}

@@ -1,0 +1,213 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// FailMode says what a Limiter answers when its store fails.
+type FailMode uint8
+
+const (
+	// FailOpen allows requests while the store is failing: availability
+	// over enforcement. It is the default, as in envoyproxy/ratelimit.
+	FailOpen FailMode = iota
+	// FailClosed denies requests while the store is failing, with an error
+	// wrapping ErrStoreUnavailable so the caller can tell it from a denial.
+	FailClosed
+)
+
+// String returns "open" or "closed".
+func (m FailMode) String() string {
+	if m == FailClosed {
+		return "closed"
+	}
+	return "open"
+}
+
+// LimiterOptions configures a Limiter. The zero value means no timeout, fail
+// open, no fallback and no deny cache.
+type LimiterOptions struct {
+	// Timeout bounds each store call. Zero means only the caller's context
+	// bounds it.
+	Timeout time.Duration
+	// FailMode decides requests while the store fails and there is no
+	// Fallback. Default FailOpen.
+	FailMode FailMode
+	// Fallback, if set, decides requests while the store fails: typically
+	// a memory store with the limit divided by the number of instances.
+	Fallback *Limiter
+	// DenyCacheSize, if positive, keeps up to that many keys known to be
+	// denied until their RetryAfter, answering them without a store call:
+	// an abusive client then costs no round trip. The cache only ever
+	// denies, so it never admits more; it does not see a Reset made through
+	// another Limiter.
+	DenyCacheSize int
+	// OnStoreError, if set, is called with every store failure (for
+	// metrics and logs). It must be safe for concurrent use.
+	OnStoreError func(error)
+	// Clock is the time source for the deny cache. Default time.Now.
+	Clock func() time.Time
+}
+
+// Limiter applies one Limit to many keys through a Store, with a policy for
+// store failures. It is safe for concurrent use.
+type Limiter struct {
+	store  Store
+	limit  Limit
+	opts   LimiterOptions
+	denied *denyCache
+}
+
+// NewLimiter returns a Limiter enforcing limit through store. It returns an
+// error wrapping ErrInvalidLimit for an invalid limit.
+func NewLimiter(store Store, limit Limit, opts LimiterOptions) (*Limiter, error) {
+	if store == nil {
+		return nil, errors.New("sluice: NewLimiter: nil store")
+	}
+	if err := limit.Validate(); err != nil {
+		return nil, err
+	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
+	l := &Limiter{store: store, limit: limit, opts: opts}
+	if opts.DenyCacheSize > 0 {
+		l.denied = newDenyCache(opts.DenyCacheSize)
+	}
+	return l, nil
+}
+
+// Limit returns the Limiter's limit.
+func (l *Limiter) Limit() Limit { return l.limit }
+
+// Allow takes one event for key. It is shorthand for AllowN(ctx, key, 1).
+func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
+	return l.AllowN(ctx, key, 1)
+}
+
+// AllowN takes n events for key if the limit allows, and reports the
+// decision. It does not wait: a leaky bucket's Delay is reported, and a
+// policing caller may ignore it (the meter form).
+//
+// The error is non-nil for invalid input (the request is then not counted)
+// and, under FailClosed, when the store fails: the Decision is then a denial
+// and the error wraps ErrStoreUnavailable.
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
+	req := Request{Key: key, Limit: l.limit, Cost: n}
+	if err := req.Validate(); err != nil {
+		return Decision{Limit: l.limit}, err
+	}
+	return l.take(ctx, req)
+}
+
+// Peek reports key's decision for one event without taking it.
+func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
+	req := Request{Key: key, Limit: l.limit}
+	if err := req.Validate(); err != nil {
+		return Decision{Limit: l.limit}, err
+	}
+	return l.take(ctx, req)
+}
+
+// Reset forgets key's state, giving it full capacity.
+func (l *Limiter) Reset(ctx context.Context, key string) error {
+	if l.denied != nil {
+		l.denied.forget(key)
+	}
+	return l.store.Reset(ctx, key, l.limit)
+}
+
+// Wait takes one event for key, blocking until it is allowed. It is
+// shorthand for WaitN(ctx, key, 1).
+func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(ctx, key, 1) }
+
+// ErrWouldExceedDeadline is returned by Wait when the context's deadline
+// comes before the event could be allowed; it returns at once, not at the
+// deadline.
+var ErrWouldExceedDeadline = errors.New("sluice: wait would exceed context deadline")
+
+// WaitN takes n events for key, blocking until they are allowed: for the
+// Delay of a shaping decision (leaky bucket), or until RetryAfter and then
+// again. It honours ctx, and returns ErrWouldExceedDeadline at once when
+// ctx's deadline is sooner than the wait. A leaky bucket's slot is taken
+// before its Delay is known, so a Wait that gives up then has spent it.
+func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
+	for {
+		d, err := l.AllowN(ctx, key, n)
+		if err != nil {
+			return err
+		}
+		wait := d.Delay
+		if !d.Allowed {
+			wait = d.RetryAfter
+		}
+		if wait > 0 {
+			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+				return fmt.Errorf("%w: would wait %v", ErrWouldExceedDeadline, wait)
+			}
+			if err := sleep(ctx, wait); err != nil {
+				return err
+			}
+		}
+		if d.Allowed {
+			return nil
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// take asks the store, applying the deny cache, timeout and fail mode.
+func (l *Limiter) take(ctx context.Context, req Request) (Decision, error) {
+	var now time.Time
+	if l.denied != nil {
+		now = l.opts.Clock()
+		if d, ok := l.denied.lookup(req.Key, req.Cost, now); ok {
+			d.Limit = l.limit
+			return d, nil
+		}
+	}
+	d, err := l.call(ctx, req)
+	if err != nil {
+		return l.failed(ctx, req, err)
+	}
+	if l.denied != nil && !d.Allowed {
+		l.denied.add(req.Key, req.Cost, now, d)
+	}
+	return d, nil
+}
+
+func (l *Limiter) call(ctx context.Context, req Request) (Decision, error) {
+	if l.opts.Timeout <= 0 {
+		return l.store.Take(ctx, req)
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.opts.Timeout)
+	defer cancel()
+	return l.store.Take(ctx, req)
+}
+
+func (l *Limiter) failed(ctx context.Context, req Request, err error) (Decision, error) {
+	if l.opts.OnStoreError != nil {
+		l.opts.OnStoreError(err)
+	}
+	if l.opts.Fallback != nil {
+		return l.opts.Fallback.AllowN(ctx, req.Key, req.Cost)
+	}
+	if l.opts.FailMode == FailOpen {
+		return Decision{Allowed: true, Limit: l.limit, Remaining: l.limit.Capacity() - req.Cost}, nil
+	}
+	return Decision{Limit: l.limit, RetryAfter: time.Second},
+		fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+}

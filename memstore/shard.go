@@ -1,0 +1,221 @@
+package memstore
+
+import (
+	"sync"
+	"unsafe"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
+)
+
+// shard is one lock's worth of keys. Its fields are guarded by mu.
+type shard struct {
+	mu     sync.Mutex
+	tables []*table
+	keys   int
+	_      [32]byte // keep neighbouring shards' locks off one cache line
+}
+
+// table holds the keys of one (algorithm, period): state is identified by
+// both, so one key can carry several limits.
+type table struct {
+	alg    sluice.Algorithm
+	period int64
+	m      map[string]entry     // O(1) algorithms
+	logs   map[string]*logState // SlidingLog
+}
+
+// entry is an O(1) algorithm's state and the time it is back to full.
+type entry struct {
+	s   algorithm.State
+	exp int64 // µs
+}
+
+type logState struct {
+	entries []algorithm.LogEntry
+	exp     int64
+}
+
+// pending is a decided request not yet written.
+type pending struct {
+	sh   *shard
+	now  int64
+	t    *table
+	old  algorithm.State      // state loaded, O(1) algorithms
+	log  []algorithm.LogEntry // log loaded, SlidingLog
+	s    algorithm.State      // state decided
+	drop int
+	at   int64
+	res  algorithm.Result
+}
+
+func uintptrOf(s *shard) uintptr { return uintptr(unsafe.Pointer(s)) }
+
+// table returns the table for (alg, period), creating it when create is set.
+// The caller holds sh.mu.
+func (sh *shard) table(alg sluice.Algorithm, period int64, create bool) *table {
+	for _, t := range sh.tables {
+		if t.alg == alg && t.period == period {
+			return t
+		}
+	}
+	if !create {
+		return nil
+	}
+	t := &table{alg: alg, period: period}
+	if alg == sluice.SlidingLog {
+		t.logs = make(map[string]*logState)
+	} else {
+		t.m = make(map[string]entry)
+	}
+	sh.tables = append(sh.tables, t)
+	return t
+}
+
+// decide runs the algorithm for req at now into p without writing.
+// The caller holds sh.mu.
+func (sh *shard) decide(req *sluice.Request, now int64, p *pending) {
+	alg := req.Limit.Algorithm.Resolved()
+	params := algorithm.ParamsOf(req.Limit)
+	p.t = sh.table(alg, params.Period, req.Cost > 0)
+	if alg == sluice.SlidingLog {
+		if p.t != nil {
+			if ls := p.t.logs[req.Key]; ls != nil {
+				p.log = ls.entries
+			}
+		}
+		p.drop, p.res, p.at = algorithm.TakeLog(p.log, params, now, req.Cost)
+		return
+	}
+	if p.t != nil {
+		if e, ok := p.t.m[req.Key]; ok && e.exp > now {
+			p.old = e.s
+		}
+	}
+	p.s, p.res = algorithm.Take(alg, p.old, params, now, req.Cost)
+}
+
+// undo replaces p's result, of a request allowed in a denied batch, by the
+// report of the unchanged state.
+func undo(req *sluice.Request, now int64, p *pending) {
+	alg := req.Limit.Algorithm.Resolved()
+	params := algorithm.ParamsOf(req.Limit)
+	if alg == sluice.SlidingLog {
+		_, p.res, _ = algorithm.SlidingLog(p.log, params, now, 0)
+		return
+	}
+	_, p.res = algorithm.Status(alg, p.old, params, now, 0)
+}
+
+// commit writes the state decided into p. The caller holds sh.mu.
+func (sh *shard) commit(s *Store, req *sluice.Request, now int64, p *pending) {
+	t := p.t
+	exp := now + p.res.ResetAfter
+	if t.logs != nil {
+		ls := t.logs[req.Key]
+		if ls == nil {
+			sh.makeRoom(s, t, now)
+			ls = &logState{}
+			t.logs[req.Key] = ls
+			sh.keys++
+		}
+		n := copy(ls.entries, ls.entries[p.drop:])
+		ls.entries = ls.entries[:n]
+		if n > 0 && ls.entries[n-1].T == p.at {
+			ls.entries[n-1].Cost += req.Cost
+		} else {
+			ls.entries = append(ls.entries, algorithm.LogEntry{T: p.at, Cost: req.Cost})
+		}
+		ls.exp = exp
+		return
+	}
+	if e, ok := t.m[req.Key]; ok {
+		e.s, e.exp = p.s, exp
+		t.m[req.Key] = e
+		return
+	}
+	sh.makeRoom(s, t, now)
+	t.m[req.Key] = entry{s: p.s, exp: exp}
+	sh.keys++
+}
+
+func (sh *shard) remove(t *table, key string) {
+	if t.logs != nil {
+		if _, ok := t.logs[key]; ok {
+			delete(t.logs, key)
+			sh.keys--
+		}
+		return
+	}
+	if _, ok := t.m[key]; ok {
+		delete(t.m, key)
+		sh.keys--
+	}
+}
+
+// makeRoom is called before inserting a key into t: it sweeps a few expired
+// keys and, at the shard's bound, evicts one. The caller holds sh.mu.
+func (sh *shard) makeRoom(s *Store, t *table, now int64) {
+	sh.sweep(t, now, sweepPerInsert)
+	if sh.keys < s.perShard {
+		return
+	}
+	victimTable, victim, live := sh.pickVictim(now)
+	if victimTable == nil {
+		return
+	}
+	sh.remove(victimTable, victim)
+	if live {
+		s.evictions.Add(1)
+	}
+}
+
+// sweep examines up to n keys of t, from a random place, and deletes the
+// expired ones.
+func (sh *shard) sweep(t *table, now int64, n int) {
+	for k, e := range t.m {
+		if e.exp <= now {
+			delete(t.m, k)
+			sh.keys--
+		}
+		if n--; n == 0 {
+			return
+		}
+	}
+	for k, ls := range t.logs {
+		if ls.exp <= now {
+			delete(t.logs, k)
+			sh.keys--
+		}
+		if n--; n == 0 {
+			return
+		}
+	}
+}
+
+// pickVictim samples keys across the shard's tables and returns an expired
+// one if it finds one, else the one that expires soonest (live).
+func (sh *shard) pickVictim(now int64) (vt *table, key string, live bool) {
+	best := int64(0)
+	n := evictSample
+	consider := func(t *table, k string, exp int64) bool {
+		if vt == nil || exp < best {
+			vt, key, best = t, k, exp
+		}
+		n--
+		return exp <= now || n == 0
+	}
+	for _, t := range sh.tables {
+		for k, e := range t.m {
+			if consider(t, k, e.exp) {
+				return vt, key, best > now
+			}
+		}
+		for k, ls := range t.logs {
+			if consider(t, k, ls.exp) {
+				return vt, key, best > now
+			}
+		}
+	}
+	return vt, key, vt != nil && best > now
+}

@@ -1,0 +1,127 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// MaxKeyLen is the longest Request.Key, in bytes. A longer key is an error,
+// never truncated: truncation would merge two clients.
+const MaxKeyLen = 4096
+
+// Sentinel errors. Each is wrapped with detail; test with errors.Is.
+var (
+	// ErrEmptyKey is returned for a Request whose Key is empty.
+	ErrEmptyKey = errors.New("sluice: empty key")
+	// ErrKeyTooLong is returned for a Request whose Key exceeds MaxKeyLen.
+	ErrKeyTooLong = errors.New("sluice: key too long")
+	// ErrCostExceedsBurst is returned for a Request whose Cost exceeds its
+	// Limit's capacity: it could never be allowed.
+	ErrCostExceedsBurst = errors.New("sluice: cost exceeds burst")
+	// ErrNegativeCost is returned for a Request whose Cost is negative.
+	ErrNegativeCost = errors.New("sluice: negative cost")
+	// ErrDuplicateRequest is returned by TakeAll for a batch in which two
+	// requests share key, algorithm and period, and so one state.
+	ErrDuplicateRequest = errors.New("sluice: two requests in one batch share key, algorithm and period")
+	// ErrStoreUnavailable wraps a store failure in a Decision made by a
+	// fail-closed Limiter, so callers can tell it from a rate-limit denial.
+	ErrStoreUnavailable = errors.New("sluice: store unavailable")
+)
+
+// Request asks a Store to take Cost events from the state of Key under Limit.
+//
+// State is identified by Key, the algorithm and the period, so one key may
+// carry "10/s" and "1000/h" at once. Changing Rate or Burst keeps the state.
+type Request struct {
+	Key   string
+	Limit Limit
+	// Cost is the number of events. Cost 0 peeks: the Decision says whether
+	// one event would be allowed now, and nothing is consumed.
+	Cost int64
+	// Now is the time of the request. The zero value means the store's
+	// clock (Redis TIME for the Redis store); an explicit Now is for replays
+	// and tests. Stores work in whole microseconds and truncate.
+	Now time.Time
+}
+
+// Validate reports why r cannot be decided, or nil.
+func (r *Request) Validate() error {
+	if err := r.Limit.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case r.Key == "":
+		return ErrEmptyKey
+	case len(r.Key) > MaxKeyLen:
+		return fmt.Errorf("%w: %d bytes, the maximum is %d", ErrKeyTooLong, len(r.Key), MaxKeyLen)
+	case r.Cost < 0:
+		return fmt.Errorf("%w: %d", ErrNegativeCost, r.Cost)
+	case r.Cost > r.Limit.Capacity():
+		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsBurst, r.Cost, r.Limit.Capacity())
+	}
+	return nil
+}
+
+// Decision is a Store's answer to one Request.
+type Decision struct {
+	// Allowed reports whether the request may proceed.
+	Allowed bool
+	// Limit is the limit that decided.
+	Limit Limit
+	// Remaining is how many more events of cost 1 the key may have now.
+	Remaining int64
+	// RetryAfter is how long until this same request would be allowed; 0
+	// when allowed.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the key is back to full capacity.
+	ResetAfter time.Duration
+	// Delay is for shaping (leaky bucket): the request is allowed but should
+	// proceed only after Delay, so output never exceeds the rate.
+	Delay time.Duration
+}
+
+// Store keeps per-key state and decides Requests atomically.
+//
+// Implementations are safe for concurrent use. A denial is a Decision, not an
+// error; errors mean invalid input or a failed store.
+type Store interface {
+	// Take decides one request.
+	Take(ctx context.Context, req Request) (Decision, error)
+	// TakeAll decides reqs together, all-or-nothing: if any is denied, no
+	// state changes, and each decision still reports its own limit. It
+	// writes one Decision per request into dst, which must be at least
+	// len(reqs) long. In a denied batch, a request its own limit would have
+	// allowed reports Allowed with the Remaining and ResetAfter of the
+	// unchanged state. Taking the destination lets callers decide without
+	// allocating.
+	TakeAll(ctx context.Context, reqs []Request, dst []Decision) error
+	// Reset forgets the state of key under limit.
+	Reset(ctx context.Context, key string, limit Limit) error
+}
+
+// Most returns the index of the decision closest to its limit: a denied one
+// with the longest RetryAfter if any, else the one with the fewest remaining
+// relative to its rate. It returns -1 for no decisions.
+func Most(ds []Decision) int {
+	best := -1
+	for i := range ds {
+		if best < 0 || closer(&ds[i], &ds[best]) {
+			best = i
+		}
+	}
+	return best
+}
+
+func closer(a, b *Decision) bool {
+	if a.Allowed != b.Allowed {
+		return !a.Allowed
+	}
+	if !a.Allowed {
+		return a.RetryAfter > b.RetryAfter
+	}
+	// a.Remaining/a.Rate < b.Remaining/b.Rate, in floating point: both are
+	// below 2^40, so the products are exact enough to order.
+	return float64(a.Remaining)*float64(b.Limit.Rate) < float64(b.Remaining)*float64(a.Limit.Rate)
+}

@@ -1,0 +1,214 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// RunProperties checks, for every algorithm: that the store decides random
+// traffic exactly as the sequential reference does; that concurrent callers
+// on one hot key are admitted exactly the capacity, never one more; that a
+// batch is all-or-nothing under concurrency; that Reset restores capacity;
+// and that the store's own clock is used when Request.Now is zero.
+func RunProperties(t *testing.T, newStore NewStore) {
+	for _, alg := range algorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			t.Run("matches reference", func(t *testing.T) { matchesReference(t, newStore(t), alg) })
+			t.Run("hot key exact", func(t *testing.T) { hotKeyExact(t, newStore(t), alg) })
+			t.Run("batch atomic", func(t *testing.T) { batchAtomic(t, newStore(t), alg) })
+			t.Run("reset", func(t *testing.T) { reset(t, newStore(t), alg) })
+			t.Run("store clock", func(t *testing.T) { storeClock(t, newStore(t), alg) })
+		})
+	}
+}
+
+var algorithms = []sluice.Algorithm{
+	sluice.FixedWindow, sluice.SlidingLog, sluice.SlidingWindow,
+	sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA,
+}
+
+// matchesReference replays seeded random traffic: a few keys, two limits
+// per algorithm (single requests and two-limit batches on one key), costs
+// 0..3, times moving forward by 0..300ms with some bursts at one instant.
+func matchesReference(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(uint64(alg), 42))
+	limits := []sluice.Limit{
+		{Algorithm: alg, Rate: 7, Period: time.Second, Burst: 4},
+		{Algorithm: alg, Rate: 20, Period: 3 * time.Second},
+	}
+	if alg == sluice.SlidingLog || alg == sluice.SlidingWindow || alg == sluice.FixedWindow {
+		limits[0].Burst = 0
+	}
+	ref := newReference()
+	now := Epoch.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)
+	got := make([]sluice.Decision, 2)
+	for i := range 3000 {
+		if rng.IntN(3) > 0 {
+			now = now.Add(time.Duration(rng.IntN(300_000)) * time.Microsecond)
+		}
+		key := fmt.Sprintf("k%d", rng.IntN(4))
+		cost := int64(rng.IntN(4))
+		var reqs []sluice.Request
+		if rng.IntN(4) == 0 {
+			reqs = []sluice.Request{
+				{Key: key, Limit: limits[0], Cost: cost, Now: now},
+				{Key: key, Limit: limits[1], Cost: cost, Now: now},
+			}
+		} else {
+			reqs = []sluice.Request{{Key: key, Limit: limits[rng.IntN(2)], Cost: cost, Now: now}}
+		}
+		want := ref.take(reqs, now.UnixMicro())
+		var err error
+		if len(reqs) == 1 {
+			got[0], err = store.Take(ctx, reqs[0])
+		} else {
+			err = store.TakeAll(ctx, reqs, got)
+		}
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		for j := range reqs {
+			if got[j] != want[j] {
+				t.Fatalf("step %d at %v, %s cost %d under %v:\n got %+v\nwant %+v",
+					i, now.Sub(Epoch), key, cost, reqs[j].Limit, got[j], want[j])
+			}
+		}
+	}
+}
+
+// hotKeyExact has 16 goroutines take cost 1 from one key at one instant,
+// 3x the capacity in all: exactly the capacity must be admitted.
+func hotKeyExact(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
+	const capacity = 100
+	limit := sluice.Limit{Algorithm: alg, Rate: capacity, Period: time.Hour}
+	now := Epoch.Add(time.Minute)
+	var admitted atomic.Int64
+	hammer(t, 16, 3*capacity/16+1, func() error {
+		d, err := store.Take(context.Background(), sluice.Request{Key: "hot", Limit: limit, Cost: 1, Now: now})
+		if d.Allowed {
+			admitted.Add(1)
+		}
+		return err
+	})
+	if got := admitted.Load(); got != capacity {
+		t.Fatalf("admitted %d of a capacity of %d", got, capacity)
+	}
+}
+
+// batchAtomic has goroutines take from one key under two limits at once and
+// under the larger alone: every admitted batch took from both, so the small
+// limit's count equals the batches admitted and both stay within capacity.
+func batchAtomic(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
+	small := sluice.Limit{Algorithm: alg, Rate: 30, Period: time.Hour}
+	large := sluice.Limit{Algorithm: alg, Rate: 50, Period: 2 * time.Hour}
+	now := Epoch.Add(time.Minute)
+	var batches, singles atomic.Int64
+	var i atomic.Int64
+	hammer(t, 8, 20, func() error {
+		if i.Add(1)%2 == 0 {
+			d, err := store.Take(context.Background(), sluice.Request{Key: "b", Limit: large, Cost: 1, Now: now})
+			if d.Allowed {
+				singles.Add(1)
+			}
+			return err
+		}
+		reqs := []sluice.Request{
+			{Key: "b", Limit: small, Cost: 1, Now: now},
+			{Key: "b", Limit: large, Cost: 1, Now: now},
+		}
+		ds := make([]sluice.Decision, 2)
+		if err := store.TakeAll(context.Background(), reqs, ds); err != nil {
+			return err
+		}
+		if ds[0].Allowed && ds[1].Allowed {
+			batches.Add(1)
+		}
+		return nil
+	})
+	ctx := context.Background()
+	ps, err := store.Take(ctx, sluice.Request{Key: "b", Limit: small, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pl, err := store.Take(ctx, sluice.Request{Key: "b", Limit: large, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if used := small.Rate - ps.Remaining; used != batches.Load() {
+		t.Errorf("small limit used %d, batches admitted %d", used, batches.Load())
+	}
+	if used := large.Rate - pl.Remaining; used != batches.Load()+singles.Load() {
+		t.Errorf("large limit used %d, admitted %d batches + %d singles", used, batches.Load(), singles.Load())
+	}
+	if batches.Load()+singles.Load() != large.Rate {
+		t.Errorf("admitted %d in all, want the large limit's %d", batches.Load()+singles.Load(), large.Rate)
+	}
+}
+
+func reset(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
+	ctx := context.Background()
+	limit := sluice.Limit{Algorithm: alg, Rate: 3, Period: time.Hour}
+	now := Epoch.Add(time.Minute)
+	req := sluice.Request{Key: "r", Limit: limit, Cost: 3, Now: now}
+	for i, want := range []bool{true, false} {
+		if d, err := store.Take(ctx, req); err != nil || d.Allowed != want {
+			t.Fatalf("take %d: allowed %v, err %v; want %v", i, d.Allowed, err, want)
+		}
+	}
+	if err := store.Reset(ctx, "r", limit); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := store.Take(ctx, req); err != nil || !d.Allowed || d.Remaining != 0 {
+		t.Fatalf("after Reset: %+v, %v; want allowed with 0 remaining", d, err)
+	}
+}
+
+// storeClock checks that a zero Now means the store's clock: the decision's
+// durations are those of a fresh key at a real time.
+func storeClock(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
+	limit := sluice.Limit{Algorithm: alg, Rate: 2, Period: time.Hour}
+	d, err := store.Take(context.Background(), sluice.Request{Key: "clock", Limit: limit, Cost: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Allowed || d.Remaining != 0 || d.ResetAfter <= 0 || d.ResetAfter > 2*time.Hour {
+		t.Fatalf("got %+v; want allowed, 0 remaining, reset within two hours", d)
+	}
+	d, err = store.Take(context.Background(), sluice.Request{Key: "clock", Limit: limit, Cost: 1})
+	if err != nil || d.Allowed {
+		t.Fatalf("second take: %+v, %v; want denied", d, err)
+	}
+}
+
+// hammer runs f n times in each of g goroutines and fails on the first error.
+func hammer(t *testing.T, g, n int, f func() error) {
+	t.Helper()
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for range g {
+		wg.Go(func() {
+			for range n {
+				if err := f(); err != nil {
+					once.Do(func() { first = err })
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if first != nil && !errors.Is(first, context.Canceled) {
+		t.Fatal(first)
+	}
+}
