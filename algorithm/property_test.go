@@ -1,0 +1,228 @@
+package algorithm_test
+
+import (
+	"math"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/sluicehq/sluice"
+)
+
+var allAlgorithms = []sluice.Algorithm{
+	sluice.FixedWindow, sluice.SlidingLog, sluice.SlidingWindow,
+	sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA,
+}
+
+// arrival is one request of a generated sequence.
+type arrival struct{ t, cost int64 }
+
+// genParams draws a limit small enough to hit often: rate 1..20 per
+// 1ms..2s, burst 1..30.
+func genParams(t *rapid.T) (rate, period, burst int64) {
+	return rapid.Int64Range(1, 20).Draw(t, "rate"),
+		rapid.Int64Range(1_000, 2_000_000).Draw(t, "period"),
+		rapid.Int64Range(1, 30).Draw(t, "burst")
+}
+
+// genArrivals draws times moving forward by 0..period/3 (so bursts and gaps
+// both happen) and costs 1..maxCost.
+func genArrivals(t *rapid.T, period, maxCost int64) []arrival {
+	n := rapid.IntRange(1, 200).Draw(t, "n")
+	out := make([]arrival, n)
+	now := rapid.Int64Range(0, 10*period).Draw(t, "start")
+	for i := range out {
+		if rapid.Bool().Draw(t, "same instant") {
+			now += 0
+		} else {
+			now += rapid.Int64Range(0, period/3+1).Draw(t, "gap")
+		}
+		out[i] = arrival{now, rapid.Int64Range(1, maxCost).Draw(t, "cost")}
+	}
+	return out
+}
+
+// run decides every arrival and returns which were admitted, checking
+// every Result's promises on the way.
+func run(t *rapid.T, m *machine, arrivals []arrival) []bool {
+	admitted := make([]bool, len(arrivals))
+	for i, a := range arrivals {
+		before := m.clone()
+		r := m.take(a.t, a.cost)
+		if err := checkResult(before, a.t, a.cost, r); err != nil {
+			t.Fatalf("%v at %d cost %d: %v", m.alg, a.t, a.cost, err)
+		}
+		admitted[i] = r.Allowed
+	}
+	return admitted
+}
+
+// (a) The sliding log never admits more than Rate in any interval of
+// length Period.
+func TestSlidingLogNeverExceedsRate(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		rate, period, _ := genParams(t)
+		arr := genArrivals(t, period, rate)
+		ok := run(t, newMachine(sluice.SlidingLog, rate, period, 0), arr)
+		for i := range arr {
+			var sum int64
+			for j := i; j >= 0 && arr[j].t > arr[i].t-period; j-- {
+				if ok[j] {
+					sum += arr[j].cost
+				}
+			}
+			if sum > rate {
+				t.Fatalf("admitted %d in (%d, %d], rate %d", sum, arr[i].t-period, arr[i].t, rate)
+			}
+		}
+	})
+}
+
+// (b) Token bucket and GCRA never admit more than Burst + Rate×t/Period
+// in any interval of length t.
+func TestBucketsNeverExceedBurstPlusRate(t *testing.T) {
+	for _, alg := range []sluice.Algorithm{sluice.TokenBucket, sluice.GCRA, sluice.LeakyBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				rate, period, burst := genParams(t)
+				arr := genArrivals(t, period, burst)
+				ok := run(t, newMachine(alg, rate, period, burst), arr)
+				for i := range arr {
+					var sum int64
+					for j := i; j < len(arr); j++ {
+						if ok[j] {
+							sum += arr[j].cost
+						}
+						if sum*period > burst*period+rate*(arr[j].t-arr[i].t) {
+							t.Fatalf("admitted %d in [%d, %d]: over burst %d + rate %d/%dµs", sum, arr[i].t, arr[j].t, burst, rate, period)
+						}
+					}
+				}
+			})
+		})
+	}
+}
+
+// (c) The leaky bucket as a meter, and GCRA, admit exactly what the token
+// bucket with the same parameters admits.
+func TestLeakyMeterAndGCRAMatchTokenBucket(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		rate, period, burst := genParams(t)
+		arr := genArrivals(t, period, burst)
+		tb := run(t, newMachine(sluice.TokenBucket, rate, period, burst), arr)
+		lb := run(t, newMachine(sluice.LeakyBucket, rate, period, burst), arr)
+		gc := run(t, newMachine(sluice.GCRA, rate, period, burst), arr)
+		for i := range arr {
+			if tb[i] != lb[i] || tb[i] != gc[i] {
+				t.Fatalf("arrival %d (t=%d cost=%d): token bucket %v, leaky bucket %v, gcra %v", i, arr[i].t, arr[i].cost, tb[i], lb[i], gc[i])
+			}
+		}
+	})
+}
+
+// (d) The queue's output (admission time + Delay) never exceeds the rate:
+// the cost leaving in [d_i, d_j) is below Rate × (d_j − d_i + 1µs)/Period.
+func TestLeakyQueueOutputNeverExceedsRate(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		rate, period, burst := genParams(t)
+		arr := genArrivals(t, period, burst)
+		m := newMachine(sluice.LeakyBucket, rate, period, burst)
+		var dep, cost []int64
+		for _, a := range arr {
+			if r := m.take(a.t, a.cost); r.Allowed {
+				dep = append(dep, a.t+r.Delay)
+				cost = append(cost, a.cost)
+			}
+		}
+		for i := range dep {
+			var sum int64
+			for j := i + 1; j < len(dep); j++ {
+				sum += cost[j-1]
+				if dep[j] < dep[j-1] {
+					t.Fatalf("departures out of order: %d then %d", dep[j-1], dep[j])
+				}
+				if sum*period >= rate*(dep[j]-dep[i]+1) {
+					t.Fatalf("%d left in [%d, %d): over rate %d/%dµs", sum, dep[i], dep[j], rate, period)
+				}
+			}
+		}
+	})
+}
+
+// (e) The sliding window counter approximates the sliding log: report how
+// often they decide differently on the same traffic, and bound it.
+func TestSlidingWindowDisagreementWithLog(t *testing.T) {
+	var total, differ int
+	rapid.Check(t, func(t *rapid.T) {
+		rate, period, _ := genParams(t)
+		arr := genArrivals(t, period, 1)
+		sw := run(t, newMachine(sluice.SlidingWindow, rate, period, 0), arr)
+		sl := run(t, newMachine(sluice.SlidingLog, rate, period, 0), arr)
+		for i := range arr {
+			total++
+			if sw[i] != sl[i] {
+				differ++
+			}
+		}
+	})
+	rate := float64(differ) / float64(total)
+	t.Logf("sliding window counter vs sliding log: %d of %d decisions differ (%.2f%%) on adversarially dense random traffic", differ, total, 100*rate)
+	if rate > 0.25 {
+		t.Errorf("disagreement %.2f%% is implausibly high for the weighted counter", 100*rate)
+	}
+}
+
+// Time that goes backwards never admits more than the same traffic with the
+// clock held at the latest time seen.
+func TestTimeBackwardsNeverAdmitsMore(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				rate, period, burst := genParams(t)
+				arr := genArrivals(t, period, 1)
+				skewed := make([]arrival, len(arr))
+				for i, a := range arr {
+					skewed[i] = a
+					if rapid.IntRange(0, 4).Draw(t, "skew") == 0 {
+						skewed[i].t -= rapid.Int64Range(0, 2*period).Draw(t, "back")
+					}
+				}
+				var n, ns int
+				latest := int64(math.MinInt64)
+				steady := newMachine(alg, rate, period, burst)
+				back := newMachine(alg, rate, period, burst)
+				for i := range arr {
+					// The steady run sees the latest time so far.
+					latest = max(latest, skewed[i].t)
+					if steady.take(latest, 1).Allowed {
+						n++
+					}
+					if back.take(skewed[i].t, 1).Allowed {
+						ns++
+					}
+				}
+				if ns > n {
+					t.Fatalf("%v admitted %d with a clock going back, %d without", alg, ns, n)
+				}
+			})
+		})
+	}
+}
+
+// Every Result keeps its promises (checked inside run) for every algorithm,
+// with costs up to the capacity.
+func TestResultsKeepTheirPromises(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		t.Run(alg.String(), func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				rate, period, burst := genParams(t)
+				m := newMachine(alg, rate, period, burst)
+				capacity := burst
+				if alg == sluice.FixedWindow || alg == sluice.SlidingLog || alg == sluice.SlidingWindow {
+					capacity = rate
+				}
+				run(t, m, genArrivals(t, period, capacity))
+			})
+		})
+	}
+}

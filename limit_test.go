@@ -1,0 +1,118 @@
+package sluice_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+func TestParseLimit(t *testing.T) {
+	tests := []struct {
+		in   string
+		want sluice.Limit
+	}{
+		{"100/1m", sluice.Limit{Rate: 100, Period: time.Minute}},
+		{"10/s", sluice.Limit{Rate: 10, Period: time.Second}},
+		{"5000/1h burst 200", sluice.Limit{Rate: 5000, Period: time.Hour, Burst: 200}},
+		{"token_bucket 10/s burst 50", sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 10, Period: time.Second, Burst: 50}},
+		{"fixed_window 3/250ms", sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 3, Period: 250 * time.Millisecond}},
+		{"sliding_log 1/d", sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 1, Period: 24 * time.Hour}},
+		{"gcra 7/1m30s", sluice.Limit{Algorithm: sluice.GCRA, Rate: 7, Period: 90 * time.Second}},
+		{"1000000000/8760h", sluice.Limit{Rate: 1e9, Period: 365 * 24 * time.Hour}},
+	}
+	for _, tt := range tests {
+		got, err := sluice.ParseLimit(tt.in)
+		if err != nil || got != tt.want {
+			t.Errorf("ParseLimit(%q) = %+v, %v; want %+v", tt.in, got, err, tt.want)
+			continue
+		}
+		back, err := sluice.ParseLimit(got.String())
+		if err != nil || back.Rate != got.Rate || back.Period != got.Period || back.Burst != got.Burst || back.Algorithm.Resolved() != got.Algorithm.Resolved() {
+			t.Errorf("ParseLimit(%q).String() = %q does not read back: %+v, %v", tt.in, got.String(), back, err)
+		}
+	}
+}
+
+func TestParseLimitErrors(t *testing.T) {
+	tests := []struct{ in, mention string }{
+		{"", "empty"},
+		{"0/s", "rate 0"},
+		{"-1/s", "rate -1"},
+		{"10/0s", "period 0s"},
+		{"10/500us", "under 1ms"},
+		{"10/1ns", "period"},
+		{"10/fortnight", "period"},
+		{"ten/s", "rate"},
+		{"10/s burst", "want"},
+		{"10/s burst -2", "burst -2"},
+		{"10/s burst 0", "burst must be positive"},
+		{"10/s bursts 5", "burst n"},
+		{"leaky 10/s", "unknown algorithm"},
+		{"2000000000000/s", "exceeds"},
+		{"1/101y", "period"},
+		{"1/36600d", "out of range"},
+		{"1/8760h burst 1000", "to drain"},
+		{"sliding_log 100000/s", "sliding_log"},
+	}
+	for _, tt := range tests {
+		_, err := sluice.ParseLimit(tt.in)
+		if !errors.Is(err, sluice.ErrInvalidLimit) || !strings.Contains(err.Error(), tt.mention) {
+			t.Errorf("ParseLimit(%q) error = %v; want ErrInvalidLimit mentioning %q", tt.in, err, tt.mention)
+		}
+	}
+}
+
+func TestValidateNamesTheField(t *testing.T) {
+	tests := []struct {
+		l       sluice.Limit
+		mention string
+	}{
+		{sluice.Limit{Rate: 0, Period: time.Second}, "rate"},
+		{sluice.Limit{Rate: 1, Period: time.Second, Burst: -1}, "burst"},
+		{sluice.Limit{Rate: 1, Period: time.Microsecond}, "period"},
+		{sluice.Limit{Rate: 1, Period: 1500 * time.Microsecond + 1}, "microseconds"},
+		{sluice.Limit{Algorithm: 99, Rate: 1, Period: time.Second}, "algorithm"},
+	}
+	for _, tt := range tests {
+		if err := tt.l.Validate(); err == nil || !strings.Contains(err.Error(), tt.mention) {
+			t.Errorf("%+v.Validate() = %v; want an error naming %q", tt.l, err, tt.mention)
+		}
+	}
+}
+
+func TestAlgorithmNames(t *testing.T) {
+	for _, name := range []string{"fixed_window", "sliding_log", "sliding_window", "token_bucket", "leaky_bucket", "gcra"} {
+		a, err := sluice.ParseAlgorithm(name)
+		if err != nil || a.String() != name {
+			t.Errorf("ParseAlgorithm(%q) = %v, %v", name, a, err)
+		}
+	}
+	if sluice.AlgorithmDefault.Resolved() != sluice.GCRA {
+		t.Error("the default algorithm is not GCRA")
+	}
+}
+
+func FuzzParseLimit(f *testing.F) {
+	for _, s := range []string{"100/1m", "10/s", "5000/1h burst 200", "gcra 1/d", "x/y", "1/1ms burst 99999999999"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		l, err := sluice.ParseLimit(s)
+		if err != nil {
+			if !errors.Is(err, sluice.ErrInvalidLimit) {
+				t.Fatalf("ParseLimit(%q) error %v does not wrap ErrInvalidLimit", s, err)
+			}
+			return
+		}
+		if err := l.Validate(); err != nil {
+			t.Fatalf("ParseLimit(%q) returned an invalid limit: %v", s, err)
+		}
+		back, err := sluice.ParseLimit(l.String())
+		if err != nil || back.Rate != l.Rate || back.Period != l.Period || back.Burst != l.Burst {
+			t.Fatalf("ParseLimit(%q) = %v does not round-trip: %+v, %v", s, l, back, err)
+		}
+	})
+}
