@@ -30,10 +30,11 @@ type Options struct {
 	// Shards is the number of independently locked shards, rounded up to a
 	// power of two. Default 256.
 	Shards int
-	// MaxKeys bounds the number of live keys. When a new key would exceed
-	// it, the store evicts a key already back to full if it finds one among
-	// a sample, else the sampled key closest to full; the latter is counted
-	// in Evictions. Default 4,000,000 (about 400 MB).
+	// MaxKeys bounds the number of keys held. When a new key would exceed
+	// its shard's share, the store evicts a key already back to full (which
+	// grants nobody extra quota) if one is among up to 1,024 it looks at,
+	// else the soonest to expire of 16; the latter is counted in Evictions.
+	// Default 4,000,000 (under 400 MB for the O(1) algorithms).
 	MaxKeys int
 	// Clock returns the current time for Requests without Now.
 	// Default time.Now.
@@ -53,8 +54,9 @@ type Store struct {
 var _ sluice.Store = (*Store)(nil)
 
 const (
-	sweepPerInsert = 2  // expired entries examined per new key
-	evictSample    = 16 // entries sampled to pick a victim under MaxKeys
+	sweepPerInsert = 2    // expired entries examined per new key
+	evictScan      = 1024 // keys looked at for one back to full under MaxKeys
+	evictSample    = 16   // of which the live victim is chosen
 )
 
 // New returns a Store configured by opts.

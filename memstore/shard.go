@@ -193,17 +193,22 @@ func (sh *shard) sweep(t *table, now int64, n int) {
 	}
 }
 
-// pickVictim samples keys across the shard's tables and returns an expired
-// one if it finds one, else the one that expires soonest (live).
+// pickVictim looks at up to evictScan keys across the shard's tables and
+// returns the first back to full (expired); failing that, the soonest to
+// expire among the first evictSample looked at, which is live.
 func (sh *shard) pickVictim(now int64) (vt *table, key string, live bool) {
 	best := int64(0)
-	n := evictSample
+	n := 0
 	consider := func(t *table, k string, exp int64) bool {
-		if vt == nil || exp < best {
+		if exp <= now {
+			vt, key, best = t, k, exp
+			return true
+		}
+		if n < evictSample && (vt == nil || exp < best) {
 			vt, key, best = t, k, exp
 		}
-		n--
-		return exp <= now || n == 0
+		n++
+		return n == evictScan
 	}
 	for _, t := range sh.tables {
 		for k, e := range t.m {

@@ -1,0 +1,117 @@
+package memstore_test
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+var t0 = time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+
+func take(t testing.TB, s *memstore.Store, key string, l sluice.Limit, cost int64, now time.Time) sluice.Decision {
+	t.Helper()
+	d, err := s.Take(context.Background(), sluice.Request{Key: key, Limit: l, Cost: cost, Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// A key flood beyond MaxKeys evicts keys already back to full first, and
+// counts only evictions of live keys.
+func TestMaxKeysEvictsFullKeysFirst(t *testing.T) {
+	s := memstore.New(memstore.Options{Shards: 1, MaxKeys: 100})
+	l := sluice.Limit{Rate: 1, Period: time.Second}
+	for i := range 100 {
+		take(t, s, fmt.Sprint("old", i), l, 1, t0)
+	}
+	// A second later all 100 are back to full: a flood replaces them
+	// without a counted eviction.
+	for i := range 100 {
+		take(t, s, fmt.Sprint("new", i), l, 1, t0.Add(time.Second))
+	}
+	if n := s.Len(); n > 100 {
+		t.Fatalf("Len = %d, over MaxKeys", n)
+	}
+	if e := s.Evictions(); e != 0 {
+		t.Fatalf("%d live evictions while expired keys were available", e)
+	}
+	// Now all 100 are live: more keys must evict live ones, and count them.
+	for i := range 50 {
+		take(t, s, fmt.Sprint("flood", i), l, 1, t0.Add(time.Second))
+	}
+	if n := s.Len(); n > 100 {
+		t.Fatalf("Len = %d, over MaxKeys", n)
+	}
+	if e := s.Evictions(); e != 50 {
+		t.Fatalf("Evictions = %d, want 50", e)
+	}
+}
+
+// Expired keys are swept as new keys arrive, without a goroutine.
+func TestExpiredKeysAreSwept(t *testing.T) {
+	s := memstore.New(memstore.Options{Shards: 1})
+	l := sluice.Limit{Rate: 10, Period: time.Second}
+	for i := range 1000 {
+		take(t, s, fmt.Sprint("a", i), l, 1, t0)
+	}
+	for i := range 1000 {
+		take(t, s, fmt.Sprint("b", i), l, 1, t0.Add(time.Hour))
+	}
+	if n := s.Len(); n > 1200 {
+		t.Fatalf("Len = %d after 1000 keys expired and 1000 arrived; sweeping is not keeping up", n)
+	}
+}
+
+// A peek never creates a key.
+func TestPeekCreatesNothing(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	take(t, s, "p", sluice.PerSecond(5), 0, t0)
+	if n := s.Len(); n != 0 {
+		t.Fatalf("Len = %d after a peek", n)
+	}
+}
+
+func TestTakeAllocatesNothingOnAnExistingKey(t *testing.T) {
+	s := memstore.New(memstore.Options{})
+	ctx := context.Background()
+	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingLog, sluice.SlidingWindow, sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA} {
+		req := sluice.Request{Key: "k", Limit: sluice.Limit{Algorithm: alg, Rate: 1000, Period: time.Second}, Cost: 1}
+		s.Take(ctx, req)
+		if n := testing.AllocsPerRun(100, func() { s.Take(ctx, req) }); n != 0 {
+			t.Errorf("%v: %v allocations per Take", alg, n)
+		}
+	}
+	reqs := []sluice.Request{
+		{Key: "k", Limit: sluice.PerSecond(1e6), Cost: 1},
+		{Key: "k", Limit: sluice.PerMinute(1e7), Cost: 1},
+	}
+	dst := make([]sluice.Decision, 2)
+	s.TakeAll(ctx, reqs, dst)
+	if n := testing.AllocsPerRun(100, func() { s.TakeAll(ctx, reqs, dst) }); n != 0 {
+		t.Errorf("TakeAll: %v allocations", n)
+	}
+}
+
+// The sliding log's memory is bounded by its rate: entries at one instant
+// merge, and entries that left the window are dropped.
+func TestSlidingLogMemoryIsBounded(t *testing.T) {
+	s := memstore.New(memstore.Options{Shards: 1})
+	l := sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 1000, Period: time.Second}
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for i := range 100_000 {
+		take(t, s, "log", l, 1, t0.Add(time.Duration(i)*time.Millisecond))
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 64<<10 {
+		t.Fatalf("heap grew %d bytes for one sliding-log key of rate 1000", grew)
+	}
+}
