@@ -73,7 +73,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{sluice.Limit{Rate: 0, Period: time.Second}, "rate"},
 		{sluice.Limit{Rate: 1, Period: time.Second, Burst: -1}, "burst"},
 		{sluice.Limit{Rate: 1, Period: time.Microsecond}, "period"},
-		{sluice.Limit{Rate: 1, Period: 1500 * time.Microsecond + 1}, "microseconds"},
+		{sluice.Limit{Rate: 1, Period: 1500*time.Microsecond + 1}, "microseconds"},
 		{sluice.Limit{Algorithm: 99, Rate: 1, Period: time.Second}, "algorithm"},
 	}
 	for _, tt := range tests {

@@ -10,6 +10,9 @@ import (
 // math.MaxInt64 with remainder 0; validated Limits never get there.
 func mulDiv(a, b, c int64) (q, r int64) {
 	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi == 0 {
+		return int64(lo / uint64(c)), int64(lo % uint64(c))
+	}
 	if hi >= uint64(c) {
 		return math.MaxInt64, 0
 	}

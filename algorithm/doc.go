@@ -21,21 +21,36 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// Params is a Limit in the algorithms' units.
+// Params is a Limit in the algorithms' units, with the exact fractions the
+// algorithms need precomputed. Make it with NewParams or ParamsOf; stores
+// cache it per limit, so a decision divides as little as it can.
 type Params struct {
 	Rate   int64 // events per Period
 	Period int64 // microseconds
 	Burst  int64 // capacity, resolved: never 0
+
+	tq, tr int64 // emission interval Period/Rate: whole µs and remainder over Rate
+	bq, br int64 // Burst × Period/Rate, likewise
+}
+
+// NewParams returns the Params of rate events per period (µs) with capacity
+// burst, all positive.
+func NewParams(rate, period, burst int64) Params {
+	p := Params{Rate: rate, Period: period, Burst: burst}
+	p.tq, p.tr = mulDiv(1, period, rate)
+	p.bq, p.br = mulDiv(burst, period, rate)
+	return p
 }
 
 // ParamsOf converts a validated Limit.
 func ParamsOf(l sluice.Limit) Params {
-	return Params{Rate: l.Rate, Period: int64(l.Period / time.Microsecond), Burst: l.Capacity()}
+	return NewParams(l.Rate, int64(l.Period/time.Microsecond), l.Capacity())
 }
 
 // State is the fixed-size state of the O(1) algorithms. Its fields mean
-// different things per algorithm; see each function.
-type State [3]int64
+// different things per algorithm; see each function. (A struct, not an
+// array: Go passes structs of words in registers.)
+type State struct{ A, B, C int64 }
 
 // Result is one decision, in microseconds.
 type Result struct {
@@ -52,7 +67,7 @@ type Result struct {
 // Cost 0 peeks: the Result says whether a request of cost 1 would be
 // allowed (with its RetryAfter and Delay) and reports the remaining capacity
 // of the unchanged state.
-func Take(a sluice.Algorithm, s State, p Params, now, cost int64) (State, Result) {
+func Take(a sluice.Algorithm, s State, p *Params, now, cost int64) (State, Result) {
 	if cost == 0 {
 		_, one := Status(a, s, p, now, 1)
 		s, r := Status(a, s, p, now, 0)
@@ -65,7 +80,7 @@ func Take(a sluice.Algorithm, s State, p Params, now, cost int64) (State, Result
 // Status runs the O(1) algorithm a without peek semantics: with cost 0 it
 // reports the state at now (Allowed, Remaining, ResetAfter). Stores use it
 // to report the limits of a denied batch that would have allowed.
-func Status(a sluice.Algorithm, s State, p Params, now, cost int64) (State, Result) {
+func Status(a sluice.Algorithm, s State, p *Params, now, cost int64) (State, Result) {
 	switch a.Resolved() {
 	case sluice.FixedWindow:
 		return FixedWindow(s, p, now, cost)

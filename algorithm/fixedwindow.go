@@ -5,9 +5,9 @@ package algorithm
 // exceeds Rate; denied requests do not count. Across a boundary it admits up
 // to 2×Rate within one Period: the price of its single counter.
 //
-// State: [0] start of the current window, [1] its count.
-func FixedWindow(s State, p Params, now, cost int64) (State, Result) {
-	start, count := s[0], s[1]
+// State: A the start of the current window, B its count.
+func FixedWindow(s State, p *Params, now, cost int64) (State, Result) {
+	start, count := s.A, s.B
 	// A clock gone back into an older window stays in the newest one;
 	// durations are still measured from the caller's now.
 	if w := floorWindow(now, p.Period); w > start {

@@ -12,8 +12,8 @@ package algorithm
 // T is rarely a whole number of microseconds, so TAT is kept as an exact
 // fraction: whole microseconds plus a remainder in units of 1/Rate µs.
 //
-// State: [0] TAT in whole microseconds, [1] its remainder (0 ≤ r < Rate).
-func GCRA(s State, p Params, now, cost int64) (State, Result) {
+// State: A the TAT in whole microseconds, B its remainder (0 ≤ r < Rate).
+func GCRA(s State, p *Params, now, cost int64) (State, Result) {
 	tq, tr := tatAt(s, now)
 	nq, nr := tatAdd(tq, tr, cost, p)
 	var res Result
@@ -29,15 +29,18 @@ func GCRA(s State, p Params, now, cost int64) (State, Result) {
 
 // tatAt returns max(TAT, now) as whole and remainder.
 func tatAt(s State, now int64) (int64, int64) {
-	if s[0] < now {
+	if s.A < now {
 		return now, 0
 	}
-	return s[0], s[1]
+	return s.A, s.B
 }
 
 // tatAdd returns (tq + tr/R) + cost×Period/Rate.
-func tatAdd(tq, tr, cost int64, p Params) (int64, int64) {
-	iq, ir := mulDiv(cost, p.Period, p.Rate)
+func tatAdd(tq, tr, cost int64, p *Params) (int64, int64) {
+	iq, ir := p.tq, p.tr
+	if cost != 1 {
+		iq, ir = mulDiv(cost, p.Period, p.Rate)
+	}
 	tq, tr = tq+iq, tr+ir
 	if tr >= p.Rate {
 		tq, tr = tq+1, tr-p.Rate
@@ -46,21 +49,19 @@ func tatAdd(tq, tr, cost int64, p Params) (int64, int64) {
 }
 
 // fitsBurst reports whether TAT (nq + nr/R) − now ≤ Burst × Period / Rate.
-func fitsBurst(nq, nr, now int64, p Params) bool {
-	bq, br := mulDiv(p.Burst, p.Period, p.Rate)
+func fitsBurst(nq, nr, now int64, p *Params) bool {
 	d := nq - now
-	return d < bq || (d == bq && nr <= br)
+	return d < p.bq || (d == p.bq && nr <= p.br)
 }
 
 // overBurst returns ceil(TAT − now − Burst×T): how long until fitsBurst.
-func overBurst(nq, nr, now int64, p Params) int64 {
-	bq, br := mulDiv(p.Burst, p.Period, p.Rate)
-	return nq - now - bq + ceilDiv(nr-br, p.Rate)
+func overBurst(nq, nr, now int64, p *Params) int64 {
+	return nq - now - p.bq + ceilDiv(nr-p.br, p.Rate)
 }
 
 // tatRemaining returns Burst − ceil((TAT − now)/T), at least 0: how many
 // events of cost 1 fit now.
-func tatRemaining(tq, tr, now int64, p Params) int64 {
+func tatRemaining(tq, tr, now int64, p *Params) int64 {
 	mq, mr := mulDiv(tq-now, p.Rate, p.Period)
 	used := mq + ceilDiv(mr+tr, p.Period)
 	return max(p.Burst-used, 0)

@@ -9,9 +9,9 @@ package algorithm
 // Used as a meter (nginx nodelay: ignore Delay) it admits exactly what
 // TokenBucket admits with the same parameters.
 //
-// State: [0] the time the queue drains, whole microseconds, [1] its
+// State: A the time the queue drains, whole microseconds, B its
 // remainder in units of 1/Rate µs, as in GCRA.
-func LeakyBucket(s State, p Params, now, cost int64) (State, Result) {
+func LeakyBucket(s State, p *Params, now, cost int64) (State, Result) {
 	dq, dr := tatAt(s, now) // departure of this request
 	nq, nr := tatAdd(dq, dr, cost, p)
 	var res Result

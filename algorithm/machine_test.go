@@ -18,29 +18,29 @@ type machine struct {
 
 func newMachine(alg sluice.Algorithm, rate, periodUS, burst int64) *machine {
 	l := sluice.Limit{Algorithm: alg, Rate: rate, Period: 0, Burst: burst}
-	p := algorithm.Params{Rate: rate, Period: periodUS, Burst: l.Capacity()}
+	p := algorithm.NewParams(rate, periodUS, l.Capacity())
 	return &machine{alg: alg, p: p}
 }
 
 // try decides without committing.
 func (m *machine) try(now, cost int64) algorithm.Result {
 	if m.alg == sluice.SlidingLog {
-		_, r, _ := algorithm.TakeLog(m.log, m.p, now, cost)
+		_, r, _ := algorithm.TakeLog(m.log, &m.p, now, cost)
 		return r
 	}
-	_, r := algorithm.Take(m.alg, m.s, m.p, now, cost)
+	_, r := algorithm.Take(m.alg, m.s, &m.p, now, cost)
 	return r
 }
 
 func (m *machine) take(now, cost int64) algorithm.Result {
 	if m.alg == sluice.SlidingLog {
-		drop, r, at := algorithm.TakeLog(m.log, m.p, now, cost)
+		drop, r, at := algorithm.TakeLog(m.log, &m.p, now, cost)
 		if r.Allowed && cost > 0 {
 			m.log = append(m.log[drop:], algorithm.LogEntry{T: at, Cost: cost})
 		}
 		return r
 	}
-	s, r := algorithm.Take(m.alg, m.s, m.p, now, cost)
+	s, r := algorithm.Take(m.alg, m.s, &m.p, now, cost)
 	if r.Allowed && cost > 0 {
 		m.s = s
 	}

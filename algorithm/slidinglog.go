@@ -8,7 +8,7 @@ type LogEntry struct {
 }
 
 // TakeLog is SlidingLog with Take's peek semantics for cost 0.
-func TakeLog(log []LogEntry, p Params, now, cost int64) (drop int, res Result, at int64) {
+func TakeLog(log []LogEntry, p *Params, now, cost int64) (drop int, res Result, at int64) {
 	if cost == 0 {
 		_, one, _ := SlidingLog(log, p, now, 1)
 		drop, res, at = SlidingLog(log, p, now, 0)
@@ -26,7 +26,7 @@ func TakeLog(log []LogEntry, p Params, now, cost int64) (drop int, res Result, a
 // the window (drop), the result, and the time at which an admitted request
 // must be appended (now, or the newest entry's time if the clock went back).
 // It does not modify log.
-func SlidingLog(log []LogEntry, p Params, now, cost int64) (drop int, res Result, at int64) {
+func SlidingLog(log []LogEntry, p *Params, now, cost int64) (drop int, res Result, at int64) {
 	// A clock gone back is read as the newest entry's time; durations are
 	// still measured from the caller's now.
 	at = now
@@ -62,7 +62,7 @@ func SlidingLog(log []LogEntry, p Params, now, cost int64) (drop int, res Result
 
 // logRetry returns how long until the oldest entries holding excess cost
 // have left the window.
-func logRetry(log []LogEntry, excess int64, p Params, now int64) int64 {
+func logRetry(log []LogEntry, excess int64, p *Params, now int64) int64 {
 	var freed int64
 	for _, e := range log {
 		if freed += e.Cost; freed >= excess {

@@ -8,10 +8,10 @@ package algorithm
 //
 // evaluated exactly in integers. RetryAfter is solved from that formula.
 //
-// State: [0] start of the current window, [1] its count, [2] the previous
+// State: A the start of the current window, B its count, C the previous
 // window's count.
-func SlidingWindow(s State, p Params, now, cost int64) (State, Result) {
-	start, curr, prev := s[0], s[1], s[2]
+func SlidingWindow(s State, p *Params, now, cost int64) (State, Result) {
+	start, curr, prev := s.A, s.B, s.C
 	P := p.Period
 	switch w := floorWindow(now, P); {
 	case w == start+P:
@@ -52,7 +52,7 @@ func prevFits(prev, left, P, k int64) bool {
 }
 
 // slidingRetry returns how long until a request of cost fits.
-func slidingRetry(prev, curr, cost int64, p Params, start, now int64) int64 {
+func slidingRetry(prev, curr, cost int64, p *Params, start, now int64) int64 {
 	P := p.Period
 	if k := p.Rate - curr - cost; k >= 0 {
 		// Only the previous window's weight is in the way: wait until

@@ -8,9 +8,10 @@ package algorithm
 // Burst − deficit + carry/Period, with 0 ≤ carry < Period holding the
 // fraction of a token refilled so far, exactly.
 //
-// State: [0] deficit in whole tokens, [1] time of the last refill, [2] carry.
-func TokenBucket(s State, p Params, now, cost int64) (State, Result) {
-	deficit, last, carry := s[0], s[1], s[2]
+// State: A the deficit in whole tokens, B the time of the last refill, C
+// the carry.
+func TokenBucket(s State, p *Params, now, cost int64) (State, Result) {
+	deficit, last, carry := s.A, s.B, s.C
 	if now > last {
 		if deficit > 0 {
 			q, r := mulDiv(now-last, p.Rate, p.Period)
@@ -44,7 +45,7 @@ func TokenBucket(s State, p Params, now, cost int64) (State, Result) {
 
 // refillTime returns how long until need whole tokens have been refilled,
 // carry/Period of the first being there already: ceil((need×P − carry)/R).
-func refillTime(need, carry int64, p Params) int64 {
+func refillTime(need, carry int64, p *Params) int64 {
 	q, r := mulDiv(need, p.Period, p.Rate)
 	return q + ceilDiv(r-carry, p.Rate)
 }

@@ -36,8 +36,9 @@ type Options struct {
 	// else the soonest to expire of 16; the latter is counted in Evictions.
 	// Default 4,000,000 (under 400 MB for the O(1) algorithms).
 	MaxKeys int
-	// Clock returns the current time for Requests without Now.
-	// Default time.Now.
+	// Clock returns the current time for Requests without Now. Default:
+	// the wall clock read at New advanced by the monotonic clock, which
+	// costs half a time.Now and never steps back.
 	Clock func() time.Time
 }
 
@@ -47,7 +48,8 @@ type Store struct {
 	mask      uint64
 	seed      maphash.Seed
 	perShard  int
-	clock     func() time.Time
+	clock     func() time.Time // nil: base advanced by the monotonic clock
+	base      time.Time
 	evictions atomic.Uint64
 }
 
@@ -72,16 +74,13 @@ func New(opts Options) *Store {
 	if maxKeys <= 0 {
 		maxKeys = 4_000_000
 	}
-	clock := opts.Clock
-	if clock == nil {
-		clock = time.Now
-	}
 	return &Store{
 		shards:   make([]shard, n),
 		mask:     uint64(n - 1),
 		seed:     maphash.MakeSeed(),
 		perShard: max((maxKeys+n-1)/n, 1),
-		clock:    clock,
+		clock:    opts.Clock,
+		base:     time.Now(),
 	}
 }
 
@@ -105,26 +104,31 @@ func (s *Store) shardFor(key string) *shard {
 	return &s.shards[maphash.String(s.seed, key)&s.mask]
 }
 
+// now returns t, or the store's clock when t is zero, in µs.
 func (s *Store) now(t time.Time) int64 {
-	if t.IsZero() {
-		t = s.clock()
+	switch {
+	case !t.IsZero():
+		return t.UnixMicro()
+	case s.clock != nil:
+		return s.clock().UnixMicro()
 	}
-	return t.UnixMicro()
+	return s.base.UnixMicro() + time.Since(s.base).Microseconds()
 }
 
-// Take decides one request. The clock is read with the shard's lock held, so
-// concurrent callers never see time go backwards.
+// Take decides one request.
 func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Decision, error) {
 	if err := req.Validate(); err != nil {
 		return sluice.Decision{}, err
 	}
+	// The clock is read before the lock: the algorithms never admit more
+	// when a caller's time is behind the state's.
+	now := s.now(req.Now)
 	sh := s.shardFor(req.Key)
 	sh.mu.Lock()
-	now := s.now(req.Now)
 	var p pending
 	sh.decide(&req, now, &p)
 	if p.res.Allowed && req.Cost > 0 {
-		sh.commit(s, &req, now, &p)
+		sh.commit(s, &req, now, &p, false)
 	}
 	sh.mu.Unlock()
 	return p.res.Decision(req.Limit), nil
@@ -160,8 +164,8 @@ func (s *Store) TakeAll(_ context.Context, reqs []sluice.Request, dst []sluice.D
 		pend = append(pend, pending{sh: s.shardFor(reqs[i].Key)})
 		shards = append(shards, pend[i].sh)
 	}
+	now := s.now(time.Time{})
 	shards = lockAll(shards)
-	now := s.clock().UnixMicro()
 	all := true
 	for i := range reqs {
 		pend[i].now = now
@@ -174,7 +178,7 @@ func (s *Store) TakeAll(_ context.Context, reqs []sluice.Request, dst []sluice.D
 	if all {
 		for i := range reqs {
 			if reqs[i].Cost > 0 {
-				pend[i].sh.commit(s, &reqs[i], pend[i].now, &pend[i])
+				pend[i].sh.commit(s, &reqs[i], pend[i].now, &pend[i], true)
 			}
 		}
 	} else {

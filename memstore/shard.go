@@ -1,7 +1,9 @@
 package memstore
 
 import (
+	"strings"
 	"sync"
+	"time"
 	"unsafe"
 
 	"github.com/sluicehq/sluice"
@@ -21,7 +23,10 @@ type shard struct {
 type table struct {
 	alg    sluice.Algorithm
 	period int64
-	m      map[string]entry     // O(1) algorithms
+	limit  sluice.Limit         // the limit last used here,
+	params algorithm.Params     // and its params: most tables see one limit
+	idx    map[string]uint32    // O(1) algorithms: key → slot in slab
+	slab   slab                 // O(1) algorithms' entries
 	logs   map[string]*logState // SlidingLog
 }
 
@@ -38,15 +43,17 @@ type logState struct {
 
 // pending is a decided request not yet written.
 type pending struct {
-	sh   *shard
-	now  int64
-	t    *table
-	old  algorithm.State      // state loaded, O(1) algorithms
-	log  []algorithm.LogEntry // log loaded, SlidingLog
-	s    algorithm.State      // state decided
-	drop int
-	at   int64
-	res  algorithm.Result
+	sh    *shard
+	now   int64
+	t     *table
+	slot  uint32 // the key's slot, when found
+	found bool
+	old   algorithm.State      // state loaded, O(1) algorithms
+	log   []algorithm.LogEntry // log loaded, SlidingLog
+	s     algorithm.State      // state decided
+	drop  int
+	at    int64
+	res   algorithm.Result
 }
 
 func uintptrOf(s *shard) uintptr { return uintptr(unsafe.Pointer(s)) }
@@ -66,7 +73,7 @@ func (sh *shard) table(alg sluice.Algorithm, period int64, create bool) *table {
 	if alg == sluice.SlidingLog {
 		t.logs = make(map[string]*logState)
 	} else {
-		t.m = make(map[string]entry)
+		t.idx = make(map[string]uint32)
 	}
 	sh.tables = append(sh.tables, t)
 	return t
@@ -76,23 +83,34 @@ func (sh *shard) table(alg sluice.Algorithm, period int64, create bool) *table {
 // The caller holds sh.mu.
 func (sh *shard) decide(req *sluice.Request, now int64, p *pending) {
 	alg := req.Limit.Algorithm.Resolved()
-	params := algorithm.ParamsOf(req.Limit)
-	p.t = sh.table(alg, params.Period, req.Cost > 0)
+	p.t = sh.table(alg, int64(req.Limit.Period/time.Microsecond), req.Cost > 0)
+	var params algorithm.Params
+	switch {
+	case p.t == nil:
+		params = algorithm.ParamsOf(req.Limit)
+	case p.t.limit == req.Limit:
+		params = p.t.params
+	default:
+		params = algorithm.ParamsOf(req.Limit)
+		p.t.limit, p.t.params = req.Limit, params
+	}
 	if alg == sluice.SlidingLog {
 		if p.t != nil {
 			if ls := p.t.logs[req.Key]; ls != nil {
 				p.log = ls.entries
 			}
 		}
-		p.drop, p.res, p.at = algorithm.TakeLog(p.log, params, now, req.Cost)
+		p.drop, p.res, p.at = algorithm.TakeLog(p.log, &params, now, req.Cost)
 		return
 	}
 	if p.t != nil {
-		if e, ok := p.t.m[req.Key]; ok && e.exp > now {
-			p.old = e.s
+		if p.slot, p.found = p.t.idx[req.Key]; p.found {
+			if e := p.t.slab.at(p.slot); e.exp > now {
+				p.old = e.s
+			}
 		}
 	}
-	p.s, p.res = algorithm.Take(alg, p.old, params, now, req.Cost)
+	p.s, p.res = algorithm.Take(alg, p.old, &params, now, req.Cost)
 }
 
 // undo replaces p's result, of a request allowed in a denied batch, by the
@@ -101,14 +119,15 @@ func undo(req *sluice.Request, now int64, p *pending) {
 	alg := req.Limit.Algorithm.Resolved()
 	params := algorithm.ParamsOf(req.Limit)
 	if alg == sluice.SlidingLog {
-		_, p.res, _ = algorithm.SlidingLog(p.log, params, now, 0)
+		_, p.res, _ = algorithm.SlidingLog(p.log, &params, now, 0)
 		return
 	}
-	_, p.res = algorithm.Status(alg, p.old, params, now, 0)
+	_, p.res = algorithm.Status(alg, p.old, &params, now, 0)
 }
 
-// commit writes the state decided into p. The caller holds sh.mu.
-func (sh *shard) commit(s *Store, req *sluice.Request, now int64, p *pending) {
+// commit writes the state decided into p. The caller holds sh.mu and has
+// not changed the shard since decide, unless recheck is set.
+func (sh *shard) commit(s *Store, req *sluice.Request, now int64, p *pending, recheck bool) {
 	t := p.t
 	exp := now + p.res.ResetAfter
 	if t.logs != nil {
@@ -116,7 +135,7 @@ func (sh *shard) commit(s *Store, req *sluice.Request, now int64, p *pending) {
 		if ls == nil {
 			sh.makeRoom(s, t, now)
 			ls = &logState{}
-			t.logs[req.Key] = ls
+			t.logs[strings.Clone(req.Key)] = ls
 			sh.keys++
 		}
 		n := copy(ls.entries, ls.entries[p.drop:])
@@ -129,14 +148,16 @@ func (sh *shard) commit(s *Store, req *sluice.Request, now int64, p *pending) {
 		ls.exp = exp
 		return
 	}
-	if e, ok := t.m[req.Key]; ok {
-		e.s, e.exp = p.s, exp
-		t.m[req.Key] = e
-		return
+	if recheck {
+		p.slot, p.found = t.idx[req.Key]
 	}
-	sh.makeRoom(s, t, now)
-	t.m[req.Key] = entry{s: p.s, exp: exp}
-	sh.keys++
+	if !p.found {
+		sh.makeRoom(s, t, now)
+		p.slot = t.slab.alloc()
+		t.idx[strings.Clone(req.Key)] = p.slot // never retain the caller's buffer
+		sh.keys++
+	}
+	*t.slab.at(p.slot) = entry{s: p.s, exp: exp}
 }
 
 func (sh *shard) remove(t *table, key string) {
@@ -147,8 +168,9 @@ func (sh *shard) remove(t *table, key string) {
 		}
 		return
 	}
-	if _, ok := t.m[key]; ok {
-		delete(t.m, key)
+	if i, ok := t.idx[key]; ok {
+		delete(t.idx, key)
+		t.slab.release(i)
 		sh.keys--
 	}
 }
@@ -173,9 +195,10 @@ func (sh *shard) makeRoom(s *Store, t *table, now int64) {
 // sweep examines up to n keys of t, from a random place, and deletes the
 // expired ones.
 func (sh *shard) sweep(t *table, now int64, n int) {
-	for k, e := range t.m {
-		if e.exp <= now {
-			delete(t.m, k)
+	for k, i := range t.idx {
+		if t.slab.at(i).exp <= now {
+			delete(t.idx, k)
+			t.slab.release(i)
 			sh.keys--
 		}
 		if n--; n == 0 {
@@ -211,8 +234,8 @@ func (sh *shard) pickVictim(now int64) (vt *table, key string, live bool) {
 		return n == evictScan
 	}
 	for _, t := range sh.tables {
-		for k, e := range t.m {
-			if consider(t, k, e.exp) {
+		for k, i := range t.idx {
+			if consider(t, k, t.slab.at(i).exp) {
 				return vt, key, best > now
 			}
 		}

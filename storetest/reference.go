@@ -37,9 +37,9 @@ func (m *reference) take(reqs []sluice.Request, now int64) []sluice.Decision {
 		k, p := m.keyOf(r), algorithm.ParamsOf(r.Limit)
 		var res algorithm.Result
 		if k.alg == sluice.SlidingLog {
-			nexts[i].drop, res, nexts[i].at = algorithm.TakeLog(m.logs[k], p, now, r.Cost)
+			nexts[i].drop, res, nexts[i].at = algorithm.TakeLog(m.logs[k], &p, now, r.Cost)
 		} else {
-			nexts[i].s, res = algorithm.Take(k.alg, m.states[k], p, now, r.Cost)
+			nexts[i].s, res = algorithm.Take(k.alg, m.states[k], &p, now, r.Cost)
 		}
 		out[i] = res.Decision(r.Limit)
 		all = all && res.Allowed
@@ -48,10 +48,10 @@ func (m *reference) take(reqs []sluice.Request, now int64) []sluice.Decision {
 		k, p := m.keyOf(r), algorithm.ParamsOf(r.Limit)
 		switch {
 		case !all && out[i].Allowed && k.alg == sluice.SlidingLog:
-			_, res, _ := algorithm.SlidingLog(m.logs[k], p, now, 0)
+			_, res, _ := algorithm.SlidingLog(m.logs[k], &p, now, 0)
 			out[i] = res.Decision(r.Limit)
 		case !all && out[i].Allowed:
-			_, res := algorithm.Status(k.alg, m.states[k], p, now, 0)
+			_, res := algorithm.Status(k.alg, m.states[k], &p, now, 0)
 			out[i] = res.Decision(r.Limit)
 		case !all || r.Cost == 0:
 		case k.alg == sluice.SlidingLog:
