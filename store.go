@@ -51,6 +51,12 @@ func (r *Request) Validate() error {
 	if err := r.Limit.Validate(); err != nil {
 		return err
 	}
+	return r.CheckKeyAndCost()
+}
+
+// CheckKeyAndCost is Validate without validating the Limit itself, for
+// stores that cache a limit's validation. The Limit must be valid.
+func (r *Request) CheckKeyAndCost() error {
 	switch {
 	case r.Key == "":
 		return ErrEmptyKey

@@ -117,8 +117,8 @@ func (s *Store) now(t time.Time) int64 {
 
 // Take decides one request.
 func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Decision, error) {
-	if err := req.Validate(); err != nil {
-		return sluice.Decision{}, err
+	if err := req.CheckKeyAndCost(); err != nil {
+		return sluice.Decision{}, err // the limit is checked under the lock, once per table
 	}
 	// The clock is read before the lock: the algorithms never admit more
 	// when a caller's time is behind the state's.
@@ -126,7 +126,10 @@ func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Decision, er
 	sh := s.shardFor(req.Key)
 	sh.mu.Lock()
 	var p pending
-	sh.decide(&req, now, &p)
+	if err := sh.decide(&req, now, &p); err != nil {
+		sh.mu.Unlock()
+		return sluice.Decision{}, err
+	}
 	if p.res.Allowed && req.Cost > 0 {
 		sh.commit(s, &req, now, &p, false)
 	}
@@ -172,7 +175,7 @@ func (s *Store) TakeAll(_ context.Context, reqs []sluice.Request, dst []sluice.D
 		if !reqs[i].Now.IsZero() {
 			pend[i].now = reqs[i].Now.UnixMicro()
 		}
-		pend[i].sh.decide(&reqs[i], pend[i].now, &pend[i])
+		pend[i].sh.decide(&reqs[i], pend[i].now, &pend[i]) // validated above
 		all = all && pend[i].res.Allowed
 	}
 	if all {

@@ -79,20 +79,26 @@ func (sh *shard) table(alg sluice.Algorithm, period int64, create bool) *table {
 	return t
 }
 
-// decide runs the algorithm for req at now into p without writing.
-// The caller holds sh.mu.
-func (sh *shard) decide(req *sluice.Request, now int64, p *pending) {
+// decide runs the algorithm for req at now into p without writing. It
+// validates req's limit unless its table has seen the same limit already;
+// key and cost are the caller's to check. The caller holds sh.mu.
+func (sh *shard) decide(req *sluice.Request, now int64, p *pending) error {
 	alg := req.Limit.Algorithm.Resolved()
-	p.t = sh.table(alg, int64(req.Limit.Period/time.Microsecond), req.Cost > 0)
+	p.t = sh.table(alg, int64(req.Limit.Period/time.Microsecond), false)
 	var params algorithm.Params
-	switch {
-	case p.t == nil:
-		params = algorithm.ParamsOf(req.Limit)
-	case p.t.limit == req.Limit:
+	if p.t != nil && p.t.limit == req.Limit {
 		params = p.t.params
-	default:
+	} else {
+		if err := req.Limit.Validate(); err != nil {
+			return err
+		}
 		params = algorithm.ParamsOf(req.Limit)
-		p.t.limit, p.t.params = req.Limit, params
+		if p.t == nil && req.Cost > 0 {
+			p.t = sh.table(alg, params.Period, true)
+		}
+		if p.t != nil {
+			p.t.limit, p.t.params = req.Limit, params
+		}
 	}
 	if alg == sluice.SlidingLog {
 		if p.t != nil {
@@ -101,7 +107,7 @@ func (sh *shard) decide(req *sluice.Request, now int64, p *pending) {
 			}
 		}
 		p.drop, p.res, p.at = algorithm.TakeLog(p.log, &params, now, req.Cost)
-		return
+		return nil
 	}
 	if p.t != nil {
 		if p.slot, p.found = p.t.idx[req.Key]; p.found {
@@ -111,6 +117,7 @@ func (sh *shard) decide(req *sluice.Request, now int64, p *pending) {
 		}
 	}
 	p.s, p.res = algorithm.Take(alg, p.old, &params, now, req.Cost)
+	return nil
 }
 
 // undo replaces p's result, of a request allowed in a denied batch, by the
