@@ -2,4 +2,9 @@ module github.com/sluicehq/sluice
 
 go 1.26
 
-require pgregory.net/rapid v1.3.0 // indirect
+require (
+	github.com/redis/rueidis v1.0.79
+	pgregory.net/rapid v1.3.0
+)
+
+require golang.org/x/sys v0.47.0 // indirect

@@ -1,0 +1,196 @@
+// Package redistest starts throw-away redis-server processes for tests:
+// standalone servers and 3-master Clusters on free loopback ports, stopped
+// when the test ends.
+//
+// SLUICE_REDIS_ADDR points standalone tests at an existing server instead.
+// Without redis-server on PATH, tests skip with a message, unless
+// SLUICE_REQUIRE_REDIS=1 (set by .ci/run), where they fail.
+package redistest
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Server is one redis-server process.
+type Server struct {
+	Addr string
+	t    testing.TB
+	dir  string
+	args []string
+	cmd  *exec.Cmd
+}
+
+// binary returns the path of name, skipping or failing t when it is missing.
+func binary(t testing.TB, name string) string {
+	t.Helper()
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path
+	}
+	if os.Getenv("SLUICE_REQUIRE_REDIS") == "1" {
+		t.Fatalf("%s is not on PATH and SLUICE_REQUIRE_REDIS=1", name)
+	}
+	t.Skipf("%s is not on PATH: skipping (install Redis, or set SLUICE_REDIS_ADDR)", name)
+	return ""
+}
+
+// External returns the address in SLUICE_REDIS_ADDR, or "".
+func External() string { return os.Getenv("SLUICE_REDIS_ADDR") }
+
+// Standalone starts a redis-server on a free port, or returns a Server for
+// SLUICE_REDIS_ADDR (which Kill and Restart then refuse).
+func Standalone(t testing.TB) *Server {
+	t.Helper()
+	if addr := External(); addr != "" {
+		return &Server{Addr: addr, t: t}
+	}
+	return start(t, nil)
+}
+
+func start(t testing.TB, extra []string) *Server {
+	t.Helper()
+	bin := binary(t, "redis-server")
+	port := freePort(t)
+	dir := t.TempDir()
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), t: t, dir: dir}
+	s.args = append([]string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"),
+	}, extra...)
+	s.cmd = exec.Command(bin, s.args...)
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("redistest: starting redis-server: %v", err)
+	}
+	t.Cleanup(s.Kill)
+	s.waitReady()
+	return s
+}
+
+// Kill stops the server at once (SIGKILL), as a crash would.
+func (s *Server) Kill() {
+	if s.cmd == nil {
+		return
+	}
+	s.cmd.Process.Kill()
+	s.cmd.Wait()
+	s.cmd = nil
+}
+
+// Restart starts a killed server again on the same port, empty.
+func (s *Server) Restart() {
+	s.t.Helper()
+	if s.args == nil {
+		s.t.Skip("redistest: cannot restart an external server")
+	}
+	s.Kill()
+	s.cmd = exec.Command(binary(s.t, "redis-server"), s.args...)
+	if err := s.cmd.Start(); err != nil {
+		s.t.Fatalf("redistest: restarting redis-server: %v", err)
+	}
+	s.waitReady()
+}
+
+// Do sends one command with redis-cli and returns its output, trimmed.
+func (s *Server) Do(args ...string) string {
+	s.t.Helper()
+	return cli(s.t, s.Addr, args...)
+}
+
+func cli(t testing.TB, addr string, args ...string) string {
+	t.Helper()
+	host, port, _ := net.SplitHostPort(addr)
+	out, err := exec.Command(binary(t, "redis-cli"), append([]string{"-h", host, "-p", port}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redistest: redis-cli %v: %v: %s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+func (s *Server) waitReady() {
+	s.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if ping(s.Addr) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+	s.t.Fatalf("redistest: redis-server on %s not ready after 10s:\n%s", s.Addr, log)
+}
+
+// ping reports whether a server answers PING on addr.
+func ping(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(time.Second))
+	if _, err := c.Write([]byte("PING\r\n")); err != nil {
+		return false
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && strings.HasPrefix(line, "+PONG")
+}
+
+// freePort returns a loopback port that is free, and whose Cluster bus
+// port (port + 10000) is free too.
+func freePort(t testing.TB) int {
+	t.Helper()
+	for range 100 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if port > 55000 {
+			continue
+		}
+		if bus, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+10000)); err == nil {
+			bus.Close()
+			return port
+		}
+	}
+	t.Fatal("redistest: no free port pair found")
+	return 0
+}
+
+// Cluster starts a 3-master Redis Cluster and returns its nodes once every
+// node reports cluster_state:ok.
+func Cluster(t testing.TB) []*Server {
+	t.Helper()
+	var nodes []*Server
+	var addrs []string
+	for range 3 {
+		s := start(t, []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"})
+		nodes = append(nodes, s)
+		addrs = append(addrs, s.Addr)
+	}
+	args := append([]string{"--cluster", "create"}, addrs...)
+	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	out, err := exec.Command(binary(t, "redis-cli"), args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("redistest: redis-cli --cluster create: %v: %s", err, out)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for _, n := range nodes {
+		for !strings.Contains(n.Do("CLUSTER", "INFO"), "cluster_state:ok") {
+			if time.Now().After(deadline) {
+				t.Fatalf("redistest: cluster not ok after 20s: %s", n.Do("CLUSTER", "INFO"))
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	return nodes
+}

@@ -1,0 +1,247 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/url"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
+)
+
+// Options configures a Store. The zero value is ready to use.
+type Options struct {
+	// Prefix starts every key. Default "sluice:".
+	Prefix string
+	// ReconnectInterval is how often Open retries connecting while Redis
+	// is unreachable; calls meanwhile fail at once. Default 1s.
+	ReconnectInterval time.Duration
+}
+
+// Errors.
+var (
+	// ErrCrossSlot is returned by TakeAll on Redis Cluster for a batch whose
+	// keys hash to different slots: one script cannot touch them atomically.
+	ErrCrossSlot = errors.New("redisstore: batch keys span Redis Cluster slots; use one user key per batch")
+	// ErrNotConnected is returned while a Store from Open has not reached
+	// Redis yet.
+	ErrNotConnected = errors.New("redisstore: not connected to Redis")
+)
+
+// Store is a sluice.Store on Redis, safe for concurrent use.
+type Store struct {
+	prefix string
+
+	mu       sync.Mutex
+	client   rueidis.Client // nil until connected
+	cluster  bool
+	owned    bool // opened by Open: Close closes the client
+	opt      rueidis.ClientOption
+	lastDial time.Time
+	dialErr  error
+	retry    time.Duration
+}
+
+var _ sluice.Store = (*Store)(nil)
+
+// New returns a Store on a client the caller already has. The caller keeps
+// ownership: Close does not close it.
+func New(client rueidis.Client, opts Options) *Store {
+	s := newStore(opts)
+	s.client = client
+	s.cluster = client.Mode() == rueidis.ClientModeCluster
+	return s
+}
+
+func newStore(opts Options) *Store {
+	s := &Store{prefix: opts.Prefix, retry: opts.ReconnectInterval}
+	if s.prefix == "" {
+		s.prefix = "sluice:"
+	}
+	if s.retry <= 0 {
+		s.retry = time.Second
+	}
+	return s
+}
+
+// Open returns a Store on a client it opens from rawURL:
+//
+//	redis://[user:password@]host:port[/db][?addr=host2:port2...]
+//	rediss://...                          (TLS; ?skip_verify=true to skip verification)
+//	redis-sentinel://[user:password@]host:port[,host:port...]/master-name
+//	redis://host1:port1,host2:port2       (a Cluster seed list; Cluster is detected)
+//
+// It returns an error only for a URL it cannot parse. When Redis is
+// unreachable it still returns: calls fail at once with an error wrapping
+// ErrNotConnected, and the connection is retried every ReconnectInterval.
+func Open(rawURL string, opts Options) (*Store, error) {
+	opt, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	s := newStore(opts)
+	s.owned, s.opt = true, opt
+	s.mu.Lock()
+	s.dialLocked()
+	s.mu.Unlock()
+	return s, nil
+}
+
+func parseURL(raw string) (rueidis.ClientOption, error) {
+	if rest, ok := strings.CutPrefix(raw, "redis-sentinel://"); ok {
+		u, err := url.Parse("redis://" + rest)
+		if err != nil {
+			return rueidis.ClientOption{}, fmt.Errorf("redisstore: sentinel URL: %w", err)
+		}
+		master := strings.Trim(u.Path, "/")
+		if master == "" {
+			return rueidis.ClientOption{}, errors.New("redisstore: sentinel URL names no master: want redis-sentinel://host:port/master-name")
+		}
+		opt := rueidis.ClientOption{InitAddress: strings.Split(u.Host, ",")}
+		opt.Sentinel.MasterSet = master
+		if u.User != nil {
+			opt.Username = u.User.Username()
+			opt.Password, _ = u.User.Password()
+		}
+		return opt, nil
+	}
+	// A comma-separated host list becomes a seed list.
+	var extra []string
+	if u, err := url.Parse(raw); err == nil && strings.Contains(u.Host, ",") {
+		hosts := strings.Split(u.Host, ",")
+		u.Host, extra = hosts[0], hosts[1:]
+		raw = u.String()
+	}
+	opt, err := rueidis.ParseURL(raw)
+	if err != nil {
+		return opt, fmt.Errorf("redisstore: %w", err)
+	}
+	opt.InitAddress = append(opt.InitAddress, extra...)
+	return opt, nil
+}
+
+// dialLocked tries to connect. The caller holds s.mu.
+func (s *Store) dialLocked() {
+	s.lastDial = time.Now()
+	c, err := rueidis.NewClient(s.opt)
+	if err != nil {
+		s.dialErr = err
+		return
+	}
+	s.client, s.dialErr = c, nil
+	s.cluster = c.Mode() == rueidis.ClientModeCluster
+}
+
+// conn returns the client, dialling again if Open has not connected yet and
+// the last attempt is older than ReconnectInterval.
+func (s *Store) conn() (rueidis.Client, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.client == nil && s.owned && time.Since(s.lastDial) >= s.retry {
+		s.dialLocked()
+	}
+	if s.client == nil {
+		return nil, false, fmt.Errorf("%w: %v", ErrNotConnected, s.dialErr)
+	}
+	return s.client, s.cluster, nil
+}
+
+// Close closes the client if Open opened it.
+func (s *Store) Close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.owned && s.client != nil {
+		s.client.Close()
+		s.client = nil
+	}
+}
+
+// Take decides one request in one script call.
+func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	var d [1]sluice.Decision
+	err := s.TakeAll(ctx, []sluice.Request{req}, d[:])
+	return d[0], err
+}
+
+// TakeAll decides reqs all-or-nothing in one script call. On Cluster, keys
+// of different slots are refused with ErrCrossSlot; two requests with the
+// same key, algorithm and period with sluice.ErrDuplicateRequest.
+func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice.Decision) error {
+	if len(dst) < len(reqs) {
+		return fmt.Errorf("redisstore: TakeAll: %d decisions for %d requests", len(dst), len(reqs))
+	}
+	if len(reqs) == 0 {
+		return nil
+	}
+	client, cluster, err := s.conn()
+	if err != nil {
+		return err
+	}
+	keys := make([]string, len(reqs))
+	args := make([]string, 1, 1+5*len(reqs))
+	args[0] = "-1"
+	if !reqs[0].Now.IsZero() {
+		args[0] = strconv.FormatInt(reqs[0].Now.UnixMicro(), 10)
+	}
+	for i := range reqs {
+		r := &reqs[i]
+		if err := r.Validate(); err != nil {
+			return fmt.Errorf("request %d: %w", i, err)
+		}
+		if !r.Now.Equal(reqs[0].Now) {
+			return fmt.Errorf("redisstore: request %d: every request of a batch must have the same Now", i)
+		}
+		keys[i] = s.redisKey(r.Key, r.Limit)
+		for j := range i {
+			if keys[j] == keys[i] {
+				return fmt.Errorf("%w: requests %d and %d", sluice.ErrDuplicateRequest, j, i)
+			}
+		}
+		if cluster && slot(keys[i]) != slot(keys[0]) {
+			return fmt.Errorf("%w: %q and %q", ErrCrossSlot, reqs[0].Key, r.Key)
+		}
+		p := algorithm.ParamsOf(r.Limit)
+		args = append(args,
+			strconv.Itoa(int(r.Limit.Algorithm.Resolved())),
+			strconv.FormatInt(p.Rate, 10),
+			strconv.FormatInt(p.Period, 10),
+			strconv.FormatInt(p.Burst, 10),
+			strconv.FormatInt(r.Cost, 10))
+	}
+	vals, err := takeScript.Exec(ctx, client, keys, args).AsIntSlice()
+	if err != nil {
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	if len(vals) != 5*len(reqs) {
+		return fmt.Errorf("redisstore: script answered %d values for %d requests", len(vals), len(reqs))
+	}
+	for i := range reqs {
+		v := vals[5*i:]
+		dst[i] = algorithm.Result{
+			Allowed: v[0] == 1, Remaining: v[1], RetryAfter: v[2], ResetAfter: v[3], Delay: v[4],
+		}.Decision(reqs[i].Limit)
+	}
+	return nil
+}
+
+// Reset deletes the state of key under limit.
+func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error {
+	if err := limit.Validate(); err != nil {
+		return err
+	}
+	client, _, err := s.conn()
+	if err != nil {
+		return err
+	}
+	if err := client.Do(ctx, client.B().Del().Key(s.redisKey(key, limit)).Build()).Error(); err != nil {
+		return fmt.Errorf("redisstore: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,59 @@
+-- Sliding log: the twin of algorithm/slidinglog.go.
+-- The log is a list of {time, cost}, oldest first.
+
+local function log_retry(log, drop, excess, p, now)
+  local freed = 0
+  for i = drop + 1, #log do
+    freed = freed + log[i][2]
+    if freed >= excess then
+      return log[i][1] + p.P - now
+    end
+  end
+  return p.P
+end
+
+local function sliding_log(log, p, now, cost)
+  local n = #log
+  local at = now
+  if n > 0 and at < log[n][1] then
+    at = log[n][1]
+  end
+  local drop = 0
+  while drop < n and log[drop + 1][1] <= at - p.P do
+    drop = drop + 1
+  end
+  local sum = 0
+  for i = drop + 1, n do
+    sum = sum + log[i][2]
+  end
+  local newest = -1
+  if drop < n then
+    newest = log[n][1]
+  end
+  local res = result()
+  if sum + cost <= p.R then
+    res.allowed = true
+    sum = sum + cost
+    if cost > 0 then
+      newest = at
+    end
+  else
+    res.retry = log_retry(log, drop, sum + cost - p.R, p, now)
+  end
+  res.remaining = p.R - sum
+  if newest >= 0 then
+    res.reset = newest + p.P - now
+  end
+  return drop, res, at
+end
+
+-- take_log is TakeLog: peek semantics for cost 0.
+local function take_log(log, p, now, cost)
+  if cost == 0 then
+    local _, one = sliding_log(log, p, now, 1)
+    local drop, res, at = sliding_log(log, p, now, 0)
+    res.allowed, res.retry = one.allowed, one.retry
+    return drop, res, at
+  end
+  return sliding_log(log, p, now, cost)
+end
