@@ -7,6 +7,10 @@ import (
 	"time"
 )
 
+// MaxTime bounds Request.Now: with MaxSpan after it, times stay below 2^53
+// microseconds, exact in Lua's doubles.
+var MaxTime = time.Date(2150, 1, 1, 0, 0, 0, 0, time.UTC)
+
 // MaxKeyLen is the longest Request.Key, in bytes. A longer key is an error,
 // never truncated: truncation would merge two clients.
 const MaxKeyLen = 4096
@@ -22,6 +26,9 @@ var (
 	ErrCostExceedsBurst = errors.New("sluice: cost exceeds burst")
 	// ErrNegativeCost is returned for a Request whose Cost is negative.
 	ErrNegativeCost = errors.New("sluice: negative cost")
+	// ErrInvalidTime is returned for a Request whose Now is before 1970 or
+	// after MaxTime.
+	ErrInvalidTime = errors.New("sluice: request time out of range")
 	// ErrDuplicateRequest is returned by TakeAll for a batch in which two
 	// requests share key, algorithm and period, and so one state.
 	ErrDuplicateRequest = errors.New("sluice: two requests in one batch share key, algorithm and period")
@@ -64,6 +71,8 @@ func (r *Request) CheckKeyAndCost() error {
 		return fmt.Errorf("%w: %d bytes, the maximum is %d", ErrKeyTooLong, len(r.Key), MaxKeyLen)
 	case r.Cost < 0:
 		return fmt.Errorf("%w: %d", ErrNegativeCost, r.Cost)
+	case !r.Now.IsZero() && (r.Now.Before(time.Unix(0, 0)) || r.Now.After(MaxTime)):
+		return fmt.Errorf("%w: %v is outside 1970..%v", ErrInvalidTime, r.Now, MaxTime.Year())
 	case r.Cost > r.Limit.Capacity():
 		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsBurst, r.Cost, r.Limit.Capacity())
 	}

@@ -22,6 +22,7 @@ func RunProperties(t *testing.T, newStore NewStore) {
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			t.Run("matches reference", func(t *testing.T) { matchesReference(t, newStore(t), alg) })
+			t.Run("extreme limits", func(t *testing.T) { extremeLimits(t, newStore(t), alg) })
 			t.Run("hot key exact", func(t *testing.T) { hotKeyExact(t, newStore(t), alg) })
 			t.Run("batch atomic", func(t *testing.T) { batchAtomic(t, newStore(t), alg) })
 			t.Run("reset", func(t *testing.T) { reset(t, newStore(t), alg) })
@@ -80,6 +81,44 @@ func matchesReference(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
 			if got[j] != want[j] {
 				t.Fatalf("step %d at %v, %s cost %d under %v:\n got %+v\nwant %+v",
 					i, now.Sub(Epoch), key, cost, reqs[j].Limit, got[j], want[j])
+			}
+		}
+	}
+}
+
+// extremeLimits replays traffic on the largest limits Validate accepts,
+// where products pass 2^53 and exactness needs 128-bit (Go) or long
+// (Lua) multiplication, and compares with the reference.
+func extremeLimits(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
+	ctx := context.Background()
+	limits := []sluice.Limit{
+		{Algorithm: alg, Rate: 1e9, Period: 365 * 24 * time.Hour},
+		{Algorithm: alg, Rate: 1e9, Period: time.Millisecond},
+		{Algorithm: alg, Rate: sluice.MaxRate, Period: 7 * time.Millisecond, Burst: sluice.MaxRate - 1},
+		{Algorithm: alg, Rate: 7, Period: sluice.MaxSpan, Burst: 3},
+		{Algorithm: alg, Rate: 999_999_937, Period: 97 * 24 * time.Hour, Burst: 123_456_789},
+	}
+	rng := rand.New(rand.NewPCG(uint64(alg), 7))
+	ref := newReference()
+	now := Epoch
+	for i, l := range limits {
+		if l.Validate() != nil {
+			continue // the sliding log's rate cap
+		}
+		key := fmt.Sprintf("x%d", i)
+		capacity := l.Capacity()
+		for step := range 40 {
+			dt := min(l.Period/8, 365*24*time.Hour) // stay within sluice.MaxTime
+			now = now.Add(time.Duration(rng.Int64N(int64(dt)+1)) / time.Microsecond * time.Microsecond)
+			cost := []int64{1, 0, capacity / 3, capacity, rng.Int64N(capacity + 1)}[rng.IntN(5)]
+			req := sluice.Request{Key: key, Limit: l, Cost: cost, Now: now}
+			want := ref.take([]sluice.Request{req}, now.UnixMicro())[0]
+			got, err := store.Take(ctx, req)
+			if err != nil {
+				t.Fatalf("%v step %d: %v", l, step, err)
+			}
+			if got != want {
+				t.Fatalf("%v step %d, cost %d:\n got %+v\nwant %+v", l, step, cost, got, want)
 			}
 		}
 	}
