@@ -7,4 +7,7 @@ require (
 	pgregory.net/rapid v1.3.0
 )
 
-require golang.org/x/sys v0.47.0 // indirect
+require (
+	go.uber.org/goleak v1.3.0 // indirect
+	golang.org/x/sys v0.47.0 // indirect
+)

@@ -1,0 +1,286 @@
+package redisstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// slot agrees with Redis's own CLUSTER KEYSLOT, including keys with braces.
+func TestSlotMatchesRedis(t *testing.T) {
+	nodes := redistest.Cluster(t)
+	for _, k := range []string{"123456789", "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "sluice:{a\\(b}:gcra:1000000", "\xff\xfe"} {
+		want, _ := strconv.Atoi(nodes[0].Do("CLUSTER", "KEYSLOT", k))
+		if got := redisstore.Slot(k); int(got) != want {
+			t.Errorf("slot(%q) = %d, Redis says %d", k, got, want)
+		}
+	}
+}
+
+// A batch across slots on Cluster is refused before anything is sent.
+func TestCrossSlotBatchIsRefused(t *testing.T) {
+	nodes := redistest.Cluster(t)
+	s := redisstore.New(client(t, addrsOf(nodes)...), redisstore.Options{Prefix: uniquePrefix(t)})
+	l := sluice.PerSecond(10)
+	reqs := []sluice.Request{{Key: "alice", Limit: l, Cost: 1}, {Key: "bob", Limit: l, Cost: 1}}
+	err := s.TakeAll(context.Background(), reqs, make([]sluice.Decision, 2))
+	if !errors.Is(err, redisstore.ErrCrossSlot) {
+		t.Fatalf("TakeAll across slots = %v; want ErrCrossSlot", err)
+	}
+	d, err := s.Take(context.Background(), reqs[0])
+	if err != nil || d.Remaining != 9 {
+		t.Fatalf("after the refused batch: %+v, %v; want 9 remaining (nothing applied)", d, err)
+	}
+}
+
+// The script runs again after Redis forgets it (restart, failover).
+func TestNoScriptFallback(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := redisstore.New(client(t, srv.Addr), redisstore.Options{Prefix: uniquePrefix(t)})
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := s.Take(ctx, sluice.Request{Key: "k", Limit: sluice.PerSecond(10), Cost: 1}); err != nil {
+			t.Fatalf("take %d: %v", i, err)
+		}
+		srv.Do("SCRIPT", "FLUSH")
+	}
+}
+
+// A key of the wrong type or content, left by someone else, is a clear
+// error, never a panic or a silent allow.
+func TestForeignKeysAreErrors(t *testing.T) {
+	srv := redistest.Standalone(t)
+	prefix := uniquePrefix(t)
+	s := redisstore.New(client(t, srv.Addr), redisstore.Options{Prefix: prefix})
+	ctx := context.Background()
+	srv.Do("RPUSH", prefix+"{list}:gcra:1000000", "x")
+	srv.Do("SET", prefix+"{junk}:gcra:1000000", "hello")
+	srv.Do("SET", prefix+"{str}:sliding_log:1000000", "hello")
+	for key, mention := range map[string]string{"list": "WRONGTYPE", "junk": "did not write", "str": "WRONGTYPE"} {
+		l := sluice.PerSecond(1)
+		if key == "str" {
+			l.Algorithm = sluice.SlidingLog
+		}
+		d, err := s.Take(ctx, sluice.Request{Key: key, Limit: l, Cost: 1})
+		if err == nil || !strings.Contains(err.Error(), mention) || d.Allowed {
+			t.Errorf("key %q: %+v, %v; want an error mentioning %q", key, d, err, mention)
+		}
+	}
+}
+
+// Open returns even when Redis is down, calls fail at once, and the store
+// connects when Redis comes up.
+func TestOpenWhileRedisIsDown(t *testing.T) {
+	srv := redistest.Standalone(t)
+	if redistest.External() != "" {
+		t.Skip("needs a server it can stop")
+	}
+	srv.Kill()
+	s, err := redisstore.Open("redis://"+srv.Addr, redisstore.Options{Prefix: uniquePrefix(t), ReconnectInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Open with Redis down: %v", err)
+	}
+	defer s.Close()
+	start := time.Now()
+	_, err = s.Take(context.Background(), sluice.Request{Key: "k", Limit: sluice.PerSecond(1), Cost: 1})
+	if !errors.Is(err, redisstore.ErrNotConnected) || time.Since(start) > time.Second {
+		t.Fatalf("Take while down: %v after %v; want ErrNotConnected at once", err, time.Since(start))
+	}
+	srv.Restart()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err = s.Take(context.Background(), sluice.Request{Key: "k", Limit: sluice.PerSecond(1), Cost: 1})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("still failing 5s after Redis came up: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Four stores with their own clients, as four app instances, hammer one hot
+// key and 1,000 cold keys from 64 goroutines each, all at one instant: each
+// key admits exactly min(requests, capacity), never one more.
+func TestExactUnderConcurrency(t *testing.T) {
+	t.Run("standalone", func(t *testing.T) {
+		srv := redistest.Standalone(t)
+		exactUnderConcurrency(t, func() []string { return []string{srv.Addr} })
+	})
+	t.Run("cluster", func(t *testing.T) {
+		nodes := redistest.Cluster(t)
+		exactUnderConcurrency(t, func() []string { return addrsOf(nodes) })
+	})
+}
+
+func exactUnderConcurrency(t *testing.T, addrs func() []string) {
+	const (
+		instances = 4
+		workers   = 64
+		perWorker = 24
+		cold      = 1000
+		hotCap    = 500
+		coldCap   = 2
+	)
+	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingLog, sluice.TokenBucket, sluice.GCRA, sluice.LeakyBucket} {
+		t.Run(alg.String(), func(t *testing.T) {
+			prefix := uniquePrefix(t)
+			now := time.Now().Truncate(time.Hour).Add(time.Minute)
+			hot := sluice.Limit{Algorithm: alg, Rate: hotCap, Period: time.Hour}
+			coldL := sluice.Limit{Algorithm: alg, Rate: coldCap, Period: time.Hour}
+			var (
+				mu       sync.Mutex
+				sent     = map[string]int{}
+				admitted = map[string]int{}
+				failed   atomic.Value
+				wg       sync.WaitGroup
+			)
+			for i := range instances {
+				store := redisstore.New(client(t, addrs()...), redisstore.Options{Prefix: prefix})
+				for w := range workers {
+					wg.Go(func() {
+						for n := range perWorker {
+							key, l := "hot", hot
+							if n%2 == 1 {
+								key, l = fmt.Sprint("cold", (i*workers*perWorker+w*perWorker+n)/2%cold), coldL
+							}
+							d, err := store.Take(context.Background(), sluice.Request{Key: key, Limit: l, Cost: 1, Now: now})
+							if err != nil {
+								failed.Store(err)
+								return
+							}
+							mu.Lock()
+							sent[key]++
+							if d.Allowed {
+								admitted[key]++
+							}
+							mu.Unlock()
+						}
+					})
+				}
+			}
+			wg.Wait()
+			if err, _ := failed.Load().(error); err != nil {
+				t.Fatal(err)
+			}
+			for key, n := range sent {
+				want := min(n, coldCap)
+				if key == "hot" {
+					want = min(n, hotCap)
+				}
+				if admitted[key] != want {
+					t.Errorf("%s: %d requests, %d admitted; want exactly %d", key, n, admitted[key], want)
+				}
+			}
+			t.Logf("%d keys, hot key admitted %d of %d", len(sent), admitted["hot"], sent["hot"])
+		})
+	}
+}
+
+// A Limiter on Redis that is killed mid-load: every call returns within
+// the timeout and a margin; fail-open allows, fail-closed denies with
+// ErrStoreUnavailable; the store works again within a second of Redis
+// coming back; no goroutine leaks.
+func TestLimiterSurvivesRedisFailing(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	srv := redistest.Standalone(t)
+	if redistest.External() != "" {
+		t.Skip("needs a server it can kill")
+	}
+	s, err := redisstore.Open("redis://"+srv.Addr, redisstore.Options{Prefix: uniquePrefix(t), ReconnectInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const timeout = 200 * time.Millisecond
+	open, _ := sluice.NewLimiter(s, sluice.PerSecond(1e6), sluice.LimiterOptions{Timeout: timeout, FailMode: sluice.FailOpen})
+	closed, _ := sluice.NewLimiter(s, sluice.PerSecond(1e6), sluice.LimiterOptions{Timeout: timeout, FailMode: sluice.FailClosed})
+
+	var slowest atomic.Int64
+	check := func(l *sluice.Limiter, down bool) error {
+		start := time.Now()
+		d, err := l.Allow(context.Background(), "k")
+		if el := time.Since(start); int64(el) > slowest.Load() {
+			slowest.Store(int64(el))
+		}
+		switch {
+		case !down:
+			return nil
+		case l == open && (err != nil || !d.Allowed):
+			return fmt.Errorf("fail-open while down: %+v, %v", d, err)
+		case l == closed && err != nil && (d.Allowed || !errors.Is(err, sluice.ErrStoreUnavailable)):
+			return fmt.Errorf("fail-closed while down: %+v, %v", d, err)
+		}
+		return nil
+	}
+	var down atomic.Bool
+	stop := make(chan struct{})
+	errs := make(chan error, 16)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		l := open
+		if i%2 == 1 {
+			l = closed
+		}
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := check(l, down.Load()); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+					return
+				}
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	down.Store(true)
+	srv.Kill()
+	time.Sleep(time.Second)
+	// Down for a second: the fail-closed limiter must have denied with the
+	// sentinel error at least once.
+	if _, err := closed.Allow(context.Background(), "k"); !errors.Is(err, sluice.ErrStoreUnavailable) {
+		t.Errorf("fail-closed Allow while down: %v; want ErrStoreUnavailable", err)
+	}
+	srv.Restart()
+	back := time.Now()
+	down.Store(false)
+	for {
+		if _, err := s.Take(context.Background(), sluice.Request{Key: "k", Limit: sluice.PerSecond(10), Cost: 1}); err == nil {
+			break
+		}
+		if time.Since(back) > time.Second {
+			t.Fatal("the store did not work again within a second of Redis coming back")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("working again %v after Redis came back", time.Since(back))
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	if sl := time.Duration(slowest.Load()); sl > timeout+300*time.Millisecond {
+		t.Errorf("slowest call took %v; want within the %v timeout and a margin", sl, timeout)
+	}
+}

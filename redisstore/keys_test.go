@@ -1,0 +1,72 @@
+package redisstore
+
+import (
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// A user key holding braces, backslashes or binary bytes is always the
+// whole hash tag: its keys share one slot whatever the limit, and two user
+// keys never produce the same Redis key.
+func TestKeysKeepTheirSlotAndNeverCollide(t *testing.T) {
+	s := newStore(Options{})
+	perSecond := sluice.Limit{Rate: 1, Period: time.Second}
+	perHour := sluice.Limit{Algorithm: sluice.SlidingWindow, Rate: 1, Period: time.Hour}
+	users := []string{"a", "{a}", "a}", "{a", "}{", `\`, `\(`, "(", `a\)`, "a)", "\x00\xff", "x{y}z", "{}", "a{b}", "a{b}c"}
+	seen := map[string]string{}
+	for _, u := range users {
+		k1, k2 := s.redisKey(u, perSecond), s.redisKey(u, perHour)
+		if slot(k1) != slot(k2) {
+			t.Errorf("user key %q: its two limits hash to slots %d and %d", u, slot(k1), slot(k2))
+		}
+		if slot(k1) != slot("{"+keyEscaper.Replace(u)+"}") {
+			t.Errorf("user key %q: the hash tag is not the whole escaped key", u)
+		}
+		if other, ok := seen[k1]; ok {
+			t.Errorf("user keys %q and %q share the Redis key %q", u, other, k1)
+		}
+		seen[k1] = u
+	}
+}
+
+func TestParseURL(t *testing.T) {
+	tests := []struct {
+		url    string
+		addrs  []string
+		master string
+		tls    bool
+		user   string
+	}{
+		{"redis://127.0.0.1:6379", []string{"127.0.0.1:6379"}, "", false, ""},
+		{"rediss://u:p@cache.example:6380/2", []string{"cache.example:6380"}, "", true, "u"},
+		{"redis://h1:7000,h2:7001,h3:7002", []string{"h1:7000", "h2:7001", "h3:7002"}, "", false, ""},
+		{"redis://h1:7000?addr=h2:7001", []string{"h1:7000", "h2:7001"}, "", false, ""},
+		{"redis-sentinel://s1:26379,s2:26379/mymaster", []string{"s1:26379", "s2:26379"}, "mymaster", false, ""},
+	}
+	for _, tt := range tests {
+		opt, err := parseURL(tt.url)
+		if err != nil {
+			t.Errorf("%s: %v", tt.url, err)
+			continue
+		}
+		if len(opt.InitAddress) != len(tt.addrs) {
+			t.Errorf("%s: addresses %v, want %v", tt.url, opt.InitAddress, tt.addrs)
+			continue
+		}
+		for i := range tt.addrs {
+			if opt.InitAddress[i] != tt.addrs[i] {
+				t.Errorf("%s: addresses %v, want %v", tt.url, opt.InitAddress, tt.addrs)
+			}
+		}
+		if opt.Sentinel.MasterSet != tt.master || (opt.TLSConfig != nil) != tt.tls || opt.Username != tt.user {
+			t.Errorf("%s: master %q tls %v user %q", tt.url, opt.Sentinel.MasterSet, opt.TLSConfig != nil, opt.Username)
+		}
+	}
+	for _, bad := range []string{"http://x", "redis-sentinel://s1:26379", "redis://h:notaport/x/y"} {
+		if _, err := parseURL(bad); err == nil {
+			t.Errorf("%s: accepted", bad)
+		}
+	}
+}
