@@ -47,6 +47,8 @@ type Store struct {
 	lastDial time.Time
 	dialErr  error
 	retry    time.Duration
+
+	batch batcher
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -173,6 +175,12 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Decision, 
 // TakeAll decides reqs all-or-nothing in one script call. On Cluster, keys
 // of different slots are refused with ErrCrossSlot; two requests with the
 // same key, algorithm and period with sluice.ErrDuplicateRequest.
+//
+// Off Cluster, concurrent calls on the store's clock are coalesced: while
+// up to maxInFlight script calls are running, further calls queue and go
+// together in the next one, each still all-or-nothing on its own. Under
+// load this divides the script's fixed cost in Redis among many decisions;
+// alone, a call goes at once.
 func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice.Decision) error {
 	if len(dst) < len(reqs) {
 		return fmt.Errorf("redisstore: TakeAll: %d decisions for %d requests", len(dst), len(reqs))
@@ -184,12 +192,8 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice
 	if err != nil {
 		return err
 	}
-	keys := make([]string, len(reqs))
-	args := make([]string, 1, 1+5*len(reqs))
-	args[0] = "-1"
-	if !reqs[0].Now.IsZero() {
-		args[0] = strconv.FormatInt(reqs[0].Now.UnixMicro(), 10)
-	}
+	c := &call{reqs: reqs, dst: dst, keys: make([]string, len(reqs)), args: make([]string, 1, 1+5*len(reqs))}
+	c.args[0] = strconv.Itoa(len(reqs))
 	for i := range reqs {
 		r := &reqs[i]
 		if err := r.Validate(); err != nil {
@@ -198,37 +202,32 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice
 		if !r.Now.Equal(reqs[0].Now) {
 			return fmt.Errorf("redisstore: request %d: every request of a batch must have the same Now", i)
 		}
-		keys[i] = s.redisKey(r.Key, r.Limit)
+		c.keys[i] = s.redisKey(r.Key, r.Limit)
 		for j := range i {
-			if keys[j] == keys[i] {
+			if c.keys[j] == c.keys[i] {
 				return fmt.Errorf("%w: requests %d and %d", sluice.ErrDuplicateRequest, j, i)
 			}
 		}
-		if cluster && slot(keys[i]) != slot(keys[0]) {
+		if cluster && slot(c.keys[i]) != slot(c.keys[0]) {
 			return fmt.Errorf("%w: %q and %q", ErrCrossSlot, reqs[0].Key, r.Key)
 		}
 		p := algorithm.ParamsOf(r.Limit)
-		args = append(args,
+		c.args = append(c.args,
 			strconv.Itoa(int(r.Limit.Algorithm.Resolved())),
 			strconv.FormatInt(p.Rate, 10),
 			strconv.FormatInt(p.Period, 10),
 			strconv.FormatInt(p.Burst, 10),
 			strconv.FormatInt(r.Cost, 10))
 	}
-	vals, err := takeScript.Exec(ctx, client, keys, args).AsIntSlice()
-	if err != nil {
-		return fmt.Errorf("redisstore: %w", err)
+	if cluster || !reqs[0].Now.IsZero() {
+		now := "-1"
+		if !reqs[0].Now.IsZero() {
+			now = strconv.FormatInt(reqs[0].Now.UnixMicro(), 10)
+		}
+		run(ctx, client, now, []*call{c})
+		return c.err
 	}
-	if len(vals) != 5*len(reqs) {
-		return fmt.Errorf("redisstore: script answered %d values for %d requests", len(vals), len(reqs))
-	}
-	for i := range reqs {
-		v := vals[5*i:]
-		dst[i] = algorithm.Result{
-			Allowed: v[0] == 1, Remaining: v[1], RetryAfter: v[2], ResetAfter: v[3], Delay: v[4],
-		}.Decision(reqs[i].Limit)
-	}
-	return nil
+	return s.batch.do(ctx, client, c)
 }
 
 // Reset deletes the state of key under limit.

@@ -31,3 +31,8 @@ func source() string {
 }
 
 var takeScript = rueidis.NewLuaScript(source())
+
+// Script returns the Lua source of the one script every call runs, for
+// operators who preload scripts and for benchmarks that drive it directly.
+// Its arguments are documented at the top of scripts/take.lua.
+func Script() string { return source() }

@@ -32,7 +32,7 @@ end
 local function tat_remaining(tq, tr, now, p)
   local mq, mr = muldiv(tq - now, p.R, p.P)
   local used = mq + ceildiv(mr + tr, p.P)
-  return math.max(p.B - used, 0)
+  return max(p.B - used, 0)
 end
 
 local function tat_delay(tq, tr, now)
@@ -40,7 +40,7 @@ local function tat_delay(tq, tr, now)
   if tr > 0 then
     d = d + 1
   end
-  return math.max(d, 0)
+  return max(d, 0)
 end
 
 local function gcra(s, p, now, cost)

@@ -15,7 +15,7 @@ local function sliding_retry(prev, curr, cost, p, start, now)
     return start + P - kq - now
   end
   local kq = muldiv(p.R - cost, P, curr)
-  return start + P - now + math.max(P - kq, 0)
+  return start + P - now + max(P - kq, 0)
 end
 
 local function sliding_window(s, p, now, cost)
@@ -27,7 +27,7 @@ local function sliding_window(s, p, now, cost)
   elseif w > start then
     start, prev, curr = w, 0, 0
   end
-  local e = math.max(now - start, 0)
+  local e = max(now - start, 0)
   local r = result()
   local k = p.R - curr - cost
   if k >= 0 and prevfits(prev, P - e, P, k) then
@@ -40,7 +40,7 @@ local function sliding_window(s, p, now, cost)
   if wr > 0 then
     wq = wq + 1
   end
-  r.remaining = math.max(p.R - curr - wq, 0)
+  r.remaining = max(p.R - curr - wq, 0)
   if curr > 0 then
     r.reset = start + 2 * P - now
   elseif prev > 0 then

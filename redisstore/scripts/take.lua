@@ -1,7 +1,14 @@
--- take decides a batch all-or-nothing: the twin of a memory store TakeAll.
--- KEYS: one per request. ARGV[1]: now in µs, or -1 for Redis TIME; then per
--- request: algorithm code, rate, period (µs), burst, cost.
--- Returns per request: allowed (1/0), remaining, retry, reset, delay (µs).
+-- take decides groups of requests, each group all-or-nothing: the twin of a
+-- memory store TakeAll. Groups are independent: several callers' batches
+-- share one call.
+-- KEYS: one per request, in order. ARGV[1]: now in µs, or -1 for Redis
+-- TIME; then per group: its size g, and per request of it: algorithm code,
+-- rate, period (µs), burst, cost.
+-- Returns per request: allowed (1/0), remaining, retry, reset, delay (µs);
+-- for every request of a group that failed: -1, the error, 0, 0, 0.
+
+local rcall, rpcall = redis.call, redis.pcall
+local pack, unpack = struct.pack, struct.unpack
 
 local ALGS = {[1] = fixed_window, [3] = sliding_window, [4] = token_bucket, [5] = leaky_bucket, [6] = gcra}
 local LOG = 2
@@ -18,96 +25,130 @@ local function take(f, s, p, now, cost)
 end
 
 local function int(x)
-  return string.format('%.0f', x)
+  return fmt('%.0f', x)
 end
 
 local function load_state(key)
-  local v = redis.call('GET', key)
+  local v = rpcall('GET', key)
+  if type(v) == 'table' and v.err then
+    return v
+  end
   if not v then
     return {0, 0, 0}
   end
-  local a, b, c = string.match(v, '^(-?%d+):(-?%d+):(-?%d+)$')
-  if not a then
-    return redis.error_reply('sluice: key ' .. key .. ' holds a value sluice did not write')
+  -- The state is three little-endian doubles: exact for integers below
+  -- 2^53, and cheaper to pack and unpack than text.
+  if #v ~= 24 then
+    return {err = 'sluice: key ' .. key .. ' holds a value sluice did not write'}
   end
-  return {tonumber(a), tonumber(b), tonumber(c)}
+  local a, b, c = unpack('<d<d<d', v)
+  return {a, b, c}
 end
 
 local function load_log(key)
-  local raw = redis.call('LRANGE', key, 0, -1)
+  local raw = rpcall('LRANGE', key, 0, -1)
+  if raw.err then
+    return raw
+  end
   local log = {}
   for i, v in ipairs(raw) do
     local t, c = string.match(v, '^(-?%d+):(%d+)$')
     if not t then
       return redis.error_reply('sluice: key ' .. key .. ' holds a list sluice did not write')
     end
-    log[i] = {tonumber(t), tonumber(c)}
+    log[i] = {num(t), num(c)}
   end
   return log
 end
 
 local function ttl_ms(reset)
-  return int(math.ceil(reset / 1000) + TTL_MARGIN_MS)
+  return int(ceil(reset / 1000) + TTL_MARGIN_MS)
 end
 
-local now = tonumber(ARGV[1])
-if now < 0 then
-  local t = redis.call('TIME')
-  now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-end
-
-local reqs, all = {}, true
-for i = 1, #KEYS do
-  local o = 1 + (i - 1) * 5
-  local q = {
-    alg = tonumber(ARGV[o + 1]),
-    p = newparams(tonumber(ARGV[o + 2]), tonumber(ARGV[o + 3]), tonumber(ARGV[o + 4])),
-    cost = tonumber(ARGV[o + 5]),
-  }
-  if q.alg == LOG then
-    q.log = load_log(KEYS[i])
-    if q.log.err then return q.log end
-    q.drop, q.res, q.at = take_log(q.log, q.p, now, q.cost)
-  else
-    q.old = load_state(KEYS[i])
-    if q.old.err then return q.old end
-    q.new, q.res = take(ALGS[q.alg], q.old, q.p, now, q.cost)
-  end
-  all = all and q.res.allowed
-  reqs[i] = q
-end
-
-local out = {}
-for i = 1, #KEYS do
-  local q, key = reqs[i], KEYS[i]
-  if all and q.cost > 0 then
+-- group decides the g requests starting at KEYS[ki] and ARGV[ai], appending
+-- five values per request to out.
+local function group(ki, ai, g, now, out)
+  local reqs, all = {}, true
+  for i = 1, g do
+    local o = ai + (i - 1) * 5
+    local q = {
+      key = KEYS[ki + i - 1],
+      alg = num(ARGV[o]),
+      p = newparams(num(ARGV[o + 1]), num(ARGV[o + 2]), num(ARGV[o + 3])),
+      cost = num(ARGV[o + 4]),
+    }
+    local err
     if q.alg == LOG then
-      if q.drop > 0 then
-        redis.call('LTRIM', key, q.drop, -1)
+      q.log = load_log(q.key)
+      err = q.log.err
+      if not err then
+        q.drop, q.res, q.at = take_log(q.log, q.p, now, q.cost)
       end
-      local n = #q.log
-      if n > q.drop and q.log[n][1] == q.at then
-        redis.call('LSET', key, -1, int(q.at) .. ':' .. int(q.log[n][2] + q.cost))
+    else
+      q.old = load_state(q.key)
+      err = q.old.err
+      if not err then
+        q.new, q.res = take(ALGS[q.alg], q.old, q.p, now, q.cost)
+      end
+    end
+    if err then
+      for _ = 1, g do
+        out[#out + 1] = -1
+        out[#out + 1] = err
+        out[#out + 1] = 0
+        out[#out + 1] = 0
+        out[#out + 1] = 0
+      end
+      return
+    end
+    all = all and q.res.allowed
+    reqs[i] = q
+  end
+  for i = 1, g do
+    local q = reqs[i]
+    local key = q.key
+    if all and q.cost > 0 then
+      if q.alg == LOG then
+        if q.drop > 0 then
+          rcall('LTRIM', key, q.drop, -1)
+        end
+        local n = #q.log
+        if n > q.drop and q.log[n][1] == q.at then
+          rcall('LSET', key, -1, int(q.at) .. ':' .. int(q.log[n][2] + q.cost))
+        else
+          rcall('RPUSH', key, int(q.at) .. ':' .. int(q.cost))
+        end
+        rcall('PEXPIRE', key, ttl_ms(q.res.reset))
       else
-        redis.call('RPUSH', key, int(q.at) .. ':' .. int(q.cost))
+        rcall('SET', key, pack('<d<d<d', q.new[1], q.new[2], q.new[3]), 'PX', ttl_ms(q.res.reset))
       end
-      redis.call('PEXPIRE', key, ttl_ms(q.res.reset))
-    else
-      redis.call('SET', key, int(q.new[1]) .. ':' .. int(q.new[2]) .. ':' .. int(q.new[3]), 'PX', ttl_ms(q.res.reset))
+    elseif not all and q.res.allowed then
+      -- Denied group: report the unchanged state of the limits that allowed.
+      if q.alg == LOG then
+        q.res = select(2, sliding_log(q.log, q.p, now, 0))
+      else
+        q.res = select(2, ALGS[q.alg](q.old, q.p, now, 0))
+      end
     end
-  elseif not all and q.res.allowed then
-    -- Denied batch: report the unchanged state of the limits that allowed.
-    if q.alg == LOG then
-      q.res = select(2, sliding_log(q.log, q.p, now, 0))
-    else
-      q.res = select(2, ALGS[q.alg](q.old, q.p, now, 0))
-    end
+    local r = q.res
+    out[#out + 1] = r.allowed and 1 or 0
+    out[#out + 1] = r.remaining
+    out[#out + 1] = r.retry
+    out[#out + 1] = r.reset
+    out[#out + 1] = r.delay
   end
-  local r = q.res
-  out[#out + 1] = r.allowed and 1 or 0
-  out[#out + 1] = r.remaining
-  out[#out + 1] = r.retry
-  out[#out + 1] = r.reset
-  out[#out + 1] = r.delay
+end
+
+local now = num(ARGV[1])
+if now < 0 then
+  local t = rcall('TIME')
+  now = num(t[1]) * 1000000 + num(t[2])
+end
+
+local out, ki, ai = {}, 1, 2
+while ai <= #ARGV do
+  local g = num(ARGV[ai])
+  group(ki, ai + 1, g, now, out)
+  ki, ai = ki + g, ai + 1 + 5 * g
 end
 return out

@@ -1,0 +1,157 @@
+package bench
+
+import (
+	"context"
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// drive runs op b.N times from callers goroutines over 10k keys and reports
+// checks/s and the p50 and p99 latency of one call.
+func drive(b *testing.B, callers int, op func(key string) error) {
+	ks := keySets[1].keys
+	var next atomic.Int64
+	lat := make([][]time.Duration, callers)
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	b.ResetTimer()
+	start := time.Now()
+	for c := range callers {
+		wg.Go(func() {
+			for {
+				i := next.Add(1) - 1
+				if i >= int64(b.N) {
+					return
+				}
+				t0 := time.Now()
+				if err := op(ks[int(i)%len(ks)]); err != nil {
+					failed.Store(err)
+					return
+				}
+				lat[c] = append(lat[c], time.Since(t0))
+			}
+		})
+	}
+	wg.Wait()
+	el := time.Since(start)
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	b.ReportMetric(float64(b.N)/el.Seconds(), "checks/s")
+	if len(all) > 0 {
+		b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+	}
+	b.ReportMetric(0, "ns/op") // wall time per op is meaningless across callers
+}
+
+// BenchmarkRedis compares, on one throw-away redis-server: sluice's GCRA
+// through rueidis, go-redis/redis_rate's GCRA through go-redis, a plain
+// INCR and a PING through rueidis, at 1, 16 and 64 callers on 10k keys; and
+// redis-benchmark -P 16 running sluice's script itself, the server's
+// ceiling for it.
+func BenchmarkRedis(b *testing.B) {
+	srv := redistest.Standalone(b)
+	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rc.Close()
+	gr := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: 128})
+	defer gr.Close()
+	store := redisstore.New(rc, redisstore.Options{Prefix: "bench:"})
+	rl := redis_rate.NewLimiter(gr)
+	ctx := context.Background()
+	limit := benchLimit
+	limit.Algorithm = sluice.GCRA
+	rrLimit := redis_rate.Limit{Rate: 1000, Burst: 100_000_000, Period: time.Hour}
+
+	for _, callers := range []int{1, 16, 64} {
+		b.Run(fmt.Sprintf("sluice-gcra/callers=%d", callers), func(b *testing.B) {
+			drive(b, callers, func(key string) error {
+				d, err := store.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 1})
+				if err == nil && !d.Allowed {
+					err = fmt.Errorf("denied: %+v", d)
+				}
+				return err
+			})
+		})
+		b.Run(fmt.Sprintf("redis_rate-gcra/callers=%d", callers), func(b *testing.B) {
+			drive(b, callers, func(key string) error {
+				res, err := rl.Allow(ctx, key, rrLimit)
+				if err == nil && res.Allowed == 0 {
+					err = fmt.Errorf("denied: %+v", res)
+				}
+				return err
+			})
+		})
+		b.Run(fmt.Sprintf("rueidis-incr/callers=%d", callers), func(b *testing.B) {
+			drive(b, callers, func(key string) error {
+				return rc.Do(ctx, rc.B().Incr().Key("bench:incr:"+key).Build()).Error()
+			})
+		})
+		b.Run(fmt.Sprintf("rueidis-ping/callers=%d", callers), func(b *testing.B) {
+			drive(b, callers, func(string) error {
+				return rc.Do(ctx, rc.B().Ping().Build()).Error()
+			})
+		})
+	}
+	b.Run("redis-benchmark-P16-script", func(b *testing.B) {
+		rps := scriptCeiling(b, srv)
+		b.ReportMetric(rps, "checks/s")
+		b.ReportMetric(0, "ns/op")
+	})
+	srv.Do("FLUSHALL")
+}
+
+var rpsLine = regexp.MustCompile(`([0-9.]+) requests per second`)
+
+// scriptCeiling runs sluice's script with redis-benchmark: 64 connections,
+// 16 commands pipelined each, keys over 10k values, and returns its
+// requests per second.
+func scriptCeiling(b *testing.B, srv *redistest.Server) float64 {
+	bin, err := exec.LookPath("redis-benchmark")
+	if err != nil {
+		b.Skip("redis-benchmark is not on PATH")
+	}
+	sum := sha1.Sum([]byte(redisstore.Script()))
+	sha := hex.EncodeToString(sum[:])
+	if got := srv.Do("SCRIPT", "LOAD", redisstore.Script()); got != sha {
+		b.Fatalf("SCRIPT LOAD = %q, want %s", got, sha)
+	}
+	host, port := "127.0.0.1", srv.Addr[len("127.0.0.1:"):]
+	n := max(b.N, 200_000)
+	period := strconv.FormatInt(int64(benchLimit.Period/time.Microsecond), 10)
+	out, err := exec.Command(bin, "-h", host, "-p", port, "-n", strconv.Itoa(n), "-c", "64", "-P", "16",
+		"-r", "10000", "-q", "EVALSHA", sha, "1", "bench:{key-__rand_int__}:gcra:"+period,
+		"-1", "1", "6", strconv.FormatInt(benchLimit.Rate, 10), period, strconv.FormatInt(benchLimit.Burst, 10), "1").CombinedOutput()
+	if err != nil {
+		b.Fatalf("redis-benchmark: %v: %s", err, out)
+	}
+	m := rpsLine.FindSubmatch(out)
+	if m == nil {
+		b.Fatalf("redis-benchmark printed no rate: %s", out)
+	}
+	rps, _ := strconv.ParseFloat(string(m[1]), 64)
+	return rps
+}

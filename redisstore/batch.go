@@ -1,0 +1,141 @@
+package redisstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/redis/rueidis"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
+)
+
+const (
+	maxInFlight  = 8                // script calls running at once per store
+	maxBatch     = 64               // calls coalesced into one script call
+	flushTimeout = 10 * time.Second // bounds a script call no caller waits for
+)
+
+// call is one TakeAll: its keys and its group's arguments (size first), and
+// where its decisions go.
+type call struct {
+	reqs []sluice.Request
+	dst  []sluice.Decision
+	keys []string
+	args []string
+	err  error
+	done chan struct{}
+}
+
+// batcher coalesces concurrent calls. Its fields are guarded by mu.
+type batcher struct {
+	mu       sync.Mutex
+	queue    []*call
+	inFlight int
+}
+
+// do runs c in a script call, alone or with others, and waits for it or
+// for ctx. A call abandoned by its caller still runs.
+func (b *batcher) do(ctx context.Context, client rueidis.Client, c *call) error {
+	c.done = make(chan struct{})
+	b.mu.Lock()
+	b.queue = append(b.queue, c)
+	if b.inFlight < maxInFlight {
+		b.inFlight++
+		go b.flush(client, b.takeLocked())
+	}
+	b.mu.Unlock()
+	select {
+	case <-c.done:
+		return c.err
+	case <-ctx.Done():
+		return fmt.Errorf("redisstore: %w", ctx.Err())
+	}
+}
+
+func (b *batcher) takeLocked() []*call {
+	n := min(len(b.queue), maxBatch)
+	batch := append([]*call(nil), b.queue[:n]...)
+	b.queue = b.queue[n:]
+	return batch
+}
+
+// flush runs batches until the queue is empty.
+func (b *batcher) flush(client rueidis.Client, batch []*call) {
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
+		run(ctx, client, "-1", batch)
+		cancel()
+		for _, c := range batch {
+			close(c.done)
+		}
+		b.mu.Lock()
+		if len(b.queue) == 0 {
+			b.inFlight--
+			b.mu.Unlock()
+			return
+		}
+		batch = b.takeLocked()
+		b.mu.Unlock()
+	}
+}
+
+// run executes calls in one script call and sets each call's decisions or
+// error.
+func run(ctx context.Context, client rueidis.Client, now string, calls []*call) {
+	var keys, args []string
+	if len(calls) == 1 {
+		keys = calls[0].keys
+		args = append([]string{now}, calls[0].args...)
+	} else {
+		args = []string{now}
+		for _, c := range calls {
+			keys = append(keys, c.keys...)
+			args = append(args, c.args...)
+		}
+	}
+	vals, err := takeScript.Exec(ctx, client, keys, args).ToArray()
+	if err == nil && len(vals) != 5*len(keys) {
+		err = fmt.Errorf("script answered %d values for %d requests", len(vals), len(keys))
+	}
+	if err != nil {
+		err = fmt.Errorf("redisstore: %w", err)
+		for _, c := range calls {
+			c.err = err
+		}
+		return
+	}
+	for _, c := range calls {
+		c.err = decode(vals[:5*len(c.reqs)], c.reqs, c.dst)
+		vals = vals[5*len(c.reqs):]
+	}
+}
+
+// decode reads five values per request.
+func decode(vals []rueidis.RedisMessage, reqs []sluice.Request, dst []sluice.Decision) error {
+	for i := range reqs {
+		var v [5]int64
+		for j := range v {
+			n, err := vals[5*i+j].AsInt64()
+			if err != nil {
+				if j == 1 {
+					if msg, serr := vals[5*i+j].ToString(); serr == nil {
+						return errors.New("redisstore: " + msg)
+					}
+				}
+				return fmt.Errorf("redisstore: unexpected reply: %w", err)
+			}
+			v[j] = n
+		}
+		if v[0] == -1 {
+			return errors.New("redisstore: script failed")
+		}
+		dst[i] = algorithm.Result{
+			Allowed: v[0] == 1, Remaining: v[1], RetryAfter: v[2], ResetAfter: v[3], Delay: v[4],
+		}.Decision(reqs[i].Limit)
+	}
+	return nil
+}
