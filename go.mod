@@ -8,6 +8,7 @@ require (
 )
 
 require (
+	github.com/realclientip/realclientip-go v1.0.0 // indirect
 	go.uber.org/goleak v1.3.0 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 )

@@ -1,0 +1,187 @@
+// Package clientip finds the client's address in an HTTP request, with a
+// strategy the deployment chooses explicitly: the connection's RemoteAddr;
+// the rightmost address not in a list of trusted proxies, over every
+// X-Forwarded-For (or RFC 7239 Forwarded) header in order; a trusted number
+// of hops from the right; or one header a trusted proxy sets, such as
+// X-Real-IP or CF-Connecting-IP.
+//
+// It never trusts the leftmost X-Forwarded-For entry: any client can write
+// it. Parsing is github.com/realclientip/realclientip-go's; this package
+// adds what a rate limiter needs on top: addresses normalised (zones
+// dropped, IPv4-mapped IPv6 unmapped), IPv6 grouped by prefix (a /64 is one
+// subscriber, who can otherwise rotate through 2^64 addresses), a bound on
+// header size, and an error instead of an empty address.
+package clientip
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/netip"
+	"strings"
+
+	"github.com/realclientip/realclientip-go"
+)
+
+// ErrNoClientIP is returned when the strategy finds no valid address: a
+// misconfiguration (a proxy not in the trusted list) or a malformed header.
+// Callers must not fall back to a shared key for everybody.
+var ErrNoClientIP = errors.New("clientip: no client address found")
+
+// maxHeaderBytes bounds the header bytes parsed: the rightmost strategies
+// need only the end of a chain, and parsing a megabyte of X-Forwarded-For
+// per request would be a denial of service.
+const maxHeaderBytes = 4096
+
+// Resolver finds a request's client address. It is safe for concurrent use.
+type Resolver struct {
+	strategy realclientip.Strategy
+	header   string // the header the strategy reads, "" for RemoteAddr
+	next     *Resolver
+	v6Bits   int
+	v4Bits   int
+}
+
+// Option configures a Resolver.
+type Option func(*Resolver)
+
+// IPv6Prefix groups IPv6 addresses by their first bits bits (default 64).
+func IPv6Prefix(bits int) Option { return func(r *Resolver) { r.v6Bits = bits } }
+
+// IPv4Prefix groups IPv4 addresses by their first bits bits (default 32:
+// one key per address).
+func IPv4Prefix(bits int) Option { return func(r *Resolver) { r.v4Bits = bits } }
+
+func newResolver(s realclientip.Strategy, header string, opts []Option) (*Resolver, error) {
+	r := &Resolver{strategy: s, header: header, v6Bits: 64, v4Bits: 32}
+	for _, o := range opts {
+		o(r)
+	}
+	if r.v6Bits < 1 || r.v6Bits > 128 || r.v4Bits < 1 || r.v4Bits > 32 {
+		return nil, fmt.Errorf("clientip: prefix lengths %d (IPv6) and %d (IPv4) out of range", r.v6Bits, r.v4Bits)
+	}
+	return r, nil
+}
+
+// RemoteAddr uses the connection's peer address: right when clients connect
+// directly, wrong behind any proxy (every client would share its address).
+func RemoteAddr(opts ...Option) (*Resolver, error) {
+	return newResolver(realclientip.RemoteAddrStrategy{}, "", opts)
+}
+
+// RightmostUntrusted reads header (X-Forwarded-For or Forwarded), all its
+// lines joined in order, from the right, and returns the first address not
+// in trusted (CIDRs or addresses of your proxies and load balancers).
+func RightmostUntrusted(header string, trusted []string, opts ...Option) (*Resolver, error) {
+	nets, err := realclientip.AddressesAndRangesToIPNets(trusted...)
+	if err != nil {
+		return nil, fmt.Errorf("clientip: trusted proxies: %w", err)
+	}
+	s, err := realclientip.NewRightmostTrustedRangeStrategy(header, nets)
+	if err != nil {
+		return nil, fmt.Errorf("clientip: %w", err)
+	}
+	return newResolver(s, header, opts)
+}
+
+// TrustedHops reads header from the right and returns the address hops
+// entries from the end: right when exactly hops proxies you control each
+// append one entry (hops 1: one load balancer).
+func TrustedHops(header string, hops int, opts ...Option) (*Resolver, error) {
+	s, err := realclientip.NewRightmostTrustedCountStrategy(header, hops)
+	if err != nil {
+		return nil, fmt.Errorf("clientip: %w", err)
+	}
+	return newResolver(s, header, opts)
+}
+
+// Header reads a single address from header, such as X-Real-IP or
+// CF-Connecting-IP: right only when a trusted proxy always sets (and
+// overwrites) it.
+func Header(header string, opts ...Option) (*Resolver, error) {
+	s, err := realclientip.NewSingleIPHeaderStrategy(header)
+	if err != nil {
+		return nil, fmt.Errorf("clientip: %w", err)
+	}
+	return newResolver(s, header, opts)
+}
+
+// Or returns a Resolver that tries r, then next when r finds nothing (for
+// example RightmostUntrusted, then RemoteAddr for requests that did not come
+// through the proxies).
+func (r *Resolver) Or(next *Resolver) *Resolver {
+	c := *r
+	c.next = next
+	return &c
+}
+
+// ClientIP returns the client's address, normalised: no zone, IPv4-mapped
+// IPv6 as IPv4. It returns ErrNoClientIP when no strategy finds one.
+func (r *Resolver) ClientIP(req *http.Request) (netip.Addr, error) {
+	for s := r; s != nil; s = s.next {
+		h := req.Header
+		if s.header != "" {
+			h = bounded(h, s.header)
+		}
+		ip := s.strategy.ClientIP(h, req.RemoteAddr)
+		if ip == "" {
+			continue
+		}
+		a, err := netip.ParseAddr(ip)
+		if err != nil {
+			continue
+		}
+		return a.WithZone("").Unmap(), nil
+	}
+	return netip.Addr{}, ErrNoClientIP
+}
+
+// Prefix returns the client's address grouped by the configured prefix
+// lengths: the identity to rate-limit.
+func (r *Resolver) Prefix(req *http.Request) (netip.Prefix, error) {
+	a, err := r.ClientIP(req)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	bits := r.v4Bits
+	if a.Is6() {
+		bits = r.v6Bits
+	}
+	return netip.PrefixFrom(a, bits).Masked(), nil
+}
+
+// Key returns Prefix as a string: "203.0.113.7" for a whole IPv4 address,
+// "2001:db8:1:2::/64" for a group.
+func (r *Resolver) Key(req *http.Request) (string, error) {
+	p, err := r.Prefix(req)
+	if err != nil {
+		return "", err
+	}
+	if p.IsSingleIP() {
+		return p.Addr().String(), nil
+	}
+	return p.String(), nil
+}
+
+// bounded returns h with header's lines cut to their last maxHeaderBytes,
+// starting at an entry boundary, when longer; otherwise h itself.
+func bounded(h http.Header, header string) http.Header {
+	lines := h.Values(header)
+	n := 0
+	for _, l := range lines {
+		n += len(l) + 1
+	}
+	if n <= maxHeaderBytes {
+		return h
+	}
+	joined := strings.Join(lines, ",")
+	tail := joined[len(joined)-maxHeaderBytes:]
+	if i := strings.IndexByte(tail, ','); i >= 0 {
+		tail = tail[i+1:]
+	} else {
+		tail = ""
+	}
+	c := http.Header{}
+	c.Set(header, tail)
+	return c
+}
