@@ -37,6 +37,7 @@ const maxHeaderBytes = 4096
 type Resolver struct {
 	strategy realclientip.Strategy
 	header   string // the header the strategy reads, "" for RemoteAddr
+	trusted  []netip.Prefix // RightmostUntrusted: the proxies
 	next     *Resolver
 	v6Bits   int
 	v4Bits   int
@@ -69,9 +70,12 @@ func RemoteAddr(opts ...Option) (*Resolver, error) {
 	return newResolver(realclientip.RemoteAddrStrategy{}, "", opts)
 }
 
-// RightmostUntrusted reads header (X-Forwarded-For or Forwarded), all its
-// lines joined in order, from the right, and returns the first address not
-// in trusted (CIDRs or addresses of your proxies and load balancers).
+// RightmostUntrusted reads the chain of addresses a request came through,
+// from the right: the connection's peer, then header (X-Forwarded-For or
+// Forwarded, all its lines joined in order), and returns the first address
+// not in trusted (CIDRs or addresses of your proxies and load balancers).
+// A peer that is not a trusted proxy is the client, whatever it wrote in the
+// header.
 func RightmostUntrusted(header string, trusted []string, opts ...Option) (*Resolver, error) {
 	nets, err := realclientip.AddressesAndRangesToIPNets(trusted...)
 	if err != nil {
@@ -81,7 +85,19 @@ func RightmostUntrusted(header string, trusted []string, opts ...Option) (*Resol
 	if err != nil {
 		return nil, fmt.Errorf("clientip: %w", err)
 	}
-	return newResolver(s, header, opts)
+	r, err := newResolver(s, header, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range nets {
+		a, _ := netip.AddrFromSlice(n.IP)
+		ones, _ := n.Mask.Size()
+		if a.Is4In6() && ones >= 96 {
+			a, ones = a.Unmap(), ones-96
+		}
+		r.trusted = append(r.trusted, netip.PrefixFrom(a.Unmap(), ones))
+	}
+	return r, nil
 }
 
 // TrustedHops reads header from the right and returns the address hops
@@ -119,6 +135,11 @@ func (r *Resolver) Or(next *Resolver) *Resolver {
 // IPv6 as IPv4. It returns ErrNoClientIP when no strategy finds one.
 func (r *Resolver) ClientIP(req *http.Request) (netip.Addr, error) {
 	for s := r; s != nil; s = s.next {
+		if s.trusted != nil {
+			if peer, ok := remoteAddr(req); ok && !s.isTrusted(peer) {
+				return peer, nil
+			}
+		}
 		h := req.Header
 		if s.header != "" {
 			h = bounded(h, s.header)
@@ -134,6 +155,24 @@ func (r *Resolver) ClientIP(req *http.Request) (netip.Addr, error) {
 		return a.WithZone("").Unmap(), nil
 	}
 	return netip.Addr{}, ErrNoClientIP
+}
+
+func remoteAddr(req *http.Request) (netip.Addr, bool) {
+	ap, err := netip.ParseAddrPort(req.RemoteAddr)
+	if err != nil {
+		a, err := netip.ParseAddr(req.RemoteAddr)
+		return a.WithZone("").Unmap(), err == nil
+	}
+	return ap.Addr().WithZone("").Unmap(), true
+}
+
+func (r *Resolver) isTrusted(a netip.Addr) bool {
+	for _, p := range r.trusted {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
 }
 
 // Prefix returns the client's address grouped by the configured prefix

@@ -43,6 +43,7 @@ func TestStrategies(t *testing.T) {
 		{"rightmost untrusted", xff, request("10.0.0.1:1", "X-Forwarded-For", "6.6.6.6, 203.0.113.7, 10.1.1.1"), "203.0.113.7"},
 		{"spoofed leftmost is ignored", xff, request("10.0.0.1:1", "X-Forwarded-For", "1.1.1.1, 2.2.2.2, 203.0.113.7"), "203.0.113.7"},
 		{"several header lines join in order", xff, request("10.0.0.1:1", "X-Forwarded-For", "6.6.6.6", "X-Forwarded-For", "203.0.113.7, 192.168.1.1"), "203.0.113.7"},
+		{"untrusted peer is the client whatever it wrote", xff, request("198.51.100.9:1", "X-Forwarded-For", "1.2.3.4"), "198.51.100.9"},
 		{"every hop trusted", xff, request("10.0.0.1:1", "X-Forwarded-For", "10.2.2.2"), ""},
 		{"garbage entry", xff, request("10.0.0.1:1", "X-Forwarded-For", "6.6.6.6, not-an-ip"), ""},
 		{"forwarded quoted v6 with port", fwd, request("10.0.0.1:1", "Forwarded", `for=6.6.6.6, for="[2001:db8:cafe::17]:4711";proto=https`), "2001:db8:cafe::17"},

@@ -1,0 +1,250 @@
+package httplimit_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+func ok(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok") }
+
+func server(t *testing.T, opts httplimit.Options) *httptest.Server {
+	t.Helper()
+	m, err := httplimit.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/", ok)
+	srv := httptest.NewServer(m.Handler(mux))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func get(t *testing.T, url string, headers ...string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	for i := 0; i+1 < len(headers); i += 2 {
+		req.Header.Set(headers[i], headers[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+func resolver(t *testing.T, trusted ...string) *clientip.Resolver {
+	r, err := clientip.RightmostUntrusted("X-Forwarded-For", trusted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// A client that is not a trusted proxy cannot change its key by writing
+// X-Forwarded-For.
+func TestSpoofedForwardedForDoesNotChangeTheKey(t *testing.T) {
+	ip := resolver(t, "10.0.0.0/8").Or(must(clientip.RemoteAddr()))
+	srv := server(t, httplimit.Options{Store: memstore.New(memstore.Options{}), Policies: []httplimit.Policy{
+		{Name: "ip", Limit: sluice.PerMinute(5), Key: httplimit.ClientIP(ip)},
+	}})
+	allowed := 0
+	for i := range 50 {
+		if get(t, srv.URL, "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i)).StatusCode == 200 {
+			allowed++
+		}
+	}
+	if allowed != 5 {
+		t.Fatalf("%d allowed with rotating spoofed X-Forwarded-For; want 5", allowed)
+	}
+}
+
+func must(r *clientip.Resolver, err error) *clientip.Resolver {
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
+// 1,000 clients behind one NAT address, seen through a trusted proxy, share
+// one key; the same clients with distinct API keys do not.
+func TestNATSharesOneKeyAPIKeysDoNot(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	srv := server(t, httplimit.Options{Store: store, Policies: []httplimit.Policy{
+		{Name: "per-ip", Pattern: "/ip/", Limit: sluice.PerMinute(100), Key: httplimit.ClientIP(resolver(t, "127.0.0.1"))},
+		{Name: "per-key", Pattern: "/key/", Limit: sluice.PerMinute(5), Key: httplimit.APIKey("X-API-Key")},
+	}})
+	var ipAllowed, keyAllowed int
+	for i := range 1000 {
+		if get(t, srv.URL+"/ip/", "X-Forwarded-For", "203.0.113.1").StatusCode == 200 {
+			ipAllowed++
+		}
+		if get(t, srv.URL+"/key/", "X-Forwarded-For", "203.0.113.1", "X-API-Key", fmt.Sprint("key-", i)).StatusCode == 200 {
+			keyAllowed++
+		}
+	}
+	if ipAllowed != 100 || keyAllowed != 1000 {
+		t.Fatalf("behind one NAT: %d allowed by IP (want 100), %d by distinct API keys (want 1000)", ipAllowed, keyAllowed)
+	}
+}
+
+func TestRoutesAreLimitedIndependently(t *testing.T) {
+	srv := server(t, httplimit.Options{Store: memstore.New(memstore.Options{}), Policies: []httplimit.Policy{
+		{Name: "search", Pattern: "GET /search", Limit: sluice.PerMinute(2), Key: httplimit.ClientIP(must(clientip.RemoteAddr()))},
+		{Name: "items", Pattern: "GET /items/{id}", Limit: sluice.PerMinute(4), Key: httplimit.ClientIP(must(clientip.RemoteAddr()))},
+	}})
+	count := func(path string) (n int) {
+		for range 10 {
+			if get(t, srv.URL+path).StatusCode == 200 {
+				n++
+			}
+		}
+		return n
+	}
+	if s, i := count("/search"), count("/items/7"); s != 2 || i != 4 {
+		t.Fatalf("search %d (want 2), items %d (want 4)", s, i)
+	}
+	if n := count("/other"); n != 10 {
+		t.Fatalf("an unmatched route was limited: %d of 10", n)
+	}
+	if resp := get(t, srv.URL+"/items/8"); resp.StatusCode != 429 {
+		t.Fatalf("items/8 shares the route's per-IP limit: got %d", resp.StatusCode)
+	}
+}
+
+func TestShadowNeverBlocksButCounts(t *testing.T) {
+	var shadowDenied atomic.Int64
+	srv := server(t, httplimit.Options{
+		Store: memstore.New(memstore.Options{}),
+		Policies: []httplimit.Policy{
+			{Name: "trial", Limit: sluice.PerMinute(3), Key: httplimit.ClientIP(must(clientip.RemoteAddr())), Shadow: true},
+		},
+		OnResult: func(_ *http.Request, res *httplimit.Result) {
+			if res.ShadowDenied {
+				shadowDenied.Add(1)
+			}
+		},
+	})
+	for i := range 10 {
+		if resp := get(t, srv.URL); resp.StatusCode != 200 {
+			t.Fatalf("request %d blocked by a shadow policy: %d", i, resp.StatusCode)
+		}
+	}
+	if n := shadowDenied.Load(); n != 7 {
+		t.Fatalf("shadow denials recorded: %d, want 7", n)
+	}
+}
+
+// A store that cannot be reached (Redis on a closed port): fail-open lets
+// requests through, fail-closed answers 503 with Retry-After.
+func TestFailModes(t *testing.T) {
+	down, err := redisstore.Open("redis://127.0.0.1:1", redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer down.Close()
+	key := httplimit.ClientIP(must(clientip.RemoteAddr()))
+	srv := server(t, httplimit.Options{Store: down, Policies: []httplimit.Policy{
+		{Name: "open", Pattern: "/open", Limit: sluice.PerMinute(1), Key: key, FailMode: sluice.FailOpen},
+		{Name: "closed", Pattern: "/closed", Limit: sluice.PerMinute(1), Key: key, FailMode: sluice.FailClosed},
+	}})
+	for range 3 {
+		if resp := get(t, srv.URL+"/open"); resp.StatusCode != 200 {
+			t.Fatalf("fail-open: %d", resp.StatusCode)
+		}
+		resp := get(t, srv.URL+"/closed")
+		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+			t.Fatalf("fail-closed: %d, Retry-After %q", resp.StatusCode, resp.Header.Get("Retry-After"))
+		}
+	}
+}
+
+// A denial carries every header, in the documented formats, and a problem
+// body; an allowed response carries the rate headers.
+func TestDenialResponse(t *testing.T) {
+	srv := server(t, httplimit.Options{Store: memstore.New(memstore.Options{}), Policies: []httplimit.Policy{
+		{Name: "minute", Limit: sluice.Limit{Rate: 2, Period: time.Minute}, Key: httplimit.APIKey("X-API-Key")},
+		{Name: "hour", Limit: sluice.Limit{Rate: 100, Period: time.Hour}, Key: httplimit.APIKey("X-API-Key")},
+	}})
+	resp := get(t, srv.URL, "X-API-Key", "k")
+	if resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Limit") != "2" || resp.Header.Get("X-RateLimit-Remaining") != "1" {
+		t.Fatalf("allowed response headers: %d %v", resp.StatusCode, resp.Header)
+	}
+	get(t, srv.URL, "X-API-Key", "k")
+	start := time.Now()
+	req, _ := http.NewRequest("GET", srv.URL, nil)
+	req.Header.Set("X-API-Key", "k")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	h := resp.Header
+	retry, _ := strconv.Atoi(h.Get("Retry-After"))
+	reset, _ := strconv.ParseInt(h.Get("X-RateLimit-Reset"), 10, 64)
+	switch {
+	case resp.StatusCode != 429:
+		t.Fatalf("status %d", resp.StatusCode)
+	case retry < 1 || retry > 30:
+		t.Errorf("Retry-After %q: want 1..30 seconds (two of 2/min: the next in 30s)", h.Get("Retry-After"))
+	case h.Get("X-RateLimit-Limit") != "2" || h.Get("X-RateLimit-Remaining") != "0":
+		t.Errorf("X-RateLimit-Limit %q Remaining %q", h.Get("X-RateLimit-Limit"), h.Get("X-RateLimit-Remaining"))
+	case reset < start.Unix() || reset > start.Unix()+61:
+		t.Errorf("X-RateLimit-Reset %d is not a Unix time within the minute", reset)
+	case h.Get("RateLimit-Policy") != `"minute";q=2;w=60, "hour";q=100;w=3600`:
+		t.Errorf("RateLimit-Policy %q", h.Get("RateLimit-Policy"))
+	case h.Get("RateLimit") != `"minute";r=0;t=60, "hour";r=98;t=72`:
+		t.Errorf("RateLimit %q", h.Get("RateLimit"))
+	case h.Get("Content-Type") != "application/problem+json":
+		t.Errorf("Content-Type %q", h.Get("Content-Type"))
+	}
+	var p struct {
+		Status     int
+		Title      string
+		Policy     string
+		RetryAfter int `json:"retry_after"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&p); err != nil || p.Status != 429 || p.Policy != "minute" || p.RetryAfter != retry {
+		t.Errorf("problem body %+v, %v", p, err)
+	}
+}
+
+func TestResetDelta(t *testing.T) {
+	srv := server(t, httplimit.Options{Store: memstore.New(memstore.Options{}), ResetFormat: httplimit.ResetDelta, Policies: []httplimit.Policy{
+		{Name: "p", Limit: sluice.PerMinute(1), Key: httplimit.Route()},
+	}})
+	if got := get(t, srv.URL).Header.Get("X-RateLimit-Reset"); got != "60" {
+		t.Fatalf("delta reset %q, want 60", got)
+	}
+}
+
+func TestBadPolicies(t *testing.T) {
+	store := memstore.New(memstore.Options{})
+	key := httplimit.Route()
+	for name, p := range map[string]httplimit.Policy{
+		"bad name":    {Name: "a b", Limit: sluice.PerSecond(1), Key: key},
+		"bad limit":   {Name: "a", Limit: sluice.Limit{Rate: 0, Period: time.Second}, Key: key},
+		"no key":      {Name: "a", Limit: sluice.PerSecond(1)},
+		"bad pattern": {Name: "a", Pattern: "GET /x/{", Limit: sluice.PerSecond(1), Key: key},
+		"cost":        {Name: "a", Limit: sluice.PerSecond(1), Key: key, Cost: 5},
+	} {
+		if _, err := httplimit.New(httplimit.Options{Store: store, Policies: []httplimit.Policy{p}}); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+}

@@ -1,0 +1,106 @@
+package httplimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice/clientip"
+)
+
+// KeyFunc returns the identity a policy limits for a request: a client
+// address, a user, an API key, or a composition. An error means the
+// identity cannot be found; the request is then decided by the policy's
+// fail mode, never under a shared key.
+type KeyFunc func(r *http.Request, p *Policy) (string, error)
+
+// ErrNoKey is wrapped by key functions that find no identity.
+var ErrNoKey = errors.New("httplimit: no key for request")
+
+// ClientIP keys by the client's address as resolver finds it, IPv6 grouped
+// by prefix. Choose the resolver for your deployment: see package clientip.
+func ClientIP(resolver *clientip.Resolver) KeyFunc {
+	return func(r *http.Request, _ *Policy) (string, error) {
+		k, err := resolver.Key(r)
+		if err != nil {
+			return "", fmt.Errorf("%w: %w", ErrNoKey, err)
+		}
+		return k, nil
+	}
+}
+
+// User keys by the user ID that authentication middleware stored in the
+// request's context under ctxKey, as a string.
+func User(ctxKey any) KeyFunc {
+	return func(r *http.Request, _ *Policy) (string, error) {
+		if id, ok := r.Context().Value(ctxKey).(string); ok && id != "" {
+			return id, nil
+		}
+		return "", fmt.Errorf("%w: no user in the request context", ErrNoKey)
+	}
+}
+
+// UserFunc keys by the user ID that f finds in ctx.
+func UserFunc(f func(ctx context.Context) (string, bool)) KeyFunc {
+	return func(r *http.Request, _ *Policy) (string, error) {
+		if id, ok := f(r.Context()); ok && id != "" {
+			return id, nil
+		}
+		return "", fmt.Errorf("%w: no user in the request context", ErrNoKey)
+	}
+}
+
+// APIKey keys by the value of header, such as X-API-Key.
+func APIKey(header string) KeyFunc {
+	header = http.CanonicalHeaderKey(header)
+	return func(r *http.Request, _ *Policy) (string, error) {
+		if v := r.Header.Get(header); v != "" {
+			return v, nil
+		}
+		return "", fmt.Errorf("%w: no %s header", ErrNoKey, header)
+	}
+}
+
+// UserAgent keys by a fingerprint of User-Agent, Accept-Language and
+// Accept-Encoding, hashed (64-bit FNV-1a): coarse, since many clients share
+// a browser, but it tells scripted clients from each other without a login.
+func UserAgent() KeyFunc {
+	return func(r *http.Request, _ *Policy) (string, error) {
+		h := fnv.New64a()
+		for _, name := range [...]string{"User-Agent", "Accept-Language", "Accept-Encoding"} {
+			h.Write([]byte(r.Header.Get(name)))
+			h.Write([]byte{0})
+		}
+		return "ua:" + strconv.FormatUint(h.Sum64(), 36), nil
+	}
+}
+
+// Route keys by the policy's route pattern, so that a limit is shared by
+// everyone on that route; compose it with another key for per-client
+// per-route limits.
+func Route() KeyFunc {
+	return func(_ *http.Request, p *Policy) (string, error) {
+		return p.Pattern, nil
+	}
+}
+
+// Compose keys by several identities at once, such as (API key, route):
+// the request is limited per combination. Parts are joined with a NUL byte,
+// which no header value can hold.
+func Compose(keys ...KeyFunc) KeyFunc {
+	return func(r *http.Request, p *Policy) (string, error) {
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			v, err := k(r, p)
+			if err != nil {
+				return "", err
+			}
+			parts[i] = v
+		}
+		return strings.Join(parts, "\x00"), nil
+	}
+}

@@ -1,0 +1,80 @@
+package httplimit
+
+import (
+	"fmt"
+	"net/http"
+	"regexp"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Policy is one limit applied to the requests its Pattern matches.
+type Policy struct {
+	// Name identifies the policy in keys, headers, logs and metrics:
+	// letters, digits, and . _ : - only. Required and unique.
+	Name string
+	// Pattern selects requests in net/http ServeMux syntax (Go 1.22):
+	// "GET /api/items/{id}", "/admin/", "POST example.com/upload". Empty
+	// matches every request.
+	Pattern string
+	// Limit is enforced per key. Required.
+	Limit sluice.Limit
+	// Key finds the identity to limit. Required.
+	Key KeyFunc
+	// Cost is what one request takes. Zero means 1.
+	Cost int64
+	// CostFunc, if set, computes the cost per request instead (for example
+	// from the size of a batch); an error is a 400.
+	CostFunc func(r *http.Request) (int64, error)
+	// FailMode decides requests when the store fails or the key cannot be
+	// found: FailOpen (the default) lets them through, FailClosed answers
+	// 503 with Retry-After.
+	FailMode sluice.FailMode
+	// Shadow decides and records, but never blocks: for trying a limit on
+	// live traffic before enforcing it.
+	Shadow bool
+
+	mux *http.ServeMux // holds Pattern alone; nil when Pattern is empty
+}
+
+var policyName = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
+
+// prepare validates p and compiles its pattern.
+func (p *Policy) prepare() (err error) {
+	if !policyName.MatchString(p.Name) {
+		return fmt.Errorf("httplimit: policy name %q: want 1 to 64 letters, digits, '.', '_', ':' or '-'", p.Name)
+	}
+	if err := p.Limit.Validate(); err != nil {
+		return fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
+	}
+	if p.Key == nil {
+		return fmt.Errorf("httplimit: policy %q: no Key", p.Name)
+	}
+	if p.Cost < 0 || p.Cost > p.Limit.Capacity() {
+		return fmt.Errorf("httplimit: policy %q: cost %d outside 0..%d", p.Name, p.Cost, p.Limit.Capacity())
+	}
+	if p.Cost == 0 {
+		p.Cost = 1
+	}
+	if p.Pattern == "" {
+		return nil
+	}
+	defer func() {
+		// ServeMux.Handle panics on a malformed pattern.
+		if r := recover(); r != nil {
+			err = fmt.Errorf("httplimit: policy %q: pattern %q: %v", p.Name, p.Pattern, r)
+		}
+	}()
+	p.mux = http.NewServeMux()
+	p.mux.Handle(p.Pattern, http.NotFoundHandler())
+	return nil
+}
+
+// matches reports whether r falls under p.
+func (p *Policy) matches(r *http.Request) bool {
+	if p.mux == nil {
+		return true
+	}
+	_, pattern := p.mux.Handler(r)
+	return pattern != ""
+}
