@@ -1,0 +1,259 @@
+// Package grpclimit is sluice's gRPC server interceptors: the policy model
+// of package httplimit for gRPC, with the full method name as the route and
+// the peer address or a metadata value as the key.
+//
+// A denied call fails with codes.ResourceExhausted carrying a RetryInfo
+// detail (google.rpc.RetryInfo) with the retry delay, which gRPC clients and
+// proxies understand, and x-ratelimit-* response headers. A store failure
+// under a fail-closed policy fails with codes.Unavailable.
+package grpclimit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"strings"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice"
+)
+
+// KeyFunc returns the identity to limit for a call.
+type KeyFunc func(ctx context.Context, fullMethod string) (string, error)
+
+// ErrNoKey is wrapped by key functions that find no identity.
+var ErrNoKey = errors.New("grpclimit: no key for call")
+
+// PeerAddr keys by the peer's IP address, IPv6 grouped by /64. Behind a
+// proxy, key by a metadata value the proxy sets instead.
+func PeerAddr() KeyFunc {
+	return func(ctx context.Context, _ string) (string, error) {
+		p, ok := peer.FromContext(ctx)
+		if !ok || p.Addr == nil {
+			return "", fmt.Errorf("%w: no peer", ErrNoKey)
+		}
+		host, _, err := net.SplitHostPort(p.Addr.String())
+		if err != nil {
+			host = p.Addr.String()
+		}
+		a, err := netip.ParseAddr(host)
+		if err != nil {
+			return "", fmt.Errorf("%w: peer %q", ErrNoKey, p.Addr)
+		}
+		a = a.WithZone("").Unmap()
+		if a.Is6() {
+			return netip.PrefixFrom(a, 64).Masked().String(), nil
+		}
+		return a.String(), nil
+	}
+}
+
+// Metadata keys by the first value of the incoming metadata key, such as
+// "x-api-key".
+func Metadata(key string) KeyFunc {
+	key = strings.ToLower(key)
+	return func(ctx context.Context, _ string) (string, error) {
+		if v := metadata.ValueFromIncomingContext(ctx, key); len(v) > 0 && v[0] != "" {
+			return v[0], nil
+		}
+		return "", fmt.Errorf("%w: no %s metadata", ErrNoKey, key)
+	}
+}
+
+// Method keys by the full method name: one limit shared by all callers.
+func Method() KeyFunc {
+	return func(_ context.Context, m string) (string, error) { return m, nil }
+}
+
+// Compose keys by several identities at once, joined with a NUL byte.
+func Compose(keys ...KeyFunc) KeyFunc {
+	return func(ctx context.Context, m string) (string, error) {
+		parts := make([]string, len(keys))
+		for i, k := range keys {
+			v, err := k(ctx, m)
+			if err != nil {
+				return "", err
+			}
+			parts[i] = v
+		}
+		return strings.Join(parts, "\x00"), nil
+	}
+}
+
+// Policy is one limit on the calls its Method matches.
+type Policy struct {
+	// Name identifies the policy in keys. Required, unique.
+	Name string
+	// Method is a full method name ("/pkg.Service/Method"), a service
+	// prefix ending in "/" ("/pkg.Service/"), or empty for every call.
+	Method string
+	Limit  sluice.Limit
+	Key    KeyFunc
+	// Cost per call. Zero means 1.
+	Cost int64
+	// FailMode when the store fails or the key is missing. Default open.
+	FailMode sluice.FailMode
+	// Shadow decides and records but never fails a call.
+	Shadow bool
+}
+
+func (p *Policy) matches(method string) bool {
+	switch {
+	case p.Method == "":
+		return true
+	case strings.HasSuffix(p.Method, "/"):
+		return strings.HasPrefix(method, p.Method)
+	}
+	return p.Method == method
+}
+
+// Options configures an Interceptor.
+type Options struct {
+	Store    sluice.Store
+	Policies []Policy
+	// Timeout bounds each store call. Default 100ms.
+	Timeout time.Duration
+	// OnShadowDenied, if set, is called when a shadow policy would deny.
+	OnShadowDenied func(policy, method string)
+}
+
+// Interceptor limits gRPC calls. It is safe for concurrent use.
+type Interceptor struct {
+	opts     Options
+	policies []Policy
+}
+
+// New validates opts and returns an Interceptor.
+func New(opts Options) (*Interceptor, error) {
+	if opts.Store == nil || len(opts.Policies) == 0 {
+		return nil, errors.New("grpclimit: a Store and at least one Policy are required")
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 100 * time.Millisecond
+	}
+	i := &Interceptor{opts: opts}
+	seen := map[string]bool{}
+	for _, p := range opts.Policies {
+		switch {
+		case p.Name == "" || seen[p.Name]:
+			return nil, fmt.Errorf("grpclimit: policy name %q is empty or repeated", p.Name)
+		case p.Key == nil:
+			return nil, fmt.Errorf("grpclimit: policy %q: no Key", p.Name)
+		case p.Cost < 0 || p.Cost > p.Limit.Capacity():
+			return nil, fmt.Errorf("grpclimit: policy %q: cost %d out of range", p.Name, p.Cost)
+		}
+		if err := p.Limit.Validate(); err != nil {
+			return nil, fmt.Errorf("grpclimit: policy %q: %w", p.Name, err)
+		}
+		if p.Cost == 0 {
+			p.Cost = 1
+		}
+		seen[p.Name] = true
+		i.policies = append(i.policies, p)
+	}
+	return i, nil
+}
+
+// Unary returns the unary server interceptor.
+func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		if err := i.check(ctx, info.FullMethod); err != nil {
+			return nil, err
+		}
+		return handler(ctx, req)
+	}
+}
+
+// Stream returns the stream server interceptor: a stream is limited once,
+// when it opens.
+func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if err := i.check(ss.Context(), info.FullMethod); err != nil {
+			return err
+		}
+		return handler(srv, ss)
+	}
+}
+
+// check decides a call; a non-nil error is the status to fail it with.
+func (i *Interceptor) check(ctx context.Context, method string) error {
+	var enforced, shadow []sluice.Request
+	var names []string
+	closed := false
+	for _, p := range i.policies {
+		if !p.matches(method) {
+			continue
+		}
+		key, err := p.Key(ctx, method)
+		if err != nil {
+			closed = closed || (p.FailMode == sluice.FailClosed && !p.Shadow)
+			continue
+		}
+		r := sluice.Request{Key: p.Name + "\x00" + key, Limit: p.Limit, Cost: p.Cost}
+		if p.Shadow {
+			shadow = append(shadow, r)
+			names = append(names, p.Name)
+			continue
+		}
+		enforced = append(enforced, r)
+	}
+	if len(shadow) > 0 {
+		ds := make([]sluice.Decision, len(shadow))
+		if i.take(ctx, shadow, ds) == nil && i.opts.OnShadowDenied != nil {
+			for j, d := range ds {
+				if !d.Allowed {
+					i.opts.OnShadowDenied(names[j], method)
+				}
+			}
+		}
+	}
+	if len(enforced) == 0 {
+		if closed {
+			return status.Error(codes.Unavailable, "rate limit key not found")
+		}
+		return nil
+	}
+	ds := make([]sluice.Decision, len(enforced))
+	if err := i.take(ctx, enforced, ds); err != nil {
+		for _, p := range i.policies {
+			if p.matches(method) && !p.Shadow && p.FailMode == sluice.FailClosed {
+				return status.Error(codes.Unavailable, "rate limiter unavailable")
+			}
+		}
+		return nil
+	}
+	d := ds[sluice.Most(ds)]
+	grpc.SetHeader(ctx, metadata.Pairs(
+		"x-ratelimit-limit", strconv.FormatInt(d.Limit.Rate, 10),
+		"x-ratelimit-remaining", strconv.FormatInt(max(d.Remaining, 0), 10),
+		"x-ratelimit-reset", strconv.FormatInt(int64((d.ResetAfter+time.Second-1)/time.Second), 10),
+	))
+	if closed {
+		return status.Error(codes.Unavailable, "rate limit key not found")
+	}
+	if d.Allowed {
+		return nil
+	}
+	st := status.New(codes.ResourceExhausted, fmt.Sprintf("rate limited; retry in %v", d.RetryAfter))
+	if detailed, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)}); err == nil {
+		st = detailed
+	}
+	return st.Err()
+}
+
+func (i *Interceptor) take(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
+	ctx, cancel := context.WithTimeout(ctx, i.opts.Timeout)
+	defer cancel()
+	return i.opts.Store.TakeAll(ctx, reqs, ds)
+}

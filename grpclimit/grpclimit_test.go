@@ -1,0 +1,124 @@
+package grpclimit_test
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/grpclimit"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// serve starts a real gRPC server with the health service behind the
+// interceptors, on loopback, and returns a client.
+func serve(t *testing.T, opts grpclimit.Options) healthpb.HealthClient {
+	t.Helper()
+	ic, err := grpclimit.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(ic.Unary()), grpc.StreamInterceptor(ic.Stream()))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return healthpb.NewHealthClient(conn)
+}
+
+func TestUnaryDeniesWithRetryInfo(t *testing.T) {
+	c := serve(t, grpclimit.Options{Store: memstore.New(memstore.Options{}), Policies: []grpclimit.Policy{
+		{Name: "check", Method: "/grpc.health.v1.Health/Check", Limit: sluice.PerMinute(3), Key: grpclimit.PeerAddr()},
+	}})
+	ctx := context.Background()
+	for i := range 3 {
+		var hdr metadata.MD
+		if _, err := c.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr)); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+		if got := hdr.Get("x-ratelimit-remaining"); len(got) != 1 || got[0] != []string{"2", "1", "0"}[i] {
+			t.Fatalf("call %d: x-ratelimit-remaining %v", i, got)
+		}
+	}
+	_, err := c.Check(ctx, &healthpb.HealthCheckRequest{})
+	st := status.Convert(err)
+	if st.Code() != codes.ResourceExhausted {
+		t.Fatalf("4th call: %v; want ResourceExhausted", err)
+	}
+	var retry time.Duration
+	for _, d := range st.Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			retry = ri.RetryDelay.AsDuration()
+		}
+	}
+	if retry <= 0 || retry > 20*time.Second {
+		t.Fatalf("RetryInfo delay %v; want (0, 20s] for 3/min", retry)
+	}
+}
+
+func TestMetadataKeysAndServicePrefix(t *testing.T) {
+	c := serve(t, grpclimit.Options{Store: memstore.New(memstore.Options{}), Policies: []grpclimit.Policy{
+		{Name: "svc", Method: "/grpc.health.v1.Health/", Limit: sluice.PerMinute(1), Key: grpclimit.Metadata("x-api-key")},
+	}})
+	for _, key := range []string{"a", "b", "c"} {
+		ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", key)
+		if _, err := c.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+			t.Fatalf("key %s: %v", key, err)
+		}
+	}
+	ctx := metadata.AppendToOutgoingContext(context.Background(), "x-api-key", "a")
+	if _, err := c.Check(ctx, &healthpb.HealthCheckRequest{}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("second call for key a: %v", err)
+	}
+	// A stream opened under the same key is refused too.
+	stream, err := c.Watch(ctx, &healthpb.HealthCheckRequest{})
+	if err == nil {
+		_, err = stream.Recv()
+	}
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("stream for key a: %v", err)
+	}
+}
+
+func TestFailClosedAndShadow(t *testing.T) {
+	down, _ := redisstore.Open("redis://127.0.0.1:1", redisstore.Options{})
+	defer down.Close()
+	c := serve(t, grpclimit.Options{Store: down, Policies: []grpclimit.Policy{
+		{Name: "p", Limit: sluice.PerMinute(100), Key: grpclimit.PeerAddr(), FailMode: sluice.FailClosed},
+	}})
+	if _, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.Unavailable {
+		t.Fatalf("store down, fail-closed: %v; want Unavailable", err)
+	}
+	var shadowed atomic.Int64
+	c = serve(t, grpclimit.Options{Store: memstore.New(memstore.Options{}), Policies: []grpclimit.Policy{
+		{Name: "p", Limit: sluice.PerMinute(1), Key: grpclimit.PeerAddr(), Shadow: true},
+	}, OnShadowDenied: func(string, string) { shadowed.Add(1) }})
+	for range 3 {
+		if _, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{}); err != nil {
+			t.Fatalf("shadow policy blocked: %v", err)
+		}
+	}
+	if shadowed.Load() != 2 {
+		t.Fatalf("shadow denials %d, want 2", shadowed.Load())
+	}
+}
