@@ -86,7 +86,7 @@ func must(r *clientip.Resolver, err error) *clientip.Resolver {
 func TestNATSharesOneKeyAPIKeysDoNot(t *testing.T) {
 	store := memstore.New(memstore.Options{})
 	srv := server(t, httplimit.Options{Store: store, Policies: []httplimit.Policy{
-		{Name: "per-ip", Pattern: "/ip/", Limit: sluice.PerMinute(100), Key: httplimit.ClientIP(resolver(t, "127.0.0.1"))},
+		{Name: "per-ip", Pattern: "/ip/", Limit: sluice.Limit{Rate: 100, Period: time.Hour}, Key: httplimit.ClientIP(resolver(t, "127.0.0.1"))},
 		{Name: "per-key", Pattern: "/key/", Limit: sluice.PerMinute(5), Key: httplimit.APIKey("X-API-Key")},
 	}})
 	var ipAllowed, keyAllowed int
