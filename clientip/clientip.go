@@ -140,10 +140,13 @@ func (r *Resolver) ClientIP(req *http.Request) (netip.Addr, error) {
 				return peer, nil
 			}
 		}
-		h := req.Header
-		if s.header != "" {
-			h = bounded(h, s.header)
+		if s.header == "" { // RemoteAddr, parsed without allocating
+			if peer, ok := remoteAddr(req); ok {
+				return peer, nil
+			}
+			continue
 		}
+		h := bounded(req.Header, s.header)
 		ip := s.strategy.ClientIP(h, req.RemoteAddr)
 		if ip == "" {
 			continue

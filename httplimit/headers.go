@@ -3,7 +3,6 @@ package httplimit
 import (
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -31,53 +30,69 @@ func retryAfterSeconds(d time.Duration) int64 {
 	return max(ceilSeconds(d), 1)
 }
 
-// setRateHeaders writes X-RateLimit-* for the decision closest to its limit
-// and the IETF RateLimit-Policy and RateLimit fields
+// headerBuf builds every rate header value in one buffer, so that setting
+// them costs two allocations: one string holding all the values, and one
+// slice holding the five header lines.
+type headerBuf struct{ b []byte }
+
+// set writes X-RateLimit-* for the decision closest to its limit and the
+// IETF RateLimit-Policy and RateLimit fields
 // (draft-ietf-httpapi-ratelimit-headers) for every policy applied.
-func setRateHeaders(h http.Header, now time.Time, format ResetFormat, closest sluice.Decision, policies []*Policy, ds []sluice.Decision) {
+func (hb *headerBuf) set(h http.Header, now time.Time, format ResetFormat, closest sluice.Decision, policies []*Policy, ds []sluice.Decision) {
 	reset := ceilSeconds(closest.ResetAfter)
 	if format == ResetUnix {
 		reset += now.Unix()
 	}
-	h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(closest.Limit.Rate, 10)}
-	h["X-Ratelimit-Remaining"] = []string{strconv.FormatInt(max(closest.Remaining, 0), 10)}
-	h["X-Ratelimit-Reset"] = []string{strconv.FormatInt(reset, 10)}
-	h["Ratelimit-Policy"] = []string{policyField(policies, ds)}
-	h["Ratelimit"] = []string{rateLimitField(policies, ds)}
+	var ends [5]int
+	b := hb.b[:0]
+	b = strconv.AppendInt(b, closest.Limit.Rate, 10)
+	ends[0] = len(b)
+	b = strconv.AppendInt(b, max(closest.Remaining, 0), 10)
+	ends[1] = len(b)
+	b = strconv.AppendInt(b, reset, 10)
+	ends[2] = len(b)
+	b = appendPolicyField(b, policies, ds)
+	ends[3] = len(b)
+	b = appendRateLimitField(b, policies, ds)
+	ends[4] = len(b)
+	hb.b = b
+	all := string(b)
+	vals := make([]string, 5)
+	for i, start := range [5]int{0, ends[0], ends[1], ends[2], ends[3]} {
+		vals[i] = all[start:ends[i]]
+	}
+	h["X-Ratelimit-Limit"] = vals[0:1:1]
+	h["X-Ratelimit-Remaining"] = vals[1:2:2]
+	h["X-Ratelimit-Reset"] = vals[2:3:3]
+	h["Ratelimit-Policy"] = vals[3:4:4]
+	h["Ratelimit"] = vals[4:5:5]
 }
 
-// policyField is the RateLimit-Policy Structured Field list: per policy,
-// its name as an sf-string with q (quota) and w (window, seconds).
-func policyField(policies []*Policy, ds []sluice.Decision) string {
-	var b strings.Builder
+// appendPolicyField appends the RateLimit-Policy Structured Field list:
+// per policy, its name as an sf-string with q (quota) and w (window,
+// seconds). Names are restricted to characters that need no escaping.
+func appendPolicyField(b []byte, policies []*Policy, ds []sluice.Decision) []byte {
 	for i, p := range policies {
 		if i > 0 {
-			b.WriteString(", ")
+			b = append(b, ", "...)
 		}
-		b.WriteByte('"')
-		b.WriteString(p.Name) // names are restricted to characters that need no escaping
-		b.WriteString(`";q=`)
-		b.WriteString(strconv.FormatInt(ds[i].Limit.Rate, 10))
-		b.WriteString(";w=")
-		b.WriteString(strconv.FormatInt(max(ceilSeconds(ds[i].Limit.Period), 1), 10))
+		b = append(append(append(b, '"'), p.Name...), `";q=`...)
+		b = strconv.AppendInt(b, ds[i].Limit.Rate, 10)
+		b = strconv.AppendInt(append(b, ";w="...), max(ceilSeconds(ds[i].Limit.Period), 1), 10)
 	}
-	return b.String()
+	return b
 }
 
-// rateLimitField is the RateLimit Structured Field list: per policy, r
-// (remaining) and t (seconds until the quota resets).
-func rateLimitField(policies []*Policy, ds []sluice.Decision) string {
-	var b strings.Builder
+// appendRateLimitField appends the RateLimit Structured Field list: per
+// policy, r (remaining) and t (seconds until the quota resets).
+func appendRateLimitField(b []byte, policies []*Policy, ds []sluice.Decision) []byte {
 	for i, p := range policies {
 		if i > 0 {
-			b.WriteString(", ")
+			b = append(b, ", "...)
 		}
-		b.WriteByte('"')
-		b.WriteString(p.Name)
-		b.WriteString(`";r=`)
-		b.WriteString(strconv.FormatInt(max(ds[i].Remaining, 0), 10))
-		b.WriteString(";t=")
-		b.WriteString(strconv.FormatInt(ceilSeconds(ds[i].ResetAfter), 10))
+		b = append(append(append(b, '"'), p.Name...), `";r=`...)
+		b = strconv.AppendInt(b, max(ds[i].Remaining, 0), 10)
+		b = strconv.AppendInt(append(b, ";t="...), ceilSeconds(ds[i].ResetAfter), 10)
 	}
-	return b.String()
+	return b
 }

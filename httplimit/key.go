@@ -7,16 +7,16 @@ import (
 	"hash/fnv"
 	"net/http"
 	"strconv"
-	"strings"
 
 	"github.com/sluicehq/sluice/clientip"
 )
 
-// KeyFunc returns the identity a policy limits for a request: a client
-// address, a user, an API key, or a composition. An error means the
+// KeyFunc appends to dst the identity a policy limits for a request: a
+// client address, a user, an API key, or a composition. An error means the
 // identity cannot be found; the request is then decided by the policy's
-// fail mode, never under a shared key.
-type KeyFunc func(r *http.Request, p *Policy) (string, error)
+// fail mode, never under a shared key. Appending (rather than returning a
+// string) lets the middleware build keys without allocating.
+type KeyFunc func(dst []byte, r *http.Request, p *Policy) ([]byte, error)
 
 // ErrNoKey is wrapped by key functions that find no identity.
 var ErrNoKey = errors.New("httplimit: no key for request")
@@ -24,44 +24,47 @@ var ErrNoKey = errors.New("httplimit: no key for request")
 // ClientIP keys by the client's address as resolver finds it, IPv6 grouped
 // by prefix. Choose the resolver for your deployment: see package clientip.
 func ClientIP(resolver *clientip.Resolver) KeyFunc {
-	return func(r *http.Request, _ *Policy) (string, error) {
-		k, err := resolver.Key(r)
+	return func(dst []byte, r *http.Request, _ *Policy) ([]byte, error) {
+		p, err := resolver.Prefix(r)
 		if err != nil {
-			return "", fmt.Errorf("%w: %w", ErrNoKey, err)
+			return dst, fmt.Errorf("%w: %w", ErrNoKey, err)
 		}
-		return k, nil
+		if p.IsSingleIP() {
+			return p.Addr().AppendTo(dst), nil
+		}
+		return p.AppendTo(dst), nil
 	}
 }
 
 // User keys by the user ID that authentication middleware stored in the
 // request's context under ctxKey, as a string.
 func User(ctxKey any) KeyFunc {
-	return func(r *http.Request, _ *Policy) (string, error) {
+	return func(dst []byte, r *http.Request, _ *Policy) ([]byte, error) {
 		if id, ok := r.Context().Value(ctxKey).(string); ok && id != "" {
-			return id, nil
+			return append(dst, id...), nil
 		}
-		return "", fmt.Errorf("%w: no user in the request context", ErrNoKey)
+		return dst, fmt.Errorf("%w: no user in the request context", ErrNoKey)
 	}
 }
 
 // UserFunc keys by the user ID that f finds in ctx.
 func UserFunc(f func(ctx context.Context) (string, bool)) KeyFunc {
-	return func(r *http.Request, _ *Policy) (string, error) {
+	return func(dst []byte, r *http.Request, _ *Policy) ([]byte, error) {
 		if id, ok := f(r.Context()); ok && id != "" {
-			return id, nil
+			return append(dst, id...), nil
 		}
-		return "", fmt.Errorf("%w: no user in the request context", ErrNoKey)
+		return dst, fmt.Errorf("%w: no user in the request context", ErrNoKey)
 	}
 }
 
 // APIKey keys by the value of header, such as X-API-Key.
 func APIKey(header string) KeyFunc {
 	header = http.CanonicalHeaderKey(header)
-	return func(r *http.Request, _ *Policy) (string, error) {
+	return func(dst []byte, r *http.Request, _ *Policy) ([]byte, error) {
 		if v := r.Header.Get(header); v != "" {
-			return v, nil
+			return append(dst, v...), nil
 		}
-		return "", fmt.Errorf("%w: no %s header", ErrNoKey, header)
+		return dst, fmt.Errorf("%w: no %s header", ErrNoKey, header)
 	}
 }
 
@@ -69,13 +72,13 @@ func APIKey(header string) KeyFunc {
 // Accept-Encoding, hashed (64-bit FNV-1a): coarse, since many clients share
 // a browser, but it tells scripted clients from each other without a login.
 func UserAgent() KeyFunc {
-	return func(r *http.Request, _ *Policy) (string, error) {
+	return func(dst []byte, r *http.Request, _ *Policy) ([]byte, error) {
 		h := fnv.New64a()
 		for _, name := range [...]string{"User-Agent", "Accept-Language", "Accept-Encoding"} {
 			h.Write([]byte(r.Header.Get(name)))
 			h.Write([]byte{0})
 		}
-		return "ua:" + strconv.FormatUint(h.Sum64(), 36), nil
+		return strconv.AppendUint(append(dst, "ua:"...), h.Sum64(), 36), nil
 	}
 }
 
@@ -83,8 +86,8 @@ func UserAgent() KeyFunc {
 // everyone on that route; compose it with another key for per-client
 // per-route limits.
 func Route() KeyFunc {
-	return func(_ *http.Request, p *Policy) (string, error) {
-		return p.Pattern, nil
+	return func(dst []byte, _ *http.Request, p *Policy) ([]byte, error) {
+		return append(dst, p.Pattern...), nil
 	}
 }
 
@@ -92,15 +95,16 @@ func Route() KeyFunc {
 // the request is limited per combination. Parts are joined with a NUL byte,
 // which no header value can hold.
 func Compose(keys ...KeyFunc) KeyFunc {
-	return func(r *http.Request, p *Policy) (string, error) {
-		parts := make([]string, len(keys))
+	return func(dst []byte, r *http.Request, p *Policy) ([]byte, error) {
 		for i, k := range keys {
-			v, err := k(r, p)
-			if err != nil {
-				return "", err
+			if i > 0 {
+				dst = append(dst, 0)
 			}
-			parts[i] = v
+			var err error
+			if dst, err = k(dst, r, p); err != nil {
+				return dst, err
+			}
 		}
-		return strings.Join(parts, "\x00"), nil
+		return dst, nil
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 )
@@ -21,7 +22,8 @@ type Options struct {
 	// Policies are checked in order; every one whose Pattern matches a
 	// request applies to it. Required.
 	Policies []Policy
-	// Timeout bounds each store call. Default 100ms.
+	// Timeout, if positive, bounds each store call; set it for a remote
+	// store. Default: only the request's context bounds it.
 	Timeout time.Duration
 	// ResetFormat of X-RateLimit-Reset. Default ResetUnix.
 	ResetFormat ResetFormat
@@ -72,9 +74,6 @@ func New(opts Options) (*Middleware, error) {
 	if len(opts.Policies) == 0 {
 		return nil, errors.New("httplimit: no Policies")
 	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = 100 * time.Millisecond
-	}
 	if opts.LogsPerSecond <= 0 {
 		opts.LogsPerSecond = 1
 	}
@@ -105,6 +104,8 @@ type scratch struct {
 	shadow   [8]*Policy
 	sreqs    [8]sluice.Request
 	sds      [8]sluice.Decision
+	keys     []byte // every key of the request, back to back
+	hdr      headerBuf
 }
 
 // Handler wraps next: the func(http.Handler) http.Handler form.
@@ -123,6 +124,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) bool {
 	enforced, shadow := s.policies[:0], s.shadow[:0]
 	reqs, sreqs := s.reqs[:0], s.sreqs[:0]
+	s.keys = s.keys[:0]
 	res := &s.res
 	*res = Result{Closest: -1}
 	failClosed := false
@@ -130,7 +132,7 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 		if !p.matches(r) {
 			continue
 		}
-		req, err := m.request(r, p)
+		req, err := m.request(r, p, s)
 		if err != nil {
 			if errors.Is(err, errBadCost) {
 				http.Error(w, err.Error(), http.StatusBadRequest)
@@ -164,7 +166,7 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 	res.Policies, res.Decisions = enforced, ds
 	if i := sluice.Most(ds); i >= 0 {
 		res.Closest = i
-		setRateHeaders(w.Header(), time.Now(), m.opts.ResetFormat, ds[i], enforced, ds)
+		s.hdr.set(w.Header(), time.Now(), m.opts.ResetFormat, ds[i], enforced, ds)
 		res.Denied = !ds[i].Allowed
 	}
 	if len(sreqs) > 0 {
@@ -190,13 +192,18 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 
 var errBadCost = errors.New("httplimit: bad request cost")
 
-func (m *Middleware) request(r *http.Request, p *Policy) (sluice.Request, error) {
-	key, err := p.Key(r, p)
+// request builds p's Request for r. Its key is "<policy>\x00<identity>",
+// written into s.keys and not copied: stores do not retain keys.
+func (m *Middleware) request(r *http.Request, p *Policy, s *scratch) (sluice.Request, error) {
+	start := len(s.keys)
+	keys := append(append(s.keys, p.Name...), 0)
+	keys, err := p.Key(keys, r, p)
 	if err != nil {
 		return sluice.Request{}, err
 	}
-	if len(key)+len(p.Name)+1 > sluice.MaxKeyLen {
-		return sluice.Request{}, fmt.Errorf("%w: key of %d bytes", ErrNoKey, len(key))
+	s.keys = keys
+	if len(keys)-start > sluice.MaxKeyLen {
+		return sluice.Request{}, fmt.Errorf("%w: key of %d bytes", ErrNoKey, len(keys)-start)
 	}
 	cost := p.Cost
 	if p.CostFunc != nil {
@@ -204,12 +211,23 @@ func (m *Middleware) request(r *http.Request, p *Policy) (sluice.Request, error)
 			return sluice.Request{}, fmt.Errorf("%w: %d, %v", errBadCost, cost, err)
 		}
 	}
-	return sluice.Request{Key: p.Name + "\x00" + key, Limit: p.Limit, Cost: cost}, nil
+	// An append that grew s.keys left earlier keys in the old array,
+	// which stays alive and unchanged while they point into it.
+	key := unsafe.String(&keys[start], len(keys)-start)
+	return sluice.Request{Key: key, Limit: p.Limit, Cost: cost}, nil
 }
 
 func (m *Middleware) take(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
-	ctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
-	defer cancel()
+	if m.opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, m.opts.Timeout)
+		defer cancel()
+	}
+	if len(reqs) == 1 {
+		var err error
+		ds[0], err = m.opts.Store.Take(ctx, reqs[0])
+		return err
+	}
 	return m.opts.Store.TakeAll(ctx, reqs, ds)
 }
 

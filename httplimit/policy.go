@@ -34,7 +34,7 @@ type Policy struct {
 	// live traffic before enforcing it.
 	Shadow bool
 
-	mux *http.ServeMux // holds Pattern alone; nil when Pattern is empty
+	pat *pattern // nil when Pattern is empty
 }
 
 var policyName = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
@@ -65,16 +65,13 @@ func (p *Policy) prepare() (err error) {
 			err = fmt.Errorf("httplimit: policy %q: pattern %q: %v", p.Name, p.Pattern, r)
 		}
 	}()
-	p.mux = http.NewServeMux()
-	p.mux.Handle(p.Pattern, http.NotFoundHandler())
+	http.NewServeMux().Handle(p.Pattern, http.NotFoundHandler()) // validates
+	pat := parsePattern(p.Pattern)
+	p.pat = &pat
 	return nil
 }
 
 // matches reports whether r falls under p.
 func (p *Policy) matches(r *http.Request) bool {
-	if p.mux == nil {
-		return true
-	}
-	_, pattern := p.mux.Handler(r)
-	return pattern != ""
+	return p.pat == nil || p.pat.match(r)
 }
