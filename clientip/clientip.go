@@ -36,7 +36,7 @@ const maxHeaderBytes = 4096
 // Resolver finds a request's client address. It is safe for concurrent use.
 type Resolver struct {
 	strategy realclientip.Strategy
-	header   string // the header the strategy reads, "" for RemoteAddr
+	header   string         // the header the strategy reads, "" for RemoteAddr
 	trusted  []netip.Prefix // RightmostUntrusted: the proxies
 	next     *Resolver
 	v6Bits   int

@@ -2,8 +2,8 @@ package httplimit
 
 import (
 	"net/http"
-	"strings"
 	"net/http/httptest"
+	"strings"
 	"testing"
 )
 
