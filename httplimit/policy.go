@@ -40,7 +40,7 @@ type Policy struct {
 var policyName = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
 
 // prepare validates p and compiles its pattern.
-func (p *Policy) prepare() (err error) {
+func (p *Policy) prepare() error {
 	if !policyName.MatchString(p.Name) {
 		return fmt.Errorf("httplimit: policy name %q: want 1 to 64 letters, digits, '.', '_', ':' or '-'", p.Name)
 	}
@@ -59,15 +59,24 @@ func (p *Policy) prepare() (err error) {
 	if p.Pattern == "" {
 		return nil
 	}
+	if err := ValidatePattern(p.Pattern); err != nil {
+		return fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
+	}
+	pat := parsePattern(p.Pattern)
+	p.pat = &pat
+	return nil
+}
+
+// ValidatePattern reports whether pattern is a valid net/http ServeMux
+// pattern, as ServeMux itself judges it.
+func ValidatePattern(pattern string) (err error) {
 	defer func() {
 		// ServeMux.Handle panics on a malformed pattern.
 		if r := recover(); r != nil {
-			err = fmt.Errorf("httplimit: policy %q: pattern %q: %v", p.Name, p.Pattern, r)
+			err = fmt.Errorf("pattern %q: %v", pattern, r)
 		}
 	}()
-	http.NewServeMux().Handle(p.Pattern, http.NotFoundHandler()) // validates
-	pat := parsePattern(p.Pattern)
-	p.pat = &pat
+	http.NewServeMux().Handle(pattern, http.NotFoundHandler())
 	return nil
 }
 

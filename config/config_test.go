@@ -1,0 +1,162 @@
+package config_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+)
+
+func TestDefaultParses(t *testing.T) {
+	c := config.Default()
+	if c.Store.Type != "memory" || len(c.Policies) != 3 || c.Domains["edge"] == nil {
+		t.Fatalf("default: %+v", c)
+	}
+	api := c.Policy("api")
+	if len(api.Limits) != 2 || api.Limits[0].Rate != 10 || api.Limits[1].Period != time.Hour {
+		t.Fatalf("api limits %v", api.Limits)
+	}
+	if c.Policy("login").FailMode != sluice.FailClosed || c.Policy("login").Limits[0].Algorithm != sluice.SlidingLog {
+		t.Fatalf("login policy %+v", c.Policy("login"))
+	}
+}
+
+// Every problem is reported at once, each with file:line:column and field.
+func TestEveryProblemAtOnce(t *testing.T) {
+	src := `store:
+  type: etcd
+  timeout: -1s
+policies:
+  - name: a
+    limit: 0/s
+  - name: a
+    limits: ["10/s", "5/xyz"]
+    key: header
+    cost: 99
+    colour: blue
+  - limit: 10/s
+    fail_mode: maybe
+domains:
+  - domain: d
+    descriptors:
+      - key: k
+        rate_limit: {unit: fortnight, requests_per_unit: 5}
+`
+	_, err := config.Parse("p.yaml", []byte(src))
+	var ps config.Problems
+	if !errors.As(err, &ps) {
+		t.Fatalf("error %v is not Problems", err)
+	}
+	want := []string{
+		"p.yaml:2:9: store.type:",
+		"p.yaml:3:12: store.timeout: must be positive",
+		"p.yaml:6:12: policies[0].limit:",
+		"p.yaml:7:11: policies[1].name: policy \"a\" is defined twice",
+		"p.yaml:8:22: policies[1].limits[1]:",
+		"p.yaml:9:10: policies[1].key:",
+		"p.yaml:10:11: policies[1].cost: 99 is outside",
+		"p.yaml:11:5: policies[1].colour: unknown field",
+		"p.yaml:12:5: policies[2].name: required",
+		"p.yaml:13:16: policies[2].fail_mode:",
+		"p.yaml:18:28: domains[0].descriptors[0].rate_limit.unit:",
+	}
+	text := err.Error()
+	for _, w := range want {
+		if !strings.Contains(text, w) {
+			t.Errorf("missing %q in:\n%s", w, text)
+		}
+	}
+	if len(ps) != len(want) {
+		t.Errorf("%d problems, want %d:\n%s", len(ps), len(want), text)
+	}
+}
+
+func TestBadFiles(t *testing.T) {
+	for name, src := range map[string]string{
+		"empty":        "",
+		"not yaml":     "policies: [",
+		"nothing":      "store: {type: memory}",
+		"redis no url": "store: {type: redis}\npolicies: [{name: a, limit: 1/s}]",
+		"dup domain":   "domains: [{domain: d, descriptors: []}, {domain: d, descriptors: []}]",
+		"shape bucket": "policies: [{name: a, limit: 1/s, shape: true}]",
+		"bad match":    "policies: [{name: a, limit: 1/s, match: \"GET /x/{\"}]",
+	} {
+		if _, err := config.Parse("f.yaml", []byte(src)); err == nil || !strings.HasPrefix(err.Error(), "f.yaml:") {
+			t.Errorf("%s: %v; want a file:line error", name, err)
+		}
+	}
+}
+
+// A file holding one envoyproxy/ratelimit domain reads as that domain:
+// nested descriptors, wildcards, unlimited, shadow_mode and replaces.
+func TestEnvoyFormat(t *testing.T) {
+	src := `domain: mongo_cps
+descriptors:
+  - key: database
+    value: users
+    rate_limit:
+      unit: second
+      requests_per_unit: 500
+  - key: database
+    value: default
+    rate_limit:
+      unit: second
+      requests_per_unit: 50
+  - key: client_id
+    descriptors:
+      - key: path
+        value: /api/*
+        rate_limit:
+          name: api
+          unit: minute
+          requests_per_unit: 100
+      - key: path
+        value: /api/bulk
+        shadow_mode: true
+        rate_limit:
+          unit: hour
+          requests_per_unit: 10
+          replaces:
+            - name: api
+  - key: internal
+    rate_limit:
+      unlimited: true
+`
+	c, err := config.Parse("envoy.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := c.Domains["mongo_cps"]
+	tests := []struct {
+		entries []config.Entry
+		rate    int64
+		nilNode bool
+	}{
+		{[]config.Entry{{"database", "users"}}, 500, false},
+		{[]config.Entry{{"database", "other"}}, 0, true},
+		{[]config.Entry{{"client_id", "c1"}, {"path", "/api/x"}}, 100, false},
+		{[]config.Entry{{"client_id", "c1"}, {"path", "/api/bulk"}}, 10, false},
+		{[]config.Entry{{"client_id", "c1"}, {"path", "/other"}}, 0, true},
+		{[]config.Entry{{"client_id", "c1"}}, 0, false},
+	}
+	for _, tt := range tests {
+		n := d.Match(tt.entries)
+		if (n == nil) != tt.nilNode {
+			t.Errorf("%v: node %v", tt.entries, n)
+			continue
+		}
+		if n != nil && tt.rate != 0 && (len(n.Limits) != 1 || n.Limits[0].Rate != tt.rate) {
+			t.Errorf("%v: limits %+v, want rate %d", tt.entries, n.Limits, tt.rate)
+		}
+	}
+	bulk := d.Match([]config.Entry{{"client_id", "c"}, {"path", "/api/bulk"}})
+	if !bulk.Shadow || len(bulk.Replaces) != 1 || bulk.Replaces[0] != "api" {
+		t.Errorf("bulk: %+v", bulk)
+	}
+	if !d.Match([]config.Entry{{"internal", "x"}}).Unlimited {
+		t.Error("internal is not unlimited")
+	}
+}
