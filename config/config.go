@@ -21,6 +21,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/httplimit"
 )
 
@@ -45,8 +46,10 @@ func DefaultSource() []byte { return append([]byte(nil), defaultYAML...) }
 
 // Config is a parsed, validated policy file.
 type Config struct {
-	File     string
-	Store    Store
+	File           string
+	Source         []byte // the file as read
+	Store          Store
+	TrustedProxies []string // CIDRs whose X-Forwarded-For the proxy trusts
 	Admin    Admin
 	Policies []*Policy
 	Domains  map[string]*Domain
@@ -110,15 +113,22 @@ func Parse(file string, data []byte) (*Config, error) {
 		return nil, Problems{{File: file, Line: 1, Column: 1, Msg: "empty file: want policies, domains, or an envoyproxy/ratelimit domain"}}
 	}
 	doc := root.Content[0]
-	cfg := &Config{File: file, Domains: map[string]*Domain{}}
+	cfg := &Config{File: file, Source: data, Domains: map[string]*Domain{}}
 	if doc.Kind == yaml.MappingNode && hasKey(doc, "domain") {
 		if d := c.domain(doc, ""); d != nil {
 			cfg.Domains[d.Name] = d
 		}
 		cfg.Store = Store{Type: "memory", Timeout: 100 * time.Millisecond}
 	} else {
-		m := c.mapping(doc, "", "store", "admin", "policies", "domains")
+		m := c.mapping(doc, "", "store", "admin", "policies", "domains", "trusted_proxies")
 		cfg.Store = c.store(m["store"])
+		for i, n := range c.sequence(m["trusted_proxies"], "trusted_proxies") {
+			v := c.str(n, fmt.Sprintf("trusted_proxies[%d]", i))
+			if _, err := clientip.RightmostUntrusted("X-Forwarded-For", []string{v}); err != nil {
+				c.add(n, fmt.Sprintf("trusted_proxies[%d]", i), "%q is not an address or CIDR", v)
+			}
+			cfg.TrustedProxies = append(cfg.TrustedProxies, v)
+		}
 		cfg.Admin = c.admin(m["admin"])
 		c.policies(m["policies"], cfg)
 		for i, n := range c.sequence(m["domains"], "domains") {

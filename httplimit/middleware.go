@@ -187,7 +187,29 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 		return false
 	}
 	m.report(r, res)
-	return true
+	return m.shapeWait(r, enforced, ds)
+}
+
+// shapeWait sleeps the longest Delay of the shaping policies, and reports
+// false if the client went away meanwhile.
+func (m *Middleware) shapeWait(r *http.Request, policies []*Policy, ds []sluice.Decision) bool {
+	var wait time.Duration
+	for i, p := range policies {
+		if p.Shape {
+			wait = max(wait, ds[i].Delay)
+		}
+	}
+	if wait <= 0 {
+		return true
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-r.Context().Done():
+		return false
+	}
 }
 
 var errBadCost = errors.New("httplimit: bad request cost")

@@ -33,6 +33,12 @@ type Policy struct {
 	// Shadow decides and records, but never blocks: for trying a limit on
 	// live traffic before enforcing it.
 	Shadow bool
+	// Shape queues instead of rejecting: an allowed request waits its
+	// Decision.Delay before it proceeds, so the handler behind sees at most
+	// the rate (leaky bucket as a queue, nginx limit_req without nodelay);
+	// a request past the queue's Burst is still a 429. Use it with
+	// sluice.LeakyBucket.
+	Shape bool
 
 	pat *pattern // nil when Pattern is empty
 }

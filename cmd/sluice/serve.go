@@ -1,0 +1,164 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/proxy"
+	"github.com/sluicehq/sluice/internal/server"
+)
+
+// common are the flags serve and proxy share.
+type common struct {
+	config, redis, logLevel, logFormat string
+}
+
+func (c *common) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.config, "config", env("SLUICE_CONFIG", ""), "policy file (env SLUICE_CONFIG); empty: the embedded default")
+	fs.StringVar(&c.redis, "redis", env("SLUICE_REDIS_URL", ""), "Redis URL, overriding the config's store (env SLUICE_REDIS_URL): redis://, rediss://, redis-sentinel://")
+	fs.StringVar(&c.logLevel, "log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (env SLUICE_LOG_LEVEL)")
+	fs.StringVar(&c.logFormat, "log-format", env("SLUICE_LOG_FORMAT", "text"), "text or json (env SLUICE_LOG_FORMAT)")
+}
+
+func serve(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c common
+	c.register(fs)
+	httpAddr := fs.String("http", env("SLUICE_HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen address: /v1/check, /json, /metrics, /healthz, /readyz (env SLUICE_HTTP_ADDR)")
+	grpcAddr := fs.String("grpc", env("SLUICE_GRPC_ADDR", "127.0.0.1:8081"), "gRPC listen address: Envoy RLS v3, health, reflection (env SLUICE_GRPC_ADDR)")
+	adminAddr := fs.String("admin", env("SLUICE_ADMIN_ADDR", "127.0.0.1:8082"), "admin API listen address; starts only with a token (env SLUICE_ADMIN_ADDR)")
+	token := fs.String("admin-token", env("SLUICE_ADMIN_TOKEN", ""), "admin API bearer token, overriding the config's (env SLUICE_ADMIN_TOKEN)")
+	drain := fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight checks may take to finish on SIGINT or SIGTERM")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: sluice serve [flags]\n\nRuns the rate-limit service. With no flags: the embedded policy file and the memory store.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	log, err := logger(c.logLevel, c.logFormat, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice serve:", err)
+		return 2
+	}
+	srv, err := server.New(server.Options{
+		Config: c.config, RedisURL: c.redis, HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr,
+		AdminAddr: *adminAddr, AdminToken: *token, Logger: log,
+	})
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice serve: cannot start:\n"+err.Error())
+		return 1
+	}
+	if err := srv.Start(); err != nil {
+		fmt.Fprintln(stderr, "sluice serve:", err)
+		return 1
+	}
+	a := srv.Addrs()
+	source := c.config
+	if source == "" {
+		source = config.DefaultName
+	}
+	fmt.Fprintf(stdout, `sluice %s serving
+  policies   %s
+  store      %s
+  HTTP       http://%s   (POST /v1/check, POST /json, GET /metrics, /healthz, /readyz)
+  gRPC       %s          (envoy.service.ratelimit.v3.RateLimitService, grpc.health.v1)
+`, version, source, srv.StoreType(), a.HTTP, a.GRPC)
+	if a.Admin != "" {
+		fmt.Fprintf(stdout, "  admin      http://%s   (bearer token required)\n", a.Admin)
+	} else {
+		fmt.Fprintln(stdout, "  admin      off (set admin.token or SLUICE_ADMIN_TOKEN)")
+	}
+	fmt.Fprintf(stdout, `Try it:
+  curl -s http://%s/v1/check -d '{"checks":[{"policy":"default","key":"alice"}]}'
+  sluice check -addr %s -policy default -key alice
+`, a.HTTP, a.HTTP)
+
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go srv.WatchReload(ctx)
+	<-ctx.Done()
+	log.Info("shutting down; finishing in-flight checks")
+	sctx, cancel := context.WithTimeout(context.Background(), *drain)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		log.Error("shutdown", "error", err)
+		return 1
+	}
+	return 0
+}
+
+func proxyCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("proxy", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c common
+	c.register(fs)
+	listen := fs.String("listen", env("SLUICE_PROXY_ADDR", "127.0.0.1:8090"), "listen address (env SLUICE_PROXY_ADDR)")
+	upstream := fs.String("upstream", env("SLUICE_UPSTREAM", ""), "upstream URL to forward allowed requests to (env SLUICE_UPSTREAM); required")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: sluice proxy -upstream URL [flags]\n\nA reverse proxy applying the policy file's policies (match, key, shape) to what it forwards.\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	u, err := url.Parse(*upstream)
+	if *upstream == "" || err != nil || u.Host == "" {
+		fmt.Fprintln(stderr, "sluice proxy: -upstream must be a URL such as http://127.0.0.1:3000")
+		return 2
+	}
+	log, err := logger(c.logLevel, c.logFormat, stderr)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice proxy:", err)
+		return 2
+	}
+	srv, err := server.New(server.Options{Config: c.config, RedisURL: c.redis, Logger: log})
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice proxy: cannot start:\n"+err.Error())
+		return 1
+	}
+	h, err := proxy.New(srv.Config(), srv.Store(), u, log)
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice proxy:", err)
+		return 1
+	}
+	hs := &http.Server{Addr: *listen, Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	fmt.Fprintf(stdout, "sluice proxy listening on http://%s, forwarding to %s\n", *listen, u)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() {
+		<-ctx.Done()
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		hs.Shutdown(sctx)
+	}()
+	if err := hs.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		fmt.Fprintln(stderr, "sluice proxy:", err)
+		return 1
+	}
+	return 0
+}
+
+func validate(args []string, stdout, stderr io.Writer) int {
+	if len(args) != 1 {
+		fmt.Fprintln(stderr, "usage: sluice config validate FILE")
+		return 2
+	}
+	cfg, err := config.Load(args[0])
+	if err != nil {
+		fmt.Fprintln(stderr, err)
+		return 1
+	}
+	fmt.Fprintf(stdout, "%s: ok: %d policies, %d domains, %s store\n", args[0], len(cfg.Policies), len(cfg.Domains), cfg.Store.Type)
+	return 0
+}

@@ -1,0 +1,91 @@
+package server
+
+import (
+	"crypto/subtle"
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+)
+
+// adminHandler serves the admin API; every call needs the bearer token.
+//
+//	GET    /admin/config                    the loaded config file
+//	GET    /admin/keys?policy=P&key=K       the key's state under each limit (a peek)
+//	DELETE /admin/keys?policy=P&key=K       reset the key under each limit
+//
+// Domains take ?domain=D&entry=k=v&entry=k2=v2 instead of policy and key.
+func (s *Server) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /admin/config", func(w http.ResponseWriter, r *http.Request) {
+		cfg := s.state().cfg
+		w.Header().Set("Content-Type", "application/yaml")
+		w.Header().Set("X-Sluice-Config-File", cfg.File)
+		w.Write(cfg.Source)
+	})
+	mux.HandleFunc("GET /admin/keys", s.adminKey)
+	mux.HandleFunc("DELETE /admin/keys", s.adminKey)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.adminToken())) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
+			problem(w, http.StatusUnauthorized, "a valid bearer token is required", "")
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) adminKey(w http.ResponseWriter, r *http.Request) {
+	cfg := s.state().cfg
+	q := r.URL.Query()
+	key, limits := "", []sluice.Limit(nil)
+	if name := q.Get("policy"); name != "" {
+		p := cfg.Policy(name)
+		if p == nil || q.Get("key") == "" {
+			problem(w, http.StatusBadRequest, "unknown policy or no key", "policy")
+			return
+		}
+		key, limits = p.Name+"\x00"+q.Get("key"), p.Limits
+	} else {
+		d := cfg.Domains[q.Get("domain")]
+		if d == nil {
+			problem(w, http.StatusBadRequest, "want policy and key, or domain and entry=k=v", "domain")
+			return
+		}
+		var entries []config.Entry
+		key = d.Name
+		for _, e := range q["entry"] {
+			k, v, _ := strings.Cut(e, "=")
+			entries = append(entries, config.Entry{Key: k, Value: v})
+			key += "\x00" + k + "=" + v
+		}
+		n := d.Match(entries)
+		if n == nil {
+			problem(w, http.StatusNotFound, "no descriptor matches", "entry")
+			return
+		}
+		for _, l := range n.Limits {
+			limits = append(limits, l.Limit)
+		}
+	}
+	var out []DecisionJSON
+	for _, l := range limits {
+		if r.Method == http.MethodDelete {
+			if err := s.store.Reset(r.Context(), key, l); err != nil {
+				problem(w, http.StatusServiceUnavailable, err.Error(), "")
+				return
+			}
+		}
+		d, err := s.store.Take(r.Context(), sluice.Request{Key: key, Limit: l})
+		if err != nil {
+			problem(w, http.StatusServiceUnavailable, err.Error(), "")
+			return
+		}
+		out = append(out, decisionJSON(d))
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(map[string]any{"limits": out})
+}

@@ -1,0 +1,174 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice"
+)
+
+func (s *Server) httpHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/check", s.handleCheck)
+	mux.HandleFunc("POST /json", s.handleEnvoyJSON)
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
+	mux.HandleFunc("GET /readyz", s.handleReady)
+	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+// CheckRequest is the body of POST /v1/check.
+type CheckRequest struct {
+	Checks []Check `json:"checks"`
+}
+
+// Check asks for one decision: a policy's limits on a key.
+type Check struct {
+	Policy string `json:"policy"`
+	Key    string `json:"key"`
+	// Cost defaults to the policy's cost (1); 0 peeks.
+	Cost *int64 `json:"cost,omitempty"`
+}
+
+// CheckResponse answers a CheckRequest, one result per check.
+type CheckResponse struct {
+	// Allowed is true when every check is.
+	Allowed bool          `json:"allowed"`
+	Results []CheckResult `json:"results"`
+}
+
+// CheckResult is one check's decision: the limit closest to its limit,
+// and every limit's decision.
+type CheckResult struct {
+	Policy string `json:"policy"`
+	Key    string `json:"key"`
+	DecisionJSON
+	Shadow bool           `json:"shadow,omitempty"`
+	Limits []DecisionJSON `json:"limits"`
+	Error  string         `json:"error,omitempty"`
+}
+
+// DecisionJSON is a sluice.Decision in JSON: durations in milliseconds.
+type DecisionJSON struct {
+	Allowed      bool    `json:"allowed"`
+	Limit        string  `json:"limit,omitempty"`
+	Remaining    int64   `json:"remaining"`
+	RetryAfterMS float64 `json:"retry_after_ms"`
+	ResetAfterMS float64 `json:"reset_after_ms"`
+	DelayMS      float64 `json:"delay_ms"`
+}
+
+func decisionJSON(d sluice.Decision) DecisionJSON {
+	return DecisionJSON{
+		Allowed: d.Allowed, Limit: d.Limit.String(), Remaining: d.Remaining,
+		RetryAfterMS: float64(d.RetryAfter.Microseconds()) / 1000,
+		ResetAfterMS: float64(d.ResetAfter.Microseconds()) / 1000,
+		DelayMS:      float64(d.Delay.Microseconds()) / 1000,
+	}
+}
+
+func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	var req CheckRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		problem(w, http.StatusBadRequest, "malformed JSON body: "+err.Error(), "")
+		return
+	}
+	if len(req.Checks) == 0 || len(req.Checks) > maxChecks {
+		problem(w, http.StatusBadRequest, fmt.Sprintf("%d checks: want 1 to %d", len(req.Checks), maxChecks), "checks")
+		return
+	}
+	cfg := s.state().cfg
+	resp := CheckResponse{Allowed: true, Results: make([]CheckResult, len(req.Checks))}
+	for i, c := range req.Checks {
+		if c.Cost != nil && *c.Cost < 0 {
+			problem(w, http.StatusBadRequest, fmt.Sprintf("checks[%d].cost %d is negative", i, *c.Cost), fmt.Sprintf("checks[%d].cost", i))
+			return
+		}
+		out := s.checkPolicy(r.Context(), cfg, c.Policy, c.Key, c.Cost)
+		if errors.Is(out.Err, errInput) {
+			problem(w, http.StatusBadRequest, fmt.Sprintf("checks[%d]: %v", i, out.Err), fmt.Sprintf("checks[%d]", i))
+			return
+		}
+		res := CheckResult{Policy: c.Policy, Key: c.Key, Shadow: out.Shadow}
+		if out.Err != nil {
+			res.Error = out.Err.Error()
+			res.Allowed = false
+		} else {
+			res.DecisionJSON = decisionJSON(out.Decisions[out.Closest])
+			for _, d := range out.Decisions {
+				res.Limits = append(res.Limits, decisionJSON(d))
+			}
+			if out.Shadow {
+				res.Allowed = true
+			}
+		}
+		resp.Allowed = resp.Allowed && res.Allowed
+		resp.Results[i] = res
+	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(resp)
+}
+
+// handleEnvoyJSON serves envoyproxy/ratelimit's /json: a RateLimitRequest
+// in proto3 JSON, answered as JSON, 429 when over the limit.
+func (s *Server) handleEnvoyJSON(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		problem(w, http.StatusBadRequest, "body: "+err.Error(), "")
+		return
+	}
+	var req rlspb.RateLimitRequest
+	if err := protojson.Unmarshal(body, &req); err != nil {
+		problem(w, http.StatusBadRequest, "malformed RateLimitRequest: "+err.Error(), "")
+		return
+	}
+	resp, err := (&rls{s: s}).ShouldRateLimit(r.Context(), &req)
+	if err != nil {
+		problem(w, http.StatusBadRequest, err.Error(), "")
+		return
+	}
+	out, _ := protojson.Marshal(resp)
+	w.Header().Set("Content-Type", "application/json")
+	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT {
+		w.WriteHeader(http.StatusTooManyRequests)
+	}
+	w.Write(out)
+}
+
+func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
+	if !s.ready.Load() {
+		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		return
+	}
+	// The store is reachable when a peek answers.
+	ctx, cancel := context.WithTimeout(r.Context(), s.state().cfg.Store.Timeout)
+	defer cancel()
+	_, err := s.store.Take(ctx, sluice.Request{Key: "sluice:readyz", Limit: sluice.PerSecond(1)})
+	if err != nil {
+		http.Error(w, "store unreachable: "+err.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	io.WriteString(w, "ready\n")
+}
+
+// problem writes an RFC 9457 problem details body.
+func problem(w http.ResponseWriter, status int, detail, field string) {
+	body := map[string]any{"type": "about:blank", "title": http.StatusText(status), "status": status, "detail": detail}
+	if field != "" {
+		body["field"] = field
+	}
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(body)
+}

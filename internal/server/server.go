@@ -1,0 +1,218 @@
+// Package server is the sluice daemon: the HTTP JSON API, the Envoy rate
+// limit service (gRPC, and its JSON form), health, Prometheus metrics, the
+// admin API, and hot reload of the policy file.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// Options configures a Server.
+type Options struct {
+	// Config is the policy file's path; "" means the embedded default.
+	Config string
+	// RedisURL, if set, overrides the config's store with Redis.
+	RedisURL string
+	// HTTPAddr, GRPCAddr and AdminAddr are the listen addresses. The admin
+	// API starts only with a token (config admin.token or AdminToken).
+	HTTPAddr, GRPCAddr, AdminAddr string
+	// AdminToken overrides the config's admin token.
+	AdminToken string
+	Logger     *slog.Logger
+}
+
+// Server is a running sluice service. Its config is swapped atomically on
+// reload; its store is fixed at start.
+type Server struct {
+	opts    Options
+	log     *slog.Logger
+	cfg     atomic.Pointer[state]
+	store   sluice.Store
+	closer  func()
+	metrics *metrics
+	ready   atomic.Bool
+
+	mu        sync.Mutex // guards the listeners below
+	httpSrv   *http.Server
+	adminSrv  *http.Server
+	grpcSrv   *grpc.Server
+	health    *health.Server
+	addrs     Addrs
+	storeType string
+}
+
+// state is one loaded config.
+type state struct {
+	cfg *config.Config
+}
+
+// Addrs are the addresses the server listens on, once started.
+type Addrs struct{ HTTP, GRPC, Admin string }
+
+// New loads the config and opens the store. It returns the config's
+// problems, every one, when the file is invalid.
+func New(opts Options) (*Server, error) {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	cfg, err := load(opts.Config)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{opts: opts, log: opts.Logger, metrics: newMetrics()}
+	s.cfg.Store(&state{cfg: cfg})
+	if err := s.openStore(cfg); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func load(path string) (*config.Config, error) {
+	if path == "" {
+		return config.Default(), nil
+	}
+	return config.Load(path)
+}
+
+func (s *Server) state() *state { return s.cfg.Load() }
+
+func (s *Server) openStore(cfg *config.Config) error {
+	url := s.opts.RedisURL
+	if url == "" && cfg.Store.Type == "redis" {
+		url = cfg.Store.URL
+	}
+	if url == "" {
+		ms := memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
+		s.store, s.closer, s.storeType = ms, func() {}, "memory"
+		s.metrics.reg.MustRegister(
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_memstore_keys", Help: "Keys held by the memory store."},
+				func() float64 { return float64(ms.Len()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_memstore_live_evictions_total", Help: "Keys evicted before they were back to full, to stay under max_keys."},
+				func() float64 { return float64(ms.Evictions()) }))
+		return nil
+	}
+	rs, err := redisstore.Open(url, redisstore.Options{})
+	if err != nil {
+		return err
+	}
+	s.store, s.closer, s.storeType = rs, rs.Close, "redis"
+	return nil
+}
+
+// Start listens on the configured addresses and serves in the background.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	hl, err := net.Listen("tcp", s.opts.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("http listener: %w", err)
+	}
+	gl, err := net.Listen("tcp", s.opts.GRPCAddr)
+	if err != nil {
+		hl.Close()
+		return fmt.Errorf("grpc listener: %w", err)
+	}
+	s.addrs = Addrs{HTTP: hl.Addr().String(), GRPC: gl.Addr().String()}
+
+	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	go s.serveHTTP(s.httpSrv, hl)
+
+	s.grpcSrv = grpc.NewServer()
+	rlspb.RegisterRateLimitServiceServer(s.grpcSrv, &rls{s: s})
+	s.health = health.NewServer()
+	healthpb.RegisterHealthServer(s.grpcSrv, s.health)
+	reflection.Register(s.grpcSrv)
+	go s.grpcSrv.Serve(gl)
+
+	if token := s.adminToken(); token != "" && s.opts.AdminAddr != "" {
+		al, err := net.Listen("tcp", s.opts.AdminAddr)
+		if err != nil {
+			return fmt.Errorf("admin listener: %w", err)
+		}
+		s.addrs.Admin = al.Addr().String()
+		s.adminSrv = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go s.serveHTTP(s.adminSrv, al)
+	}
+	s.ready.Store(true)
+	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	return nil
+}
+
+func (s *Server) serveHTTP(srv *http.Server, l net.Listener) {
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		s.log.Error("http server stopped", "error", err)
+	}
+}
+
+func (s *Server) adminToken() string {
+	if s.opts.AdminToken != "" {
+		return s.opts.AdminToken
+	}
+	return s.state().cfg.Admin.Token
+}
+
+// Addrs returns the listen addresses, after Start.
+func (s *Server) Addrs() Addrs {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.addrs
+}
+
+// StoreType is "memory" or "redis".
+func (s *Server) StoreType() string { return s.storeType }
+
+// Shutdown stops accepting work, lets in-flight checks finish (until ctx
+// ends), and closes the store.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.ready.Store(false)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.health != nil {
+		s.health.Shutdown()
+	}
+	var errs []error
+	if s.httpSrv != nil {
+		errs = append(errs, s.httpSrv.Shutdown(ctx))
+	}
+	if s.adminSrv != nil {
+		errs = append(errs, s.adminSrv.Shutdown(ctx))
+	}
+	if s.grpcSrv != nil {
+		done := make(chan struct{})
+		go func() { s.grpcSrv.GracefulStop(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			s.grpcSrv.Stop()
+		}
+	}
+	s.closer()
+	return errors.Join(errs...)
+}
+
+// Config returns the config now serving.
+func (s *Server) Config() *config.Config { return s.state().cfg }
+
+// Store returns the store the server decides with.
+func (s *Server) Store() sluice.Store { return s.store }
