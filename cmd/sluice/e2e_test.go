@@ -1,0 +1,482 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	extrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "sluice-e2e")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "sluice")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building sluice: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+func freeAddr(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// proc is a running sluice process.
+type proc struct {
+	cmd               *exec.Cmd
+	http, grpc, admin string
+	out               *syncBuffer
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
+
+// start runs `sluice serve` with args and waits until it answers /healthz.
+func start(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{http: freeAddr(t), grpc: freeAddr(t), admin: freeAddr(t), out: &syncBuffer{}}
+	args = append([]string{"serve", "-http", p.http, "-grpc", p.grpc, "-admin", p.admin}, args...)
+	p.cmd = exec.Command(binary, args...)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+		if t.Failed() {
+			t.Logf("sluice output:\n%s", p.out)
+		}
+	})
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if resp, err := http.Get("http://" + p.http + "/healthz"); err == nil {
+			resp.Body.Close()
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sluice did not answer /healthz:\n%s", p.out)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+type checkResp struct {
+	Allowed bool `json:"allowed"`
+	Results []struct {
+		Allowed   bool   `json:"allowed"`
+		Remaining int64  `json:"remaining"`
+		Limit     string `json:"limit"`
+	} `json:"results"`
+}
+
+func postCheck(t *testing.T, addr, policy, key string) (int, checkResp) {
+	t.Helper()
+	body := fmt.Sprintf(`{"checks":[{"policy":%q,"key":%q}]}`, policy, key)
+	resp, err := http.Post("http://"+addr+"/v1/check", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r checkResp
+	json.NewDecoder(resp.Body).Decode(&r)
+	return resp.StatusCode, r
+}
+
+// The newcomer's path: no flags, the embedded config, the memory store,
+// checks over JSON, Envoy RLS gRPC, /json and `sluice check`.
+func TestServeDefault(t *testing.T) {
+	p := start(t, nil)
+	if !strings.Contains(p.out.String(), "Try it:") {
+		t.Errorf("no hint on how to try it:\n%s", p.out)
+	}
+	allowed := 0
+	for range 25 {
+		if _, r := postCheck(t, p.http, "default", "alice"); r.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 20 {
+		t.Errorf("default policy (burst 20) allowed %d of 25 at once", allowed)
+	}
+	conn, err := grpc.NewClient(p.grpc, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rl := rlspb.NewRateLimitServiceClient(conn)
+	req := &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*extrl.RateLimitDescriptor{{
+		Entries: []*extrl.RateLimitDescriptor_Entry{{Key: "generic_key", Value: "slow_backend"}},
+	}}, HitsAddend: 30}
+	for i, want := range []rlspb.RateLimitResponse_Code{rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OVER_LIMIT} {
+		resp, err := rl.ShouldRateLimit(context.Background(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.OverallCode != want {
+			t.Fatalf("RLS call %d: %v, want %v", i, resp.OverallCode, want)
+		}
+		st := resp.Statuses[0]
+		if st.CurrentLimit.GetRequestsPerUnit() != 60 || st.CurrentLimit.GetUnit() != rlspb.RateLimitResponse_RateLimit_MINUTE {
+			t.Fatalf("current_limit %v", st.CurrentLimit)
+		}
+		if want == rlspb.RateLimitResponse_OK && st.LimitRemaining != uint32(60-30*(i+1)) {
+			t.Fatalf("limit_remaining %d after %d×30", st.LimitRemaining, i+1)
+		}
+	}
+	if _, err := rl.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "nope", Descriptors: req.Descriptors}); err == nil {
+		t.Error("unknown domain accepted")
+	}
+	out, err := exec.Command(binary, "check", "-addr", p.http, "-policy", "login", "-key", "10.0.0.1").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), `"remaining": 4`) {
+		t.Errorf("sluice check: %v\n%s", err, out)
+	}
+	resp, err := http.Post("http://"+p.http+"/json", "application/json", strings.NewReader(`{"domain":"edge","descriptors":[{"entries":[{"key":"generic_key","value":"slow_backend"}]}]}`))
+	if err != nil || resp.StatusCode != http.StatusTooManyRequests {
+		t.Errorf("/json over the limit: %v, %v", resp.Status, err)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	p := start(t, nil)
+	for name, body := range map[string]string{
+		"malformed":      `{"checks":[`,
+		"unknown policy": `{"checks":[{"policy":"nope","key":"k"}]}`,
+		"no key":         `{"checks":[{"policy":"default"}]}`,
+		"negative cost":  `{"checks":[{"policy":"default","key":"k","cost":-1}]}`,
+		"unknown field":  `{"checks":[{"policy":"default","key":"k","colour":1}]}`,
+		"huge key":       `{"checks":[{"policy":"default","key":"` + strings.Repeat("k", 1<<20) + `"}]}`,
+		"no checks":      `{"checks":[]}`,
+	} {
+		resp, err := http.Post("http://"+p.http+"/v1/check", "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 400 || resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("%s: %d %s", name, resp.StatusCode, b)
+		}
+	}
+	var many strings.Builder
+	many.WriteString(`{"domain":"edge","descriptors":[`)
+	for i := range 10_000 {
+		if i > 0 {
+			many.WriteByte(',')
+		}
+		many.WriteString(`{"entries":[{"key":"remote_address","value":"x"}]}`)
+	}
+	many.WriteString(`]}`)
+	resp, err := http.Post("http://"+p.http+"/json", "application/json", strings.NewReader(many.String()))
+	if err != nil || resp.StatusCode != 400 {
+		t.Errorf("10,000 descriptors: %v %v", resp.Status, err)
+	}
+}
+
+func TestAdminAPI(t *testing.T) {
+	p := start(t, []string{"SLUICE_ADMIN_TOKEN=s3cret"})
+	postCheck(t, p.http, "default", "bob")
+	for _, auth := range []string{"", "Bearer wrong", "s3cret"} {
+		req, _ := http.NewRequest("GET", "http://"+p.admin+"/admin/config", nil)
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != 401 {
+			t.Errorf("auth %q: %d, want 401", auth, resp.StatusCode)
+		}
+	}
+	do := func(method, path string) (int, string) {
+		req, _ := http.NewRequest(method, "http://"+p.admin+path, nil)
+		req.Header.Set("Authorization", "Bearer s3cret")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := do("GET", "/admin/config"); code != 200 || !strings.Contains(body, "policies:") {
+		t.Errorf("config: %d %s", code, body)
+	}
+	if code, body := do("GET", "/admin/keys?policy=default&key=bob"); code != 200 || !strings.Contains(body, `"remaining":19`) {
+		t.Errorf("inspect: %d %s", code, body)
+	}
+	if code, body := do("DELETE", "/admin/keys?policy=default&key=bob"); code != 200 || !strings.Contains(body, `"remaining":20`) {
+		t.Errorf("reset: %d %s", code, body)
+	}
+	// Without a token the admin API does not start.
+	q := start(t, nil)
+	if _, err := net.DialTimeout("tcp", q.admin, time.Second); err == nil {
+		t.Error("admin API listening without a token")
+	}
+}
+
+// A good file reloads (on SIGHUP and on change) without resetting counters;
+// a bad one is refused with file:line and the old config keeps serving.
+func TestReload(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "sluice.yaml")
+	write := func(s string) {
+		if err := os.WriteFile(file+".tmp", []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Rename(file+".tmp", file)
+	}
+	write("policies:\n  - name: p\n    limit: 5/1h\n")
+	p := start(t, nil, "-config", file)
+	for range 3 {
+		postCheck(t, p.http, "p", "k")
+	}
+	write("policies:\n  - name: p\n    limit: 10/1h\n  - name: q\n    limit: 1/1h\n")
+	waitFor(t, func() bool {
+		_, r := postCheck(t, p.http, "q", "x")
+		return len(r.Results) == 1 && r.Results[0].Limit != ""
+	})
+	// GCRA keeps its theoretical arrival time: 3 requests at 5/h are 36
+	// minutes of debt, which at 10/h is 6 requests. A reset would leave 9.
+	if _, r := postCheck(t, p.http, "p", "k"); r.Results[0].Remaining != 10-6-1 {
+		t.Fatalf("after raising the limit: %+v; want 3 remaining (the state kept)", r.Results[0])
+	}
+	write("policies:\n  - name: p\n    limit: 0/1h\n")
+	waitFor(t, func() bool { return strings.Contains(p.out.String(), "config reload rejected") })
+	if !regexp.MustCompile(`sluice\.yaml:3:12: policies\[0\]\.limit`).MatchString(p.out.String()) {
+		t.Errorf("rejection without file:line:column:\n%s", p.out)
+	}
+	if code, r := postCheck(t, p.http, "q", "y"); code != 200 || !r.Allowed {
+		t.Fatalf("the old config stopped serving: %d %+v", code, r)
+	}
+	write("policies:\n  - name: z\n    limit: 1/1h\n")
+	p.cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, func() bool { code, _ := postCheck(t, p.http, "z", "k"); return code == 200 })
+}
+
+func waitFor(t *testing.T, f func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !f() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met within 10s")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// SIGTERM during load: every request sent before it gets a whole reply.
+func TestGracefulShutdown(t *testing.T) {
+	p := start(t, nil)
+	var sent, answered, broken atomic.Int64
+	var wg sync.WaitGroup
+	stop := make(chan struct{})
+	for range 8 {
+		wg.Go(func() {
+			c := &http.Client{Transport: &http.Transport{DisableKeepAlives: false}}
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				sent.Add(1)
+				resp, err := c.Post("http://"+p.http+"/v1/check", "application/json", strings.NewReader(`{"checks":[{"policy":"default","key":"k"}]}`))
+				if err != nil {
+					sent.Add(-1) // refused: never reached the server
+					return
+				}
+				var r checkResp
+				if json.NewDecoder(resp.Body).Decode(&r) != nil || len(r.Results) != 1 {
+					broken.Add(1)
+				}
+				resp.Body.Close()
+				answered.Add(1)
+			}
+		})
+	}
+	time.Sleep(300 * time.Millisecond)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	err := p.cmd.Wait()
+	close(stop)
+	wg.Wait()
+	if err != nil {
+		t.Errorf("exit: %v", err)
+	}
+	if broken.Load() != 0 || answered.Load() == 0 {
+		t.Fatalf("%d answered, %d cut mid-reply", answered.Load(), broken.Load())
+	}
+}
+
+// The same checks against Redis started for the test.
+func TestServeRedis(t *testing.T) {
+	srv := redistest.Standalone(t)
+	p := start(t, nil, "-redis", "redis://"+srv.Addr)
+	if !strings.Contains(p.out.String(), "store      redis") {
+		t.Fatalf("not on Redis:\n%s", p.out)
+	}
+	allowed := 0
+	for range 25 {
+		if _, r := postCheck(t, p.http, "default", "carol"); r.Allowed {
+			allowed++
+		}
+	}
+	if allowed != 20 {
+		t.Errorf("allowed %d of 25 on Redis, want 20", allowed)
+	}
+	resp, err := http.Get("http://" + p.http + "/readyz")
+	if err != nil || resp.StatusCode != 200 {
+		t.Errorf("readyz with Redis up: %v %v", resp, err)
+	}
+}
+
+// The proxy limits, passes bodies through intact, and shapes bursty
+// input to the configured rate.
+func TestProxy(t *testing.T) {
+	var hits atomic.Int64
+	var mu sync.Mutex
+	var arrivals []time.Time
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hits.Add(1)
+		if r.URL.Path == "/shaped" {
+			mu.Lock()
+			arrivals = append(arrivals, time.Now())
+			mu.Unlock()
+		}
+		b, _ := io.ReadAll(r.Body) // HTTP/1 cannot read the body once the reply starts
+		w.Write(b)
+	}))
+	defer upstream.Close()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "proxy.yaml")
+	os.WriteFile(file, []byte(`policies:
+  - name: limited
+    limit: 3/1h
+    key: client_ip
+    match: "/limited"
+  - name: shaped
+    limit: leaky_bucket 20/1s burst 400
+    key: client_ip
+    match: "/shaped"
+    shape: true
+`), 0o644)
+	addr := freeAddr(t)
+	cmd := exec.Command(binary, "proxy", "-config", file, "-upstream", upstream.URL, "-listen", addr)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	waitFor(t, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+
+	body := bytes.Repeat([]byte("0123456789"), 100_000)
+	codes := map[int]int{}
+	for range 5 {
+		resp, err := http.Post("http://"+addr+"/limited", "application/octet-stream", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		codes[resp.StatusCode]++
+		if resp.StatusCode == 200 && !bytes.Equal(got, body) {
+			t.Fatalf("body changed through the proxy: %d bytes back of %d", len(got), len(body))
+		}
+		if resp.StatusCode == 429 && resp.Header.Get("Retry-After") == "" {
+			t.Fatal("429 without Retry-After")
+		}
+	}
+	if codes[200] != 3 || codes[429] != 2 {
+		t.Fatalf("limited: %v, want 3×200 and 2×429", codes)
+	}
+
+	// Bursty input: 4 bursts of 50, every 2.5s, for 10s. Shaped to 20/s,
+	// the upstream sees them spread evenly.
+	var wg sync.WaitGroup
+	start := time.Now()
+	for burst := range 4 {
+		time.Sleep(time.Until(start.Add(time.Duration(burst) * 2500 * time.Millisecond)))
+		for range 50 {
+			wg.Go(func() {
+				resp, err := http.Get("http://" + addr + "/shaped")
+				if err == nil {
+					resp.Body.Close()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if len(arrivals) != 200 {
+		t.Fatalf("%d of 200 shaped requests reached the upstream", len(arrivals))
+	}
+	span := arrivals[len(arrivals)-1].Sub(arrivals[0]).Seconds()
+	rate := float64(len(arrivals)-1) / span
+	t.Logf("shaped: 200 requests in 4 bursts reached the upstream at %.2f/s over %.2fs (configured 20/s)", rate, span)
+	if rate < 19 || rate > 21 {
+		t.Errorf("upstream rate %.2f/s, want within 5%% of 20/s", rate)
+	}
+	// No second of output above the rate (one request of slack for timer jitter).
+	for i := range arrivals {
+		n := 0
+		for j := i; j < len(arrivals) && arrivals[j].Sub(arrivals[i]) < time.Second; j++ {
+			n++
+		}
+		if n > 21 {
+			t.Fatalf("%d requests reached the upstream within one second", n)
+		}
+	}
+}
