@@ -50,9 +50,9 @@ type Config struct {
 	Source         []byte // the file as read
 	Store          Store
 	TrustedProxies []string // CIDRs whose X-Forwarded-For the proxy trusts
-	Admin    Admin
-	Policies []*Policy
-	Domains  map[string]*Domain
+	Admin          Admin
+	Policies       []*Policy
+	Domains        map[string]*Domain
 }
 
 // Store says where state lives.

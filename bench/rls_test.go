@@ -1,0 +1,96 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync/atomic"
+	"testing"
+
+	extrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/internal/server"
+)
+
+// emptyRLS answers OK at once: the ceiling of grpc-go's transport for this
+// service on this machine.
+type emptyRLS struct {
+	rlspb.UnimplementedRateLimitServiceServer
+}
+
+func (emptyRLS) ShouldRateLimit(context.Context, *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}, nil
+}
+
+func startEmpty(b *testing.B) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := grpc.NewServer()
+	rlspb.RegisterRateLimitServiceServer(s, emptyRLS{})
+	go s.Serve(l)
+	b.Cleanup(s.Stop)
+	return l.Addr().String()
+}
+
+func startSluice(b *testing.B, redisURL string) string {
+	s, err := server.New(server.Options{RedisURL: redisURL, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Shutdown(context.Background()) })
+	return s.Addrs().GRPC
+}
+
+// BenchmarkRLS drives envoy.service.ratelimit.v3 ShouldRateLimit over
+// loopback gRPC from 64 concurrent callers on 10k descriptors (the embedded
+// config's remote_address limit, always allowed at 50/s per address): an
+// empty handler (the transport's ceiling), sluice on the memory store, and
+// sluice on Redis.
+func BenchmarkRLS(b *testing.B) {
+	targets := []struct {
+		name string
+		addr func(b *testing.B) string
+	}{
+		{"empty-handler", startEmpty},
+		{"sluice-memory", func(b *testing.B) string { return startSluice(b, "") }},
+		{"sluice-redis", func(b *testing.B) string {
+			return startSluice(b, "redis://"+redistest.Standalone(b).Addr)
+		}},
+	}
+	for _, tg := range targets {
+		b.Run(tg.name+"/callers=64", func(b *testing.B) {
+			conn, err := grpc.NewClient(tg.addr(b), grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer conn.Close()
+			c := rlspb.NewRateLimitServiceClient(conn)
+			reqs := make([]*rlspb.RateLimitRequest, 10_000)
+			for i := range reqs {
+				reqs[i] = &rlspb.RateLimitRequest{Domain: "edge", Descriptors: []*extrl.RateLimitDescriptor{{
+					Entries: []*extrl.RateLimitDescriptor_Entry{{Key: "remote_address", Value: fmt.Sprint("10.0.", i/256, ".", i%256)}},
+				}}}
+			}
+			var n atomic.Int64
+			drive(b, 64, func(string) error {
+				resp, err := c.ShouldRateLimit(context.Background(), reqs[n.Add(1)%int64(len(reqs))])
+				if err == nil && resp.OverallCode != rlspb.RateLimitResponse_OK {
+					err = fmt.Errorf("over limit: %v", resp)
+				}
+				return err
+			})
+		})
+	}
+}
