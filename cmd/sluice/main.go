@@ -3,6 +3,7 @@
 //	sluice serve            the service: HTTP JSON, Envoy RLS gRPC, metrics, admin
 //	sluice proxy -upstream  a reverse proxy with the same policies
 //	sluice check            send one check to a running service
+//	sluice sim              compare the algorithms on simulated traffic
 //	sluice config validate  check a policy file
 //	sluice version
 //
@@ -36,6 +37,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return proxyCmd(args[1:], stdout, stderr)
 	case "check":
 		return check(args[1:], stdout, stderr)
+	case "sim":
+		return simCmd(args[1:], stdout, stderr)
 	case "config":
 		if len(args) < 2 || args[1] != "validate" {
 			fmt.Fprintln(stderr, "usage: sluice config validate FILE")
@@ -61,6 +64,7 @@ Commands:
   serve            run the rate-limit service (memory store and an embedded policy file by default)
   proxy            run a reverse proxy that applies the policies to an upstream
   check            send one check to a running service and print the decision
+  sim              compare the algorithms on simulated traffic, with a chart
   config validate  check a policy file and list every problem
   version          print the version
 

@@ -1,0 +1,226 @@
+// Package sim runs sluice's algorithms side by side on the same generated
+// traffic, in simulated time, and measures what each admits: the boundary
+// burst, exactness against the sliding log, shaping delay and state size.
+// It drives the real memory store with explicit times, so millions of
+// requests take seconds and every run with the same seed is identical.
+package sim
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// Config is one simulation.
+type Config struct {
+	// Algorithms to compare; all of them when empty.
+	Algorithms []sluice.Algorithm
+	// Limit applies to every key; its Algorithm is ignored.
+	Limit sluice.Limit
+	// Traffic is the arrivals, in time order.
+	Traffic Traffic
+	// Bin is the width of the admitted-per-bin series. Default Period/10.
+	Bin time.Duration
+}
+
+// Result is what one algorithm did with the traffic.
+type Result struct {
+	Algorithm          sluice.Algorithm
+	Requests, Admitted int64
+	// MaxInPeriod is the most cost one key had admitted in any interval of
+	// length Period (for the leaky bucket, by when requests leave the
+	// queue): the limit's Rate when exact.
+	MaxInPeriod int64
+	// Disagree is the fraction of requests decided differently from the
+	// exact sliding log; NaN when the rate is too high for a log.
+	Disagree float64
+	// MeanDelay and MaxDelay are the shaping delays (leaky bucket).
+	MeanDelay, MaxDelay time.Duration
+	// StateBytes is the state one key needs: fixed for the O(1)
+	// algorithms, 16 bytes per entry at the log's fullest.
+	StateBytes int64
+	// Series is the cost admitted (leaving, for the leaky bucket) in each
+	// Bin, over all keys.
+	Series []int64
+}
+
+// All is every algorithm, in the order tables show them.
+var All = []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingLog, sluice.SlidingWindow, sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA}
+
+// epoch is time zero: a day boundary, so windows align with the traffic's
+// own seconds.
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// stateWords is the fixed state of each O(1) algorithm, in 8-byte words.
+var stateWords = map[sluice.Algorithm]int64{
+	sluice.FixedWindow: 2, sluice.SlidingWindow: 3, sluice.TokenBucket: 3, sluice.LeakyBucket: 2, sluice.GCRA: 2,
+}
+
+// runner is one algorithm under simulation.
+type runner struct {
+	res    Result
+	limit  sluice.Limit
+	store  *memstore.Store
+	window map[string]*ring // admitted (or leaving) per key in the last Period
+	delay  time.Duration    // total shaping delay
+
+	lastAllowed bool // the decision of the latest arrival
+}
+
+// Run simulates cfg and returns one Result per algorithm.
+func Run(cfg Config) ([]Result, error) {
+	algs := cfg.Algorithms
+	if len(algs) == 0 {
+		algs = All
+	}
+	if cfg.Bin <= 0 {
+		cfg.Bin = max(cfg.Limit.Period/10, time.Millisecond)
+	}
+	var runners []*runner
+	var reference *runner
+	for _, a := range algs {
+		l := cfg.Limit
+		l.Algorithm = a
+		if err := l.Validate(); err != nil {
+			return nil, fmt.Errorf("sim: %v: %w", a, err)
+		}
+		r := newRunner(l)
+		runners = append(runners, r)
+		if a == sluice.SlidingLog {
+			reference = r
+		}
+	}
+	if reference == nil {
+		l := cfg.Limit
+		l.Algorithm = sluice.SlidingLog
+		if l.Validate() == nil {
+			reference = newRunner(l) // decides, but is not reported
+		}
+	}
+	all := runners
+	if reference != nil && !contains(runners, reference) {
+		all = append(all, reference)
+	}
+	ctx := context.Background()
+	disagree := make([]int64, len(runners))
+	for a := range cfg.Traffic {
+		now := epoch.Add(a.T)
+		var ref bool
+		for _, r := range all {
+			d, err := r.store.Take(ctx, sluice.Request{Key: a.Key, Limit: r.limit, Cost: a.Cost, Now: now})
+			if err != nil {
+				return nil, fmt.Errorf("sim: at %v: %w", a.T, err)
+			}
+			r.record(a, d, cfg.Bin)
+			if r == reference {
+				ref = d.Allowed
+			}
+		}
+		if reference != nil {
+			for i, r := range runners {
+				if r.lastAllowed != ref {
+					disagree[i]++
+				}
+			}
+		}
+	}
+	out := make([]Result, len(runners))
+	for i, r := range runners {
+		r.res.Disagree = math.NaN()
+		if reference != nil && r.res.Requests > 0 {
+			r.res.Disagree = float64(disagree[i]) / float64(r.res.Requests)
+		}
+		if r.res.Admitted > 0 {
+			r.res.MeanDelay = r.delay / time.Duration(r.res.Admitted)
+		}
+		if w, ok := stateWords[r.limit.Algorithm]; ok {
+			r.res.StateBytes = 8 * w
+		} else {
+			r.res.StateBytes = 16 * r.res.MaxInPeriod
+		}
+		out[i] = r.res
+	}
+	return out, nil
+}
+
+func contains(rs []*runner, r *runner) bool {
+	for _, x := range rs {
+		if x == r {
+			return true
+		}
+	}
+	return false
+}
+
+func newRunner(l sluice.Limit) *runner {
+	return &runner{
+		res:    Result{Algorithm: l.Algorithm},
+		limit:  l,
+		store:  memstore.New(memstore.Options{MaxKeys: 1 << 30}),
+		window: map[string]*ring{},
+	}
+}
+
+// record accounts for one decision.
+func (r *runner) record(a Arrival, d sluice.Decision, bin time.Duration) {
+	r.res.Requests++
+	r.lastAllowed = d.Allowed
+	if !d.Allowed || a.Cost == 0 {
+		return
+	}
+	r.res.Admitted += a.Cost
+	r.delay += d.Delay
+	r.res.MaxDelay = max(r.res.MaxDelay, d.Delay)
+	leave := a.T + d.Delay
+	i := int(leave / bin)
+	for len(r.res.Series) <= i {
+		r.res.Series = append(r.res.Series, 0)
+	}
+	r.res.Series[i] += a.Cost
+	w := r.window[a.Key]
+	if w == nil {
+		w = &ring{}
+		r.window[a.Key] = w
+	}
+	r.res.MaxInPeriod = max(r.res.MaxInPeriod, w.add(leave, a.Cost, r.limit.Period))
+}
+
+// ring holds one key's admissions in the last Period, oldest first.
+type ring struct {
+	t    []time.Duration
+	cost []int64
+	sum  int64
+}
+
+// add records cost leaving at t and returns the cost in (t − period, t].
+func (w *ring) add(t time.Duration, cost int64, period time.Duration) int64 {
+	drop := 0
+	for drop < len(w.t) && w.t[drop] <= t-period {
+		w.sum -= w.cost[drop]
+		drop++
+	}
+	w.t, w.cost = append(w.t[drop:], t), append(w.cost[drop:], cost)
+	w.sum += cost
+	return w.sum
+}
+
+// Format writes results as a table.
+func Format(w io.Writer, limit sluice.Limit, results []Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "algorithm\trequests\tadmitted\tmax in any period\tvs limit\tdisagree with log\tmean delay\tmax delay\tstate/key\t")
+	for _, r := range results {
+		dis := "–"
+		if !math.IsNaN(r.Disagree) {
+			dis = fmt.Sprintf("%.4f%%", 100*r.Disagree)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%.2f×\t%s\t%v\t%v\t%d B\t\n", r.Algorithm, r.Requests, r.Admitted, r.MaxInPeriod,
+			float64(r.MaxInPeriod)/float64(limit.Rate), dis, r.MeanDelay.Round(time.Microsecond), r.MaxDelay.Round(time.Microsecond), r.StateBytes)
+	}
+	tw.Flush()
+}
