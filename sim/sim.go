@@ -110,6 +110,7 @@ func Run(cfg Config) ([]Result, error) {
 	ctx := context.Background()
 	disagree := make([]int64, len(runners))
 	for a := range cfg.Traffic {
+		a.T = a.T.Truncate(time.Microsecond) // the stores' unit: measure what they saw
 		now := epoch.Add(a.T)
 		var ref bool
 		for _, r := range all {

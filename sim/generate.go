@@ -1,0 +1,3 @@
+package sim
+
+//go:generate sh -c "cd .. && mkdir -p docs/img && go run ./sim/gendocs"
