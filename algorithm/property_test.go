@@ -7,6 +7,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
 )
 
 var allAlgorithms = []sluice.Algorithm{
@@ -222,6 +223,29 @@ func TestResultsKeepTheirPromises(t *testing.T) {
 					capacity = rate
 				}
 				run(t, m, genArrivals(t, period, capacity))
+			})
+		})
+	}
+}
+
+// FullAt agrees with every Result's ResetAfter, so a store can derive a
+// state's life from the state instead of storing it.
+func TestFullAtMatchesResetAfter(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		if alg == sluice.SlidingLog {
+			continue
+		}
+		t.Run(alg.String(), func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				rate, period, burst := genParams(t)
+				m := newMachine(alg, rate, period, burst)
+				for _, a := range genArrivals(t, period, 1) {
+					if r := m.take(a.t, a.cost); r.Allowed {
+						if got, want := algorithm.FullAt(alg, m.s, &m.p), a.t+r.ResetAfter; got != want && !(r.ResetAfter == 0 && got <= a.t) {
+							t.Fatalf("%v at %d: FullAt %d, now + ResetAfter %d", alg, a.t, got, want)
+						}
+					}
+				}
 			})
 		})
 	}

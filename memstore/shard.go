@@ -30,12 +30,6 @@ type table struct {
 	logs   map[string]*logState // SlidingLog
 }
 
-// entry is an O(1) algorithm's state and the time it is back to full.
-type entry struct {
-	s   algorithm.State
-	exp int64 // µs
-}
-
 type logState struct {
 	entries []algorithm.LogEntry
 	exp     int64
@@ -74,6 +68,7 @@ func (sh *shard) table(alg sluice.Algorithm, period int64, create bool) *table {
 		t.logs = make(map[string]*logState)
 	} else {
 		t.idx = make(map[string]uint32)
+		t.slab.stride = algorithm.Words(alg)
 	}
 	sh.tables = append(sh.tables, t)
 	return t
@@ -111,9 +106,7 @@ func (sh *shard) decide(req *sluice.Request, now int64, p *pending) error {
 	}
 	if p.t != nil {
 		if p.slot, p.found = p.t.idx[req.Key]; p.found {
-			if e := p.t.slab.at(p.slot); e.exp > now {
-				p.old = e.s
-			}
+			p.old = p.t.slab.load(p.slot) // expired or not, it decides as a fresh state would
 		}
 	}
 	p.s, p.res = algorithm.Take(alg, p.old, &params, now, req.Cost)
@@ -164,7 +157,12 @@ func (sh *shard) commit(s *Store, req *sluice.Request, now int64, p *pending, re
 		t.idx[strings.Clone(req.Key)] = p.slot // never retain the caller's buffer
 		sh.keys++
 	}
-	*t.slab.at(p.slot) = entry{s: p.s, exp: exp}
+	t.slab.store(p.slot, p.s)
+}
+
+// exp returns when t's state in slot i is back to full (µs).
+func (t *table) exp(i uint32) int64 {
+	return algorithm.FullAt(t.alg, t.slab.load(i), &t.params)
 }
 
 func (sh *shard) remove(t *table, key string) {
@@ -203,7 +201,7 @@ func (sh *shard) makeRoom(s *Store, t *table, now int64) {
 // expired ones.
 func (sh *shard) sweep(t *table, now int64, n int) {
 	for k, i := range t.idx {
-		if t.slab.at(i).exp <= now {
+		if t.exp(i) <= now {
 			delete(t.idx, k)
 			t.slab.release(i)
 			sh.keys--
@@ -242,7 +240,7 @@ func (sh *shard) pickVictim(now int64) (vt *table, key string, live bool) {
 	}
 	for _, t := range sh.tables {
 		for k, i := range t.idx {
-			if consider(t, k, t.slab.at(i).exp) {
+			if consider(t, k, t.exp(i)) {
 				return vt, key, best > now
 			}
 		}
