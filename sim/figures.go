@@ -20,8 +20,8 @@ type figure struct {
 var figures = []figure{
 	{
 		name: "boundary", title: "The boundary attack",
-		about: "One client sends the whole limit just before each window edge and again just after, for 5 windows.",
-		limit: sluice.Limit{Rate: 10, Period: time.Second, Burst: 10},
+		about:   "One client sends the whole limit just before each window edge and again just after, for 5 windows.",
+		limit:   sluice.Limit{Rate: 10, Period: time.Second, Burst: 10},
 		traffic: func() Traffic { return BoundaryAttack(10, time.Second, 5) },
 		bin:     100 * time.Millisecond,
 	},
@@ -36,8 +36,8 @@ var figures = []figure{
 	},
 	{
 		name: "zipf", title: "Many clients near the limit",
-		about: "300,000 requests at 3,000/s from 1,000 clients with Zipf exponent 1.1 (seed 1): a few heavy clients far over the limit, a long tail under it.",
-		limit: sluice.Limit{Rate: 10, Period: time.Second, Burst: 10},
+		about:   "300,000 requests at 3,000/s from 1,000 clients with Zipf exponent 1.1 (seed 1): a few heavy clients far over the limit, a long tail under it.",
+		limit:   sluice.Limit{Rate: 10, Period: time.Second, Burst: 10},
 		traffic: func() Traffic { return Zipf(300_000, 3_000, 1_000, 1.1, 1) },
 		bin:     time.Second,
 	},
