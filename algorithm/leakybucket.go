@@ -12,18 +12,12 @@ package algorithm
 // State: A the time the queue drains, whole microseconds, B its
 // remainder in units of 1/Rate µs, as in GCRA.
 func LeakyBucket(s State, p *Params, now, cost int64) (State, Result) {
-	dq, dr := tatAt(s, now) // departure of this request
-	nq, nr := tatAdd(dq, dr, cost, p)
-	var res Result
-	if res.Allowed = fitsBurst(nq, nr, now, p); res.Allowed {
-		if cost > 0 {
-			res.Delay = tatDelay(dq, dr, now)
-		}
-		dq, dr = nq, nr
-	} else {
-		res.RetryAfter = overBurst(nq, nr, now, p)
+	// The queue admits what GCRA admits; a request leaves when the queue
+	// ahead of it has drained.
+	dq, dr := tatAt(s, now)
+	next, res := GCRA(s, p, now, cost)
+	if res.Allowed && cost > 0 {
+		res.Delay = tatDelay(dq, dr, now)
 	}
-	res.Remaining = tatRemaining(dq, dr, now, p)
-	res.ResetAfter = tatDelay(dq, dr, now)
-	return State{dq, dr, 0}, res
+	return next, res
 }
