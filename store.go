@@ -47,6 +47,18 @@ type Request struct {
 	// Cost is the number of events. Cost 0 peeks: the Decision says whether
 	// one event would be allowed now, and nothing is consumed.
 	Cost int64
+	// Force records Cost even when the limit would deny it: for events
+	// that happened anyway, such as admissions made locally and synced
+	// later (package localsync). The Decision says whether the cost fit
+	// (Allowed) and reports the state after recording it. A forced request
+	// is recorded even when another request of its batch is denied.
+	Force bool
+	// ID, if set on the first request of a call, makes the call idempotent
+	// where the network could fail half-way: a store that has applied a
+	// call with this ID in the last minute does not apply it again, and
+	// answers with the state as it is. The memory store, whose calls cannot
+	// fail half-way, ignores it.
+	ID string
 	// Now is the time of the request. The zero value means the store's
 	// clock (Redis TIME for the Redis store); an explicit Now is for replays
 	// and tests. Stores work in whole microseconds and truncate.

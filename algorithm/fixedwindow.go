@@ -20,7 +20,7 @@ func FixedWindow(s State, p *Params, now, cost int64) (State, Result) {
 	} else {
 		r.RetryAfter = start + p.Period - now
 	}
-	r.Remaining = p.Rate - count
+	r.Remaining = max(p.Rate-count, 0) // a forced cost can overfill the window
 	if count > 0 {
 		r.ResetAfter = start + p.Period - now
 	}

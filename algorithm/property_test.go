@@ -250,3 +250,33 @@ func TestFullAtMatchesResetAfter(t *testing.T) {
 		})
 	}
 }
+
+// A forced cost is recorded: afterwards the state admits exactly what it
+// would have after the same cost had fit, and never more.
+func TestApplyRecordsDebt(t *testing.T) {
+	for _, alg := range allAlgorithms {
+		if alg == sluice.SlidingLog {
+			continue
+		}
+		t.Run(alg.String(), func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				rate, period, burst := genParams(t)
+				m := newMachine(alg, rate, period, burst)
+				now := rapid.Int64Range(0, 10*period).Draw(t, "now")
+				capacity := m.p.Burst
+				if alg == sluice.FixedWindow || alg == sluice.SlidingWindow {
+					capacity = rate
+				}
+				extra := rapid.Int64Range(1, 3*capacity).Draw(t, "forced")
+				m.s = algorithm.Apply(alg, m.s, &m.p, now, extra)
+				// As much as fits is gone: what remains is capacity − extra, at least 0.
+				if r := m.try(now, 0); r.Remaining != max(capacity-extra, 0) {
+					t.Fatalf("after forcing %d of %d: remaining %d", extra, capacity, r.Remaining)
+				}
+				if extra >= capacity && m.try(now, 1).Allowed {
+					t.Fatalf("a request was allowed right after forcing %d over a capacity of %d", extra, capacity)
+				}
+			})
+		})
+	}
+}

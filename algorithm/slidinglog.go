@@ -53,7 +53,7 @@ func SlidingLog(log []LogEntry, p *Params, now, cost int64) (drop int, res Resul
 	} else {
 		res.RetryAfter = logRetry(log[drop:], sum+cost-p.Rate, p, now)
 	}
-	res.Remaining = p.Rate - sum
+	res.Remaining = max(p.Rate-sum, 0)
 	if newest >= 0 {
 		res.ResetAfter = newest + p.Period - now
 	}

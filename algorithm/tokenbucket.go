@@ -36,7 +36,7 @@ func TokenBucket(s State, p *Params, now, cost int64) (State, Result) {
 	} else {
 		res.RetryAfter = behind + refillTime(deficit+cost-p.Burst, carry, p)
 	}
-	res.Remaining = p.Burst - deficit
+	res.Remaining = max(p.Burst-deficit, 0) // a forced cost can leave a debt
 	if deficit > 0 {
 		res.ResetAfter = behind + refillTime(deficit, carry, p)
 	}

@@ -130,7 +130,7 @@ func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Decision, er
 		sh.mu.Unlock()
 		return sluice.Decision{}, err
 	}
-	if p.res.Allowed && req.Cost > 0 {
+	if (p.res.Allowed || p.forced) && req.Cost > 0 {
 		sh.commit(s, &req, now, &p, false)
 	}
 	sh.mu.Unlock()
@@ -176,19 +176,14 @@ func (s *Store) TakeAll(_ context.Context, reqs []sluice.Request, dst []sluice.D
 			pend[i].now = reqs[i].Now.UnixMicro()
 		}
 		pend[i].sh.decide(&reqs[i], pend[i].now, &pend[i]) // validated above
-		all = all && pend[i].res.Allowed
+		all = all && (pend[i].res.Allowed || pend[i].forced)
 	}
-	if all {
-		for i := range reqs {
-			if reqs[i].Cost > 0 {
-				pend[i].sh.commit(s, &reqs[i], pend[i].now, &pend[i], true)
-			}
-		}
-	} else {
-		for i := range reqs {
-			if pend[i].res.Allowed {
-				undo(&reqs[i], pend[i].now, &pend[i])
-			}
+	for i := range reqs {
+		switch {
+		case reqs[i].Cost > 0 && (all || pend[i].forced):
+			pend[i].sh.commit(s, &reqs[i], pend[i].now, &pend[i], true)
+		case !all && pend[i].res.Allowed:
+			undo(&reqs[i], pend[i].now, &pend[i])
 		}
 	}
 	for _, sh := range shards {

@@ -37,17 +37,18 @@ type logState struct {
 
 // pending is a decided request not yet written.
 type pending struct {
-	sh    *shard
-	now   int64
-	t     *table
-	slot  uint32 // the key's slot, when found
-	found bool
-	old   algorithm.State      // state loaded, O(1) algorithms
-	log   []algorithm.LogEntry // log loaded, SlidingLog
-	s     algorithm.State      // state decided
-	drop  int
-	at    int64
-	res   algorithm.Result
+	sh     *shard
+	now    int64
+	t      *table
+	slot   uint32 // the key's slot, when found
+	found  bool
+	old    algorithm.State      // state loaded, O(1) algorithms
+	log    []algorithm.LogEntry // log loaded, SlidingLog
+	s      algorithm.State      // state decided
+	forced bool                 // Force: recorded although it did not fit
+	drop   int
+	at     int64
+	res    algorithm.Result
 }
 
 func uintptrOf(s *shard) uintptr { return uintptr(unsafe.Pointer(s)) }
@@ -102,6 +103,10 @@ func (sh *shard) decide(req *sluice.Request, now int64, p *pending) error {
 			}
 		}
 		p.drop, p.res, p.at = algorithm.TakeLog(p.log, &params, now, req.Cost)
+		p.forced = req.Force && req.Cost > 0
+		if p.forced && !p.res.Allowed {
+			p.res = algorithm.Result{RetryAfter: p.res.RetryAfter, ResetAfter: p.at + params.Period - now}
+		}
 		return nil
 	}
 	if p.t != nil {
@@ -110,6 +115,13 @@ func (sh *shard) decide(req *sluice.Request, now int64, p *pending) error {
 		}
 	}
 	p.s, p.res = algorithm.Take(alg, p.old, &params, now, req.Cost)
+	p.forced = req.Force && req.Cost > 0
+	if p.forced && !p.res.Allowed {
+		// Record it anyway: what remains is nothing, until the debt is paid.
+		p.s = algorithm.Apply(alg, p.old, &params, now, req.Cost)
+		_, after := algorithm.Status(alg, p.s, &params, now, 0)
+		p.res = algorithm.Result{RetryAfter: p.res.RetryAfter, ResetAfter: after.ResetAfter}
+	}
 	return nil
 }
 

@@ -98,8 +98,12 @@ func run(ctx context.Context, client rueidis.Client, now string, calls []*call) 
 		}
 	}
 	vals, err := takeScript.Exec(ctx, client, keys, args).ToArray()
-	if err == nil && len(vals) != 5*len(keys) {
-		err = fmt.Errorf("script answered %d values for %d requests", len(vals), len(keys))
+	want := 0
+	for _, c := range calls {
+		want += 5 * len(c.reqs)
+	}
+	if err == nil && len(vals) != want {
+		err = fmt.Errorf("script answered %d values for %d requests", len(vals), want/5)
 	}
 	if err != nil {
 		err = fmt.Errorf("redisstore: %w", err)

@@ -284,3 +284,21 @@ func TestLimiterSurvivesRedisFailing(t *testing.T) {
 		t.Errorf("slowest call took %v; want within the %v timeout and a margin", sl, timeout)
 	}
 }
+
+// A call retried with the same ID (after a reply lost to the network) is
+// applied once.
+func TestIdempotentID(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := redisstore.New(client(t, srv.Addr), redisstore.Options{Prefix: uniquePrefix(t)})
+	ctx := context.Background()
+	l := sluice.Limit{Rate: 10, Period: time.Hour}
+	for range 3 {
+		d, err := s.Take(ctx, sluice.Request{Key: "k", Limit: l, Cost: 4, Force: true, ID: "sync-1"})
+		if err != nil || d.Remaining != 6 {
+			t.Fatalf("retry of sync-1: %+v, %v; want 6 remaining (applied once)", d, err)
+		}
+	}
+	if d, _ := s.Take(ctx, sluice.Request{Key: "k", Limit: l, Cost: 4, ID: "sync-2"}); d.Remaining != 2 {
+		t.Fatalf("sync-2: %+v; want 2 remaining", d)
+	}
+}

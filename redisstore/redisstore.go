@@ -192,8 +192,8 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice
 	if err != nil {
 		return err
 	}
-	c := &call{reqs: reqs, dst: dst, keys: make([]string, len(reqs)), args: make([]string, 1, 1+5*len(reqs))}
-	c.args[0] = strconv.Itoa(len(reqs))
+	c := &call{reqs: reqs, dst: dst, keys: make([]string, len(reqs)), args: make([]string, 2, 2+6*len(reqs))}
+	c.args[0], c.args[1] = strconv.Itoa(len(reqs)), "0"
 	for i := range reqs {
 		r := &reqs[i]
 		if err := r.Validate(); err != nil {
@@ -217,7 +217,13 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice
 			strconv.FormatInt(p.Rate, 10),
 			strconv.FormatInt(p.Period, 10),
 			strconv.FormatInt(p.Burst, 10),
-			strconv.FormatInt(r.Cost, 10))
+			strconv.FormatInt(r.Cost, 10),
+			boolArg(r.Force))
+	}
+	if id := reqs[0].ID; id != "" {
+		// In the first key's slot, so that Cluster runs the group on one node.
+		c.keys = append(c.keys, s.prefix+"{"+keyEscaper.Replace(reqs[0].Key)+"}:id:"+id)
+		c.args[1] = "1"
 	}
 	if cluster || !reqs[0].Now.IsZero() {
 		now := "-1"
@@ -228,6 +234,13 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice
 		return c.err
 	}
 	return s.batch.do(ctx, client, c)
+}
+
+func boolArg(b bool) string {
+	if b {
+		return "1"
+	}
+	return "0"
 }
 
 // Reset deletes the state of key under limit.

@@ -27,7 +27,7 @@ var Epoch = time.Unix(1_700_006_400, 0)
 //	AT batch KEY LIMIT COST, KEY LIMIT COST => EXPECT | EXPECT
 //
 // AT is an offset from Epoch ("0", "250ms", "1.5s"); KEY may be quoted Go
-// style ("\x00k"). EXPECT is "allow" or "deny" followed by rem=N retry=D
+// style ("\x00k"); a COST ending in "!" is forced (Request.Force). EXPECT is "allow" or "deny" followed by rem=N retry=D
 // reset=D and optionally delay=D (default 0), or "error NAME" with NAME one
 // of cost_exceeds_burst, empty_key, key_too_long, negative_cost,
 // invalid_limit. Blank lines and lines starting with # are ignored.
@@ -252,11 +252,12 @@ func parseRequest(s string, limits map[string]sluice.Limit) (sluice.Request, err
 	if !ok {
 		return req, fmt.Errorf("unknown limit %q", f[1])
 	}
-	cost, err := strconv.ParseInt(f[2], 10, 64)
+	costText, force := strings.CutSuffix(f[2], "!")
+	cost, err := strconv.ParseInt(costText, 10, 64)
 	if err != nil {
 		return req, fmt.Errorf("cost %q: %v", f[2], err)
 	}
-	return sluice.Request{Key: key, Limit: l, Cost: cost}, nil
+	return sluice.Request{Key: key, Limit: l, Cost: cost, Force: force}, nil
 }
 
 func parseExpect(s string) (expect, error) {

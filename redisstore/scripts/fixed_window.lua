@@ -13,7 +13,7 @@ local function fixed_window(s, p, now, cost)
   else
     r.retry = start + p.P - now
   end
-  r.remaining = p.R - count
+  r.remaining = max(p.R - count, 0)
   if count > 0 then
     r.reset = start + p.P - now
   end

@@ -40,7 +40,7 @@ local function sliding_log(log, p, now, cost)
   else
     res.retry = log_retry(log, drop, sum + cost - p.R, p, now)
   end
-  res.remaining = p.R - sum
+  res.remaining = max(p.R - sum, 0)
   if newest >= 0 then
     res.reset = newest + p.P - now
   end

@@ -2,8 +2,10 @@
 -- memory store TakeAll. Groups are independent: several callers' batches
 -- share one call.
 -- KEYS: one per request, in order. ARGV[1]: now in µs, or -1 for Redis
--- TIME; then per group: its size g, and per request of it: algorithm code,
--- rate, period (µs), burst, cost.
+-- TIME; then
+-- per group: its size g, a flag f (1: the group's last key is its
+-- idempotency key, after its g request keys), and per request: algorithm
+-- code, rate, period (µs), burst, cost, force (1/0).
 -- Returns per request: allowed (1/0), remaining, retry, reset, delay (µs);
 -- for every request of a group that failed: -1, the error, 0, 0, 0.
 
@@ -13,6 +15,21 @@ local pack, unpack = struct.pack, struct.unpack
 local ALGS = {[1] = fixed_window, [3] = sliding_window, [4] = token_bucket, [5] = leaky_bucket, [6] = gcra}
 local LOG = 2
 local TTL_MARGIN_MS = 1000
+local ID_TTL_MS = 60000
+local NARGS = 6
+
+-- apply records cost on an O(1) state whether or not it fits (Go: Apply).
+local function apply(alg, s, p, now, cost)
+  local s0 = ALGS[alg](s, p, now, 0)
+  if alg == 1 or alg == 3 then
+    s0[2] = s0[2] + cost
+  elseif alg == 4 then
+    s0[1] = s0[1] + cost
+  else
+    s0[1], s0[2] = tat_add(s0[1], s0[2], cost, p)
+  end
+  return s0
+end
 
 local function take(f, s, p, now, cost)
   if cost == 0 then
@@ -66,29 +83,45 @@ local function ttl_ms(reset)
 end
 
 -- group decides the g requests starting at KEYS[ki] and ARGV[ai], appending
--- five values per request to out.
-local function group(ki, ai, g, now, out)
+-- five values per request to out. idkey, if set, makes it idempotent.
+local function group(ki, ai, g, idkey, now, out)
+  -- A group seen before (a retry after a lost reply) is only reported.
+  local replay = idkey and not rcall('SET', idkey, '1', 'NX', 'PX', ID_TTL_MS)
   local reqs, all = {}, true
   for i = 1, g do
-    local o = ai + (i - 1) * 5
+    local o = ai + (i - 1) * NARGS
     local q = {
       key = KEYS[ki + i - 1],
       alg = num(ARGV[o]),
       p = newparams(num(ARGV[o + 1]), num(ARGV[o + 2]), num(ARGV[o + 3])),
       cost = num(ARGV[o + 4]),
+      force = ARGV[o + 5] == '1',
     }
+    if replay then
+      q.cost = 0
+    end
     local err
     if q.alg == LOG then
       q.log = load_log(q.key)
       err = q.log.err
       if not err then
         q.drop, q.res, q.at = take_log(q.log, q.p, now, q.cost)
+        q.forced = q.force and q.cost > 0
+        if q.forced and not q.res.allowed then
+          q.res = {allowed = false, remaining = 0, retry = q.res.retry, reset = q.at + q.p.P - now, delay = 0}
+        end
       end
     else
       q.old = load_state(q.key)
       err = q.old.err
       if not err then
         q.new, q.res = take(ALGS[q.alg], q.old, q.p, now, q.cost)
+        q.forced = q.force and q.cost > 0
+        if q.forced and not q.res.allowed then
+          q.new = apply(q.alg, q.old, q.p, now, q.cost)
+          local after = select(2, ALGS[q.alg](q.new, q.p, now, 0))
+          q.res = {allowed = false, remaining = 0, retry = q.res.retry, reset = after.reset, delay = 0}
+        end
       end
     end
     if err then
@@ -101,13 +134,13 @@ local function group(ki, ai, g, now, out)
       end
       return
     end
-    all = all and q.res.allowed
+    all = all and (q.res.allowed or q.forced)
     reqs[i] = q
   end
   for i = 1, g do
     local q = reqs[i]
     local key = q.key
-    if all and q.cost > 0 then
+    if q.cost > 0 and (all or q.forced) then
       if q.alg == LOG then
         if q.drop > 0 then
           rcall('LTRIM', key, q.drop, -1)
@@ -147,8 +180,12 @@ end
 
 local out, ki, ai = {}, 1, 2
 while ai <= #ARGV do
-  local g = num(ARGV[ai])
-  group(ki, ai + 1, g, now, out)
-  ki, ai = ki + g, ai + 1 + 5 * g
+  local g, hasid = num(ARGV[ai]), ARGV[ai + 1] == '1'
+  local idkey
+  if hasid then
+    idkey = KEYS[ki + g]
+  end
+  group(ki, ai + 2, g, idkey, now, out)
+  ki, ai = ki + g + (hasid and 1 or 0), ai + 2 + NARGS * g
 end
 return out

@@ -31,7 +31,7 @@ local function token_bucket(s, p, now, cost)
   else
     res.retry = behind + refill_time(deficit + cost - p.B, carry, p)
   end
-  res.remaining = p.B - deficit
+  res.remaining = max(p.B - deficit, 0)
   if deficit > 0 then
     res.reset = behind + refill_time(deficit, carry, p)
   end
