@@ -62,6 +62,12 @@ type Store struct {
 	Timeout  time.Duration // per store call; default 100ms
 	FailMode sluice.FailMode
 	MaxKeys  int // memory: the key bound
+	// Mode is "" (decide in the store) or "local-sync": decide locally and
+	// sync with the (Redis) store every SyncInterval, each instance taking
+	// 1/Instances of the remaining between syncs.
+	Mode         string
+	SyncInterval time.Duration
+	Instances    int
 }
 
 // Admin configures the admin API.
@@ -171,7 +177,7 @@ func lineOf(err error) int {
 
 func (c *checker) store(n *yaml.Node) Store {
 	s := Store{Type: "memory", Timeout: 100 * time.Millisecond}
-	m := c.mapping(n, "store", "type", "url", "timeout", "fail_mode", "max_keys")
+	m := c.mapping(n, "store", "type", "url", "timeout", "fail_mode", "max_keys", "mode", "sync_interval", "instances")
 	if v := c.str(m["type"], "store.type"); v != "" {
 		if v != "memory" && v != "redis" {
 			c.add(m["type"], "store.type", "%q: want memory or redis", v)
@@ -190,6 +196,18 @@ func (c *checker) store(n *yaml.Node) Store {
 	s.FailMode = c.failMode(m["fail_mode"], "store.fail_mode")
 	if m["max_keys"] != nil && c.decode(m["max_keys"], "store.max_keys", &s.MaxKeys) && s.MaxKeys <= 0 {
 		c.add(m["max_keys"], "store.max_keys", "must be positive")
+	}
+	switch s.Mode = c.str(m["mode"], "store.mode"); s.Mode {
+	case "", "local-sync":
+	default:
+		c.add(m["mode"], "store.mode", "%q: want local-sync, or nothing", s.Mode)
+	}
+	s.SyncInterval, s.Instances = 100*time.Millisecond, 1
+	if m["sync_interval"] != nil && c.decode(m["sync_interval"], "store.sync_interval", &s.SyncInterval) && s.SyncInterval < time.Millisecond {
+		c.add(m["sync_interval"], "store.sync_interval", "must be at least 1ms")
+	}
+	if m["instances"] != nil && c.decode(m["instances"], "store.instances", &s.Instances) && s.Instances < 1 {
+		c.add(m["instances"], "store.instances", "must be at least 1")
 	}
 	return s
 }

@@ -24,6 +24,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/localsync"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -117,6 +118,17 @@ func (s *Server) openStore(cfg *config.Config) error {
 		return err
 	}
 	s.store, s.closer, s.storeType = rs, rs.Close, "redis"
+	if cfg.Store.Mode == "local-sync" {
+		ls, err := localsync.New(localsync.Options{
+			Shared: rs, Interval: cfg.Store.SyncInterval, Instances: cfg.Store.Instances, Timeout: cfg.Store.Timeout,
+			OnError: func(err error) { s.metrics.storeErrors.Inc(); s.log.Warn("local-sync: sync failed; kept for the next", "error", err) },
+		})
+		if err != nil {
+			return err
+		}
+		s.store, s.storeType = ls, "redis, local-sync"
+		s.closer = func() { ls.Close(); rs.Close() }
+	}
 	return nil
 }
 
