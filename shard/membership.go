@@ -1,0 +1,114 @@
+package shard
+
+import (
+	"context"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+)
+
+// Membership lists the live members, by their peer (gRPC) addresses. The
+// Store asks it every Interval and rebuilds the ring when the list changes.
+type Membership interface {
+	Members(ctx context.Context) []string
+}
+
+// Static is a fixed peer list, health-checked: a peer that does not answer
+// gRPC health within the timeout leaves the ring until it answers again.
+// self is always a member. Several instances may share one host on
+// different ports.
+func Static(self string, peers []string, timeout time.Duration) Membership {
+	all := slices.Compact(slices.Sorted(slices.Values(append([]string{self}, peers...))))
+	return &static{self: self, peers: all, timeout: timeout, conns: map[string]*grpc.ClientConn{}}
+}
+
+type static struct {
+	self    string
+	peers   []string
+	timeout time.Duration
+	mu      sync.Mutex
+	conns   map[string]*grpc.ClientConn
+}
+
+func (s *static) conn(addr string) (*grpc.ClientConn, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.conns[addr]; c != nil {
+		return c, nil
+	}
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err == nil {
+		s.conns[addr] = c
+	}
+	return c, err
+}
+
+func (s *static) Members(ctx context.Context) []string {
+	alive := make([]bool, len(s.peers))
+	var wg sync.WaitGroup
+	for i, p := range s.peers {
+		if p == s.self {
+			alive[i] = true
+			continue
+		}
+		wg.Go(func() {
+			c, err := s.conn(p)
+			if err != nil {
+				return
+			}
+			cctx, cancel := context.WithTimeout(ctx, s.timeout)
+			defer cancel()
+			resp, err := healthpb.NewHealthClient(c).Check(cctx, &healthpb.HealthCheckRequest{})
+			alive[i] = err == nil && resp.Status == healthpb.HealthCheckResponse_SERVING
+		})
+	}
+	wg.Wait()
+	var out []string
+	for i, p := range s.peers {
+		if alive[i] {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// DNS resolves name (A/AAAA records, with port; or SRV when port is 0) on
+// every call: a headless Kubernetes service, for example.
+func DNS(name string, port int) Membership {
+	return dnsMembership{name: name, port: port}
+}
+
+type dnsMembership struct {
+	name string
+	port int
+}
+
+func (d dnsMembership) Members(ctx context.Context) []string {
+	var r net.Resolver
+	var out []string
+	if d.port == 0 {
+		_, srvs, err := r.LookupSRV(ctx, "", "", d.name)
+		if err != nil {
+			return nil
+		}
+		for _, s := range srvs {
+			out = append(out, net.JoinHostPort(s.Target, strconv.Itoa(int(s.Port))))
+		}
+	} else {
+		addrs, err := r.LookupHost(ctx, d.name)
+		if err != nil {
+			return nil
+		}
+		for _, a := range addrs {
+			out = append(out, net.JoinHostPort(a, strconv.Itoa(d.port)))
+		}
+	}
+	slices.Sort(out)
+	return out
+}

@@ -1,0 +1,140 @@
+package shard
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/sluicehq/sluice"
+)
+
+// peer forwards calls to one member, batching the calls that arrive within
+// wait (or until size calls) into one gRPC request.
+type peer struct {
+	addr    string
+	conn    *grpc.ClientConn
+	wait    time.Duration
+	size    int
+	timeout time.Duration
+
+	mu      sync.Mutex
+	pending []*forward
+	timer   *time.Timer
+}
+
+type forward struct {
+	call wireCall
+	res  wireResult
+	err  error
+	done chan struct{}
+}
+
+func newPeer(addr string, wait time.Duration, size int, timeout time.Duration) (*peer, error) {
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, err
+	}
+	return &peer{addr: addr, conn: c, wait: wait, size: size, timeout: timeout}, nil
+}
+
+// do sends call in the next batch and waits for its result or ctx.
+func (p *peer) do(ctx context.Context, call wireCall) (wireResult, error) {
+	f := &forward{call: call, done: make(chan struct{})}
+	p.mu.Lock()
+	p.pending = append(p.pending, f)
+	switch {
+	case len(p.pending) >= p.size:
+		batch := p.takeLocked()
+		p.mu.Unlock()
+		go p.send(batch)
+	case len(p.pending) == 1:
+		p.timer = time.AfterFunc(p.wait, p.flush)
+		p.mu.Unlock()
+	default:
+		p.mu.Unlock()
+	}
+	select {
+	case <-f.done:
+		return f.res, f.err
+	case <-ctx.Done():
+		return wireResult{}, ctx.Err()
+	}
+}
+
+func (p *peer) takeLocked() []*forward {
+	batch := p.pending
+	p.pending = nil
+	if p.timer != nil {
+		p.timer.Stop()
+		p.timer = nil
+	}
+	return batch
+}
+
+func (p *peer) flush() {
+	p.mu.Lock()
+	batch := p.takeLocked()
+	p.mu.Unlock()
+	if len(batch) > 0 {
+		p.send(batch)
+	}
+}
+
+// send makes one gRPC call for batch, bounded by the timeout.
+func (p *peer) send(batch []*forward) {
+	defer func() {
+		for _, f := range batch {
+			close(f.done)
+		}
+	}()
+	calls := make([]wireCall, len(batch))
+	for i, f := range batch {
+		calls[i] = f.call
+	}
+	body, _ := json.Marshal(calls)
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	out := new(wrapperspb.BytesValue)
+	err := p.conn.Invoke(ctx, takeMethod, wrapperspb.Bytes(body), out)
+	var results []wireResult
+	if err == nil {
+		err = json.Unmarshal(out.Value, &results)
+	}
+	if err == nil && len(results) != len(batch) {
+		err = fmt.Errorf("peer answered %d results for %d calls", len(results), len(batch))
+	}
+	for i, f := range batch {
+		if err != nil {
+			f.err = fmt.Errorf("%w: %s: %w", ErrPeer, p.addr, err)
+			continue
+		}
+		f.res = results[i]
+	}
+}
+
+func (p *peer) close() { p.conn.Close() }
+
+// ErrPeer wraps a failure to reach a key's owner; the caller's fail mode
+// decides.
+var ErrPeer = errors.New("shard: owner unreachable")
+
+// decisions converts a result for reqs.
+func decisions(res wireResult, reqs []sluice.Request, dst []sluice.Decision) error {
+	if res.Err != "" {
+		return errors.New(res.Err)
+	}
+	if len(res.Decisions) != len(reqs) {
+		return fmt.Errorf("shard: %d decisions for %d requests", len(res.Decisions), len(reqs))
+	}
+	for i, d := range res.Decisions {
+		dst[i] = sluice.Decision{Allowed: d.Allowed, Limit: reqs[i].Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Delay: d.Delay}
+	}
+	return nil
+}

@@ -1,0 +1,230 @@
+// Package shard is the per-shard distributed mode: every key is owned by
+// one instance, found on a consistent-hash ring of the live members, and
+// decided there from memory. An instance answers the keys it owns with no
+// round trip, and forwards the others to their owner over gRPC, batching
+// concurrent forwards to one peer into one call. Decisions are exact while
+// membership is stable.
+//
+// When membership changes, the ring is rebuilt and swapped atomically;
+// keys move to their new owners, which start them afresh (their state was
+// in the old owner's memory). While two instances briefly disagree on the
+// ring, a key can be decided by both: over-admission is bounded by the
+// number of owners it had.
+//
+// A TakeAll whose keys have different owners is refused with
+// ErrCrossOwner, not split: one all-or-nothing decision needs one owner.
+// Give the keys of one decision the same key (several limits on one key)
+// to keep them together.
+package shard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+// Options configures a Store.
+type Options struct {
+	// Self is this instance's peer address, as the others reach it.
+	Self string
+	// Members lists the live members. Required.
+	Members Membership
+	// Local decides the keys this instance owns. Required.
+	Local sluice.Store
+	// Interval between membership checks. Default 1s.
+	Interval time.Duration
+	// Replicas is the virtual nodes per member. Default 128.
+	Replicas int
+	// Hash places keys and members on the ring. Default HashFNV.
+	Hash func([]byte) uint64
+	// BatchWait and BatchSize bound how long and how many forwards to one
+	// peer wait to share a call. Defaults 500µs and 256.
+	BatchWait time.Duration
+	BatchSize int
+	// Timeout bounds a forward. Default 200ms.
+	Timeout time.Duration
+	Logger  *slog.Logger
+}
+
+// ErrCrossOwner is returned by TakeAll for a batch whose keys have
+// different owners.
+var ErrCrossOwner = errors.New("shard: batch keys have different owners; one decision needs one owner")
+
+// Store routes each key to its owner. It is safe for concurrent use; Close
+// it to stop the membership loop.
+type Store struct {
+	opts      Options
+	ring      atomic.Pointer[Ring]
+	mu        sync.Mutex
+	peers     map[string]*peer
+	forwarded atomic.Int64
+	stop      chan struct{}
+	done      chan struct{}
+}
+
+var _ sluice.Store = (*Store)(nil)
+
+// New builds the first ring and starts watching membership.
+func New(opts Options) (*Store, error) {
+	if opts.Members == nil || opts.Local == nil || opts.Self == "" {
+		return nil, errors.New("shard: Self, Members and Local are required")
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = time.Second
+	}
+	if opts.Replicas <= 0 {
+		opts.Replicas = 128
+	}
+	if opts.BatchWait <= 0 {
+		opts.BatchWait = 500 * time.Microsecond
+	}
+	if opts.BatchSize <= 0 {
+		opts.BatchSize = 256
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = 200 * time.Millisecond
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	s := &Store{opts: opts, peers: map[string]*peer{}, stop: make(chan struct{}), done: make(chan struct{})}
+	s.ring.Store(NewRing([]string{opts.Self}, opts.Replicas, opts.Hash))
+	s.refresh()
+	go s.loop()
+	return s, nil
+}
+
+func (s *Store) loop() {
+	defer close(s.done)
+	t := time.NewTicker(s.opts.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-t.C:
+			s.refresh()
+		}
+	}
+}
+
+// refresh rebuilds the ring if membership changed.
+func (s *Store) refresh() {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Interval)
+	defer cancel()
+	members := s.opts.Members.Members(ctx)
+	if !slices.Contains(members, s.opts.Self) {
+		members = append(members, s.opts.Self)
+	}
+	r := NewRing(members, s.opts.Replicas, s.opts.Hash)
+	if slices.Equal(r.Members(), s.ring.Load().Members()) {
+		return
+	}
+	s.ring.Store(r)
+	s.opts.Logger.Info("shard: membership changed", "members", r.Members())
+}
+
+// Members returns the members of the current ring.
+func (s *Store) Members() []string { return s.ring.Load().Members() }
+
+// Forwarded returns how many calls were forwarded to other owners.
+func (s *Store) Forwarded() int64 { return s.forwarded.Load() }
+
+// Close stops watching membership and closes peer connections.
+func (s *Store) Close() {
+	close(s.stop)
+	<-s.done
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, p := range s.peers {
+		p.close()
+	}
+}
+
+func (s *Store) peer(addr string) (*peer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.peers[addr]; p != nil {
+		return p, nil
+	}
+	p, err := newPeer(addr, s.opts.BatchWait, s.opts.BatchSize, s.opts.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	s.peers[addr] = p
+	return p, nil
+}
+
+// Owner returns the member that owns key now.
+func (s *Store) Owner(key string) string { return s.ring.Load().Owner(key) }
+
+// Take decides req at its key's owner.
+func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	var d [1]sluice.Decision
+	err := s.TakeAll(ctx, []sluice.Request{req}, d[:])
+	return d[0], err
+}
+
+// TakeAll decides reqs at their owner, all-or-nothing; keys of different
+// owners are refused with ErrCrossOwner.
+func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice.Decision) error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	if len(dst) < len(reqs) {
+		return fmt.Errorf("shard: TakeAll: %d decisions for %d requests", len(dst), len(reqs))
+	}
+	ring := s.ring.Load()
+	owner := ring.Owner(reqs[0].Key)
+	for _, r := range reqs[1:] {
+		if ring.Owner(r.Key) != owner {
+			return ErrCrossOwner
+		}
+	}
+	if owner == s.opts.Self {
+		return s.opts.Local.TakeAll(ctx, reqs, dst)
+	}
+	for i := range reqs {
+		if err := reqs[i].Validate(); err != nil {
+			return fmt.Errorf("request %d: %w", i, err)
+		}
+	}
+	call := wireCall{Reqs: make([]wireRequest, len(reqs))}
+	for i, r := range reqs {
+		call.Reqs[i] = toWire(r)
+	}
+	p, err := s.peer(owner)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrPeer, owner, err)
+	}
+	s.forwarded.Add(1)
+	res, err := p.do(ctx, call)
+	if err != nil {
+		return err
+	}
+	return decisions(res, reqs, dst)
+}
+
+// Reset forgets key under limit at its owner.
+func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error {
+	owner := s.Owner(key)
+	if owner == s.opts.Self {
+		return s.opts.Local.Reset(ctx, key, limit)
+	}
+	p, err := s.peer(owner)
+	if err != nil {
+		return err
+	}
+	res, err := p.do(ctx, wireCall{Reset: true, Reqs: []wireRequest{toWire(sluice.Request{Key: key, Limit: limit})}})
+	if err == nil && res.Err != "" {
+		err = errors.New(res.Err)
+	}
+	return err
+}

@@ -1,0 +1,182 @@
+package shard_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/shard"
+)
+
+func TestRingBalanceAndMovement(t *testing.T) {
+	members := []string{"a:1", "b:1", "c:1"}
+	r := shard.NewRing(members, 128, nil)
+	counts := map[string]int{}
+	before := map[string]string{}
+	for i := range 30_000 {
+		k := fmt.Sprint("key-", i)
+		o := r.Owner(k)
+		counts[o]++
+		before[k] = o
+	}
+	for _, m := range members {
+		if counts[m] < 7_000 || counts[m] > 13_000 {
+			t.Errorf("%s owns %d of 30,000 keys: unbalanced", m, counts[m])
+		}
+	}
+	// Removing b moves only b's keys.
+	r2 := shard.NewRing([]string{"a:1", "c:1"}, 128, nil)
+	for k, o := range before {
+		if o != "b:1" && r2.Owner(k) != o {
+			t.Fatalf("%s moved from %s though its owner stayed", k, o)
+		}
+	}
+	if shard.NewRing(nil, 128, nil).Owner("k") != "" {
+		t.Error("an empty ring has an owner")
+	}
+}
+
+// node is one in-process instance: a gRPC server with the peer service
+// and health, and its shard Store.
+type node struct {
+	addr  string
+	srv   *grpc.Server
+	store *shard.Store
+}
+
+func startNodes(t *testing.T, n int) []*node {
+	t.Helper()
+	var lis []net.Listener
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis = append(lis, l)
+		addrs = append(addrs, l.Addr().String())
+	}
+	var nodes []*node
+	for i := range n {
+		local := memstore.New(memstore.Options{})
+		srv := grpc.NewServer()
+		shard.Register(srv, local)
+		healthpb.RegisterHealthServer(srv, health.NewServer())
+		go srv.Serve(lis[i])
+		s, err := shard.New(shard.Options{
+			Self: addrs[i], Local: local, Interval: 100 * time.Millisecond,
+			Members: shard.Static(addrs[i], addrs, 50*time.Millisecond),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		nd := &node{addr: addrs[i], srv: srv, store: s}
+		t.Cleanup(func() { s.Close(); srv.Stop() })
+		nodes = append(nodes, nd)
+	}
+	// Wait for every ring to hold every member.
+	deadline := time.Now().Add(5 * time.Second)
+	for _, nd := range nodes {
+		for len(nd.store.Members()) != n {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s sees %v", nd.addr, nd.store.Members())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return nodes
+}
+
+// Each key's decisions are exact across the three: the same admitted count
+// as one memory store would give, with forwarding in between.
+func TestExactAcrossInstances(t *testing.T) {
+	nodes := startNodes(t, 3)
+	limit := sluice.Limit{Rate: 50, Period: time.Hour}
+	var admitted [20]atomic.Int64
+	var wg sync.WaitGroup
+	for _, nd := range nodes {
+		for w := range 8 {
+			wg.Go(func() {
+				for i := range 60 {
+					k := (w*60 + i) % 20
+					d, err := nd.store.Take(context.Background(), sluice.Request{Key: fmt.Sprint("k", k), Limit: limit, Cost: 1})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted[k].Add(1)
+					}
+				}
+			})
+		}
+	}
+	wg.Wait()
+	for k := range admitted {
+		if got := admitted[k].Load(); got != 50 {
+			t.Errorf("key k%d: admitted %d, want exactly 50", k, got)
+		}
+	}
+	var fwd int64
+	for _, nd := range nodes {
+		fwd += nd.store.Forwarded()
+	}
+	if fwd == 0 {
+		t.Error("nothing was forwarded")
+	}
+	// A batch across owners is refused.
+	var a, b string
+	for i := 0; a == "" || b == ""; i++ {
+		k := fmt.Sprint("x", i)
+		if nodes[0].store.Owner(k) == nodes[1].addr {
+			a = k
+		} else if nodes[0].store.Owner(k) == nodes[2].addr {
+			b = k
+		}
+	}
+	err := nodes[0].store.TakeAll(context.Background(), []sluice.Request{{Key: a, Limit: limit, Cost: 1}, {Key: b, Limit: limit, Cost: 1}}, make([]sluice.Decision, 2))
+	if err != shard.ErrCrossOwner {
+		t.Errorf("cross-owner batch: %v", err)
+	}
+}
+
+// Killing one instance moves its keys to the others within one membership
+// interval, and the survivors keep answering.
+func TestMembershipChange(t *testing.T) {
+	nodes := startNodes(t, 3)
+	dead := nodes[2]
+	var key string
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprint("k", i); nodes[0].store.Owner(k) == dead.addr {
+			key = k
+		}
+	}
+	dead.srv.Stop()
+	killed := time.Now()
+	limit := sluice.PerMinute(100)
+	for {
+		_, err0 := nodes[0].store.Take(context.Background(), sluice.Request{Key: key, Limit: limit, Cost: 1})
+		_, err1 := nodes[1].store.Take(context.Background(), sluice.Request{Key: key, Limit: limit, Cost: 1})
+		if err0 == nil && err1 == nil {
+			break
+		}
+		if time.Since(killed) > 2*time.Second {
+			t.Fatalf("the dead owner's key still fails after 2s: %v, %v", err0, err1)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("the dead owner's keys answered again %v after it died (interval 100ms)", time.Since(killed))
+	if m := nodes[0].store.Members(); len(m) != 2 {
+		t.Errorf("members after the death: %v", m)
+	}
+}
