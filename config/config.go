@@ -68,6 +68,12 @@ type Store struct {
 	Mode         string
 	SyncInterval time.Duration
 	Instances    int
+	// Shard mode ("shard"): the members' gRPC addresses (or dns:NAME:PORT),
+	// this instance's own (default: its gRPC listen address), and how often
+	// membership is checked.
+	Peers          []string
+	Self           string
+	MemberInterval time.Duration
 }
 
 // Admin configures the admin API.
@@ -177,7 +183,7 @@ func lineOf(err error) int {
 
 func (c *checker) store(n *yaml.Node) Store {
 	s := Store{Type: "memory", Timeout: 100 * time.Millisecond}
-	m := c.mapping(n, "store", "type", "url", "timeout", "fail_mode", "max_keys", "mode", "sync_interval", "instances")
+	m := c.mapping(n, "store", "type", "url", "timeout", "fail_mode", "max_keys", "mode", "sync_interval", "instances", "peers", "self", "member_interval")
 	if v := c.str(m["type"], "store.type"); v != "" {
 		if v != "memory" && v != "redis" {
 			c.add(m["type"], "store.type", "%q: want memory or redis", v)
@@ -199,8 +205,23 @@ func (c *checker) store(n *yaml.Node) Store {
 	}
 	switch s.Mode = c.str(m["mode"], "store.mode"); s.Mode {
 	case "", "local-sync":
+	case "shard":
+		if s.Type != "memory" {
+			c.add(m["mode"], "store.mode", "shard mode keeps state in each owner's memory: use type memory")
+		}
 	default:
-		c.add(m["mode"], "store.mode", "%q: want local-sync, or nothing", s.Mode)
+		c.add(m["mode"], "store.mode", "%q: want local-sync, shard, or nothing", s.Mode)
+	}
+	for i, n := range c.sequence(m["peers"], "store.peers") {
+		s.Peers = append(s.Peers, c.str(n, fmt.Sprintf("store.peers[%d]", i)))
+	}
+	if s.Mode == "shard" && len(s.Peers) == 0 {
+		c.add(n, "store.peers", "shard mode needs peers: the members' gRPC addresses, or dns:NAME:PORT")
+	}
+	s.Self = c.str(m["self"], "store.self")
+	s.MemberInterval = time.Second
+	if m["member_interval"] != nil && c.decode(m["member_interval"], "store.member_interval", &s.MemberInterval) && s.MemberInterval < 10*time.Millisecond {
+		c.add(m["member_interval"], "store.member_interval", "must be at least 10ms")
 	}
 	s.SyncInterval, s.Instances = 100*time.Millisecond, 1
 	if m["sync_interval"] != nil && c.decode(m["sync_interval"], "store.sync_interval", &s.SyncInterval) && s.SyncInterval < time.Millisecond {

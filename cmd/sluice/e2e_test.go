@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/shard"
 )
 
 var binary string
@@ -107,9 +108,10 @@ func start(t *testing.T, env []string, args ...string) *proc {
 type checkResp struct {
 	Allowed bool `json:"allowed"`
 	Results []struct {
-		Allowed   bool   `json:"allowed"`
-		Remaining int64  `json:"remaining"`
-		Limit     string `json:"limit"`
+		Allowed    bool   `json:"allowed"`
+		Remaining  int64  `json:"remaining"`
+		Limit      string `json:"limit"`
+		FailedOpen bool   `json:"failed_open"`
 	} `json:"results"`
 }
 
@@ -522,4 +524,101 @@ policies:
 	if admitted > 110 || admitted < 60 {
 		t.Fatalf("admitted %d; want 100 within the local-sync bound (10%%), and not far under", admitted)
 	}
+}
+
+// Three `sluice serve` processes in shard mode: each key is decided
+// exactly by its owner whichever instance is asked, and when one instance
+// dies its keys move to the survivors within a membership interval.
+func TestShardThreeInstances(t *testing.T) {
+	grpcs := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
+	file := filepath.Join(t.TempDir(), "shard.yaml")
+	os.WriteFile(file, []byte(`store:
+  mode: shard
+  peers: [`+strings.Join(grpcs, ", ")+`]
+  member_interval: 200ms
+policies:
+  - name: p
+    limit: 30/1h
+`), 0o644)
+	var procs []*proc
+	for _, g := range grpcs {
+		p := &proc{http: freeAddr(t), grpc: g, admin: freeAddr(t), out: &syncBuffer{}}
+		p.cmd = exec.Command(binary, "serve", "-config", file, "-http", p.http, "-grpc", p.grpc, "-admin", p.admin)
+		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+		if err := p.cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.cmd.Process.Kill(); p.cmd.Wait() })
+		procs = append(procs, p)
+	}
+	for _, p := range procs {
+		waitFor(t, func() bool {
+			r, err := http.Get("http://" + p.http + "/healthz")
+			if err == nil {
+				r.Body.Close()
+			}
+			return err == nil
+		})
+	}
+	waitFor(t, func() bool { return membersSeen(procs) })
+	for k := range 6 {
+		key := fmt.Sprint("key-", k)
+		admitted := 0
+		for i := range 45 {
+			if _, r := postCheck(t, procs[i%3].http, "p", key); r.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 30 {
+			t.Errorf("%s: %d admitted across three instances, want exactly 30", key, admitted)
+		}
+	}
+	resp, err := http.Get("http://" + procs[0].http + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !regexp.MustCompile(`sluice_shard_forwarded_total [1-9]`).Match(b) {
+		t.Error("no forwarding counted")
+	}
+	// Keys owned by the instance about to die (the service keys state by
+	// policy, NUL, key).
+	ring := shard.NewRing(grpcs, 128, nil)
+	var orphans []string
+	for i := 0; len(orphans) < 5; i++ {
+		if k := fmt.Sprint("after-", i); ring.Owner("p\x00"+k) == grpcs[2] {
+			orphans = append(orphans, k)
+		}
+	}
+	procs[2].cmd.Process.Kill()
+	procs[2].cmd.Wait()
+	died := time.Now()
+	for k, key := range orphans {
+		waitFor(t, func() bool {
+			code, r := postCheck(t, procs[k%2].http, "p", key)
+			return code == 200 && len(r.Results) == 1 && !r.Results[0].FailedOpen && r.Results[0].Remaining == 29
+		})
+	}
+	t.Logf("all keys answered %v after an instance died (membership interval 200ms)", time.Since(died))
+	if time.Since(died) > 3*time.Second {
+		t.Errorf("keys took %v to move", time.Since(died))
+	}
+}
+
+// membersSeen reports whether every instance logged a ring of all three.
+func membersSeen(procs []*proc) bool {
+	for _, p := range procs {
+		seen := false
+		for _, line := range strings.Split(p.out.String(), "\n") {
+			if strings.Contains(line, "membership changed") && strings.Contains(line, procs[0].grpc) &&
+				strings.Contains(line, procs[1].grpc) && strings.Contains(line, procs[2].grpc) {
+				seen = true
+			}
+		}
+		if !seen {
+			return false
+		}
+	}
+	return true
 }

@@ -34,6 +34,7 @@ type outcome struct {
 	Decisions []sluice.Decision
 	Closest   int
 	Shadow    bool // decided but never denies
+	Failed    bool // the store failed and the fail mode allowed
 	Err       error
 }
 
@@ -75,6 +76,7 @@ func (s *Server) decide(ctx context.Context, label, key string, limits []sluice.
 			return out
 		}
 		// Fail open: report the limits as untouched.
+		out.Failed = true
 		for i, l := range limits {
 			ds[i] = sluice.Decision{Allowed: true, Limit: l, Remaining: l.Capacity()}
 		}

@@ -52,9 +52,12 @@ type CheckResult struct {
 	Policy string `json:"policy"`
 	Key    string `json:"key"`
 	DecisionJSON
-	Shadow bool           `json:"shadow,omitempty"`
-	Limits []DecisionJSON `json:"limits"`
-	Error  string         `json:"error,omitempty"`
+	Shadow bool `json:"shadow,omitempty"`
+	// FailedOpen reports that the store failed and the policy's fail mode
+	// allowed the check without deciding it.
+	FailedOpen bool           `json:"failed_open,omitempty"`
+	Limits     []DecisionJSON `json:"limits"`
+	Error      string         `json:"error,omitempty"`
 }
 
 // DecisionJSON is a sluice.Decision in JSON: durations in milliseconds.
@@ -100,7 +103,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 			problem(w, http.StatusBadRequest, fmt.Sprintf("checks[%d]: %v", i, out.Err), fmt.Sprintf("checks[%d]", i))
 			return
 		}
-		res := CheckResult{Policy: c.Policy, Key: c.Key, Shadow: out.Shadow}
+		res := CheckResult{Policy: c.Policy, Key: c.Key, Shadow: out.Shadow, FailedOpen: out.Failed}
 		if out.Err != nil {
 			res.Error = out.Err.Error()
 			res.Allowed = false

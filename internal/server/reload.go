@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"reflect"
 	"syscall"
 	"time"
 
@@ -26,7 +27,7 @@ func (s *Server) Reload() error {
 		return err
 	}
 	old := s.state().cfg
-	if cfg.Store != old.Store {
+	if !reflect.DeepEqual(cfg.Store, old.Store) {
 		s.log.Warn("config reload: the store section changed; it takes effect at the next restart")
 	}
 	s.cfg.Store(&state{cfg: cfg})

@@ -10,6 +10,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +29,7 @@ import (
 	"github.com/sluicehq/sluice/localsync"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/shard"
 )
 
 // Options configures a Server.
@@ -61,6 +64,7 @@ type Server struct {
 	health    *health.Server
 	addrs     Addrs
 	storeType string
+	local     sluice.Store // the memory store peers forward to, in shard mode
 }
 
 // state is one loaded config.
@@ -106,6 +110,12 @@ func (s *Server) openStore(cfg *config.Config) error {
 	if url == "" {
 		ms := memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
 		s.store, s.closer, s.storeType = ms, func() {}, "memory"
+		s.local = ms
+		if cfg.Store.Mode == "shard" {
+			if err := s.openShard(cfg, ms); err != nil {
+				return err
+			}
+		}
 		s.metrics.reg.MustRegister(
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_memstore_keys", Help: "Keys held by the memory store."},
 				func() float64 { return float64(ms.Len()) }),
@@ -121,7 +131,10 @@ func (s *Server) openStore(cfg *config.Config) error {
 	if cfg.Store.Mode == "local-sync" {
 		ls, err := localsync.New(localsync.Options{
 			Shared: rs, Interval: cfg.Store.SyncInterval, Instances: cfg.Store.Instances, Timeout: cfg.Store.Timeout,
-			OnError: func(err error) { s.metrics.storeErrors.Inc(); s.log.Warn("local-sync: sync failed; kept for the next", "error", err) },
+			OnError: func(err error) {
+				s.metrics.storeErrors.Inc()
+				s.log.Warn("local-sync: sync failed; kept for the next", "error", err)
+			},
 		})
 		if err != nil {
 			return err
@@ -152,6 +165,9 @@ func (s *Server) Start() error {
 
 	s.grpcSrv = grpc.NewServer()
 	rlspb.RegisterRateLimitServiceServer(s.grpcSrv, &rls{s: s})
+	if _, ok := s.store.(*shard.Store); ok {
+		shard.Register(s.grpcSrv, s.local)
+	}
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpcSrv, s.health)
 	reflection.Register(s.grpcSrv)
@@ -221,6 +237,35 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	s.closer()
 	return errors.Join(errs...)
+}
+
+// openShard puts a shard.Store in front of the memory store.
+func (s *Server) openShard(cfg *config.Config, local sluice.Store) error {
+	self := cfg.Store.Self
+	if self == "" {
+		self = s.opts.GRPCAddr
+	}
+	var members shard.Membership
+	if len(cfg.Store.Peers) == 1 && strings.HasPrefix(cfg.Store.Peers[0], "dns:") {
+		host, port, err := net.SplitHostPort(strings.TrimPrefix(cfg.Store.Peers[0], "dns:"))
+		if err != nil {
+			return fmt.Errorf("store.peers: %q: want dns:NAME:PORT", cfg.Store.Peers[0])
+		}
+		p, _ := strconv.Atoi(port)
+		members = shard.DNS(host, p)
+	} else {
+		members = shard.Static(self, cfg.Store.Peers, cfg.Store.MemberInterval/2)
+	}
+	ss, err := shard.New(shard.Options{Self: self, Members: members, Local: local, Interval: cfg.Store.MemberInterval,
+		Timeout: cfg.Store.Timeout, Logger: s.log})
+	if err != nil {
+		return err
+	}
+	s.store, s.storeType, s.closer = ss, "memory, shard", ss.Close
+	s.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "sluice_shard_forwarded_total", Help: "Calls forwarded to the owner of their key."},
+		func() float64 { return float64(ss.Forwarded()) }))
+	return nil
 }
 
 // Config returns the config now serving.
