@@ -3,17 +3,25 @@ package bench
 import (
 	"context"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/redis/rueidis"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/localsync"
+	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/shard"
 )
 
 // BenchmarkDistributed compares the Redis store with local-sync on the same
@@ -47,6 +55,18 @@ func BenchmarkDistributed(b *testing.B) {
 			_, err := s.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 1})
 			return err
 		})
+	})
+	b.Run("shard-3-instances/callers=64", func(b *testing.B) {
+		nodes := shardNodes(b, 3)
+		drive(b, 64, func(key string) error {
+			_, err := nodes[0].Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 1})
+			return err
+		})
+		var fwd int64
+		for _, n := range nodes {
+			fwd += n.Forwarded()
+		}
+		b.ReportMetric(float64(fwd)/float64(b.N)*100, "forwarded-%")
 	})
 	for _, interval := range []time.Duration{10 * time.Millisecond, 100 * time.Millisecond, time.Second} {
 		b.Run(fmt.Sprintf("local-sync-%v/hot-key-2x", interval), func(b *testing.B) {
@@ -92,4 +112,39 @@ func hotKey(b *testing.B, newClient func() rueidis.Client, limit sluice.Limit, i
 	allowed := float64(limit.Capacity()) + float64(limit.Rate)*time.Since(start).Seconds()
 	got := float64(n.Load())
 	return max(got-allowed, 0) / float64(limit.Rate) * 100, got / allowed * 100
+}
+
+// shardNodes starts n in-process shard instances on loopback gRPC and
+// returns their stores once every ring holds every member.
+func shardNodes(b *testing.B, n int) []*shard.Store {
+	var lis []net.Listener
+	var addrs []string
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		lis, addrs = append(lis, l), append(addrs, l.Addr().String())
+	}
+	var stores []*shard.Store
+	for i := range n {
+		local := memstore.New(memstore.Options{})
+		srv := grpc.NewServer()
+		shard.Register(srv, local)
+		healthpb.RegisterHealthServer(srv, health.NewServer())
+		go srv.Serve(lis[i])
+		s, err := shard.New(shard.Options{Self: addrs[i], Local: local, Interval: 100 * time.Millisecond,
+			Members: shard.Static(addrs[i], addrs, 50*time.Millisecond), Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { s.Close(); srv.Stop() })
+		stores = append(stores, s)
+	}
+	for _, s := range stores {
+		for len(s.Members()) != n {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	return stores
 }

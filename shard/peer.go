@@ -2,7 +2,6 @@ package shard
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
@@ -15,19 +14,23 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// peer forwards calls to one member, batching the calls that arrive within
-// wait (or until size calls) into one gRPC request.
+// peer forwards calls to one member. While fewer than maxInFlight calls
+// to it are running, a forward goes at once; beyond that, forwards queue
+// and leave together (up to size) as soon as a call returns. So a lone
+// forward waits for nothing, and under load forwards share calls, waiting
+// at most for the calls ahead of them.
 type peer struct {
 	addr    string
 	conn    *grpc.ClientConn
-	wait    time.Duration
 	size    int
 	timeout time.Duration
 
-	mu      sync.Mutex
-	pending []*forward
-	timer   *time.Timer
+	mu       sync.Mutex
+	pending  []*forward
+	inFlight int
 }
+
+const maxInFlight = 2
 
 type forward struct {
 	call wireCall
@@ -36,12 +39,12 @@ type forward struct {
 	done chan struct{}
 }
 
-func newPeer(addr string, wait time.Duration, size int, timeout time.Duration) (*peer, error) {
+func newPeer(addr string, size int, timeout time.Duration) (*peer, error) {
 	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
 	}
-	return &peer{addr: addr, conn: c, wait: wait, size: size, timeout: timeout}, nil
+	return &peer{addr: addr, conn: c, size: size, timeout: timeout}, nil
 }
 
 // do sends call in the next batch and waits for its result or ctx.
@@ -49,17 +52,11 @@ func (p *peer) do(ctx context.Context, call wireCall) (wireResult, error) {
 	f := &forward{call: call, done: make(chan struct{})}
 	p.mu.Lock()
 	p.pending = append(p.pending, f)
-	switch {
-	case len(p.pending) >= p.size:
-		batch := p.takeLocked()
-		p.mu.Unlock()
-		go p.send(batch)
-	case len(p.pending) == 1:
-		p.timer = time.AfterFunc(p.wait, p.flush)
-		p.mu.Unlock()
-	default:
-		p.mu.Unlock()
+	if p.inFlight < maxInFlight {
+		p.inFlight++
+		go p.run(p.takeLocked())
 	}
+	p.mu.Unlock()
 	select {
 	case <-f.done:
 		return f.res, f.err
@@ -69,21 +66,24 @@ func (p *peer) do(ctx context.Context, call wireCall) (wireResult, error) {
 }
 
 func (p *peer) takeLocked() []*forward {
-	batch := p.pending
-	p.pending = nil
-	if p.timer != nil {
-		p.timer.Stop()
-		p.timer = nil
-	}
+	n := min(len(p.pending), p.size)
+	batch := append([]*forward(nil), p.pending[:n]...)
+	p.pending = p.pending[n:]
 	return batch
 }
 
-func (p *peer) flush() {
-	p.mu.Lock()
-	batch := p.takeLocked()
-	p.mu.Unlock()
-	if len(batch) > 0 {
+// run sends batches until none are waiting.
+func (p *peer) run(batch []*forward) {
+	for {
 		p.send(batch)
+		p.mu.Lock()
+		if len(p.pending) == 0 {
+			p.inFlight--
+			p.mu.Unlock()
+			return
+		}
+		batch = p.takeLocked()
+		p.mu.Unlock()
 	}
 }
 
@@ -98,14 +98,14 @@ func (p *peer) send(batch []*forward) {
 	for i, f := range batch {
 		calls[i] = f.call
 	}
-	body, _ := json.Marshal(calls)
+	body := appendCalls(nil, calls)
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 	defer cancel()
 	out := new(wrapperspb.BytesValue)
 	err := p.conn.Invoke(ctx, takeMethod, wrapperspb.Bytes(body), out)
 	var results []wireResult
 	if err == nil {
-		err = json.Unmarshal(out.Value, &results)
+		results, err = decodeResults(out.Value)
 	}
 	if err == nil && len(results) != len(batch) {
 		err = fmt.Errorf("peer answered %d results for %d calls", len(results), len(batch))

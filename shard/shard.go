@@ -44,9 +44,10 @@ type Options struct {
 	Replicas int
 	// Hash places keys and members on the ring. Default HashFNV.
 	Hash func([]byte) uint64
-	// BatchWait and BatchSize bound how long and how many forwards to one
-	// peer wait to share a call. Defaults 500µs and 256.
-	BatchWait time.Duration
+	// BatchSize bounds the forwards to one peer that share a call. While
+	// a few calls to a peer are running, further forwards queue and leave
+	// together when one returns: no timer, so a lone forward waits for
+	// nothing. Default 256.
 	BatchSize int
 	// Timeout bounds a forward. Default 200ms.
 	Timeout time.Duration
@@ -81,9 +82,6 @@ func New(opts Options) (*Store, error) {
 	}
 	if opts.Replicas <= 0 {
 		opts.Replicas = 128
-	}
-	if opts.BatchWait <= 0 {
-		opts.BatchWait = 500 * time.Microsecond
 	}
 	if opts.BatchSize <= 0 {
 		opts.BatchSize = 256
@@ -154,7 +152,7 @@ func (s *Store) peer(addr string) (*peer, error) {
 	if p := s.peers[addr]; p != nil {
 		return p, nil
 	}
-	p, err := newPeer(addr, s.opts.BatchWait, s.opts.BatchSize, s.opts.Timeout)
+	p, err := newPeer(addr, s.opts.BatchSize, s.opts.Timeout)
 	if err != nil {
 		return nil, err
 	}
@@ -167,6 +165,9 @@ func (s *Store) Owner(key string) string { return s.ring.Load().Owner(key) }
 
 // Take decides req at its key's owner.
 func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	if s.Owner(req.Key) == s.opts.Self {
+		return s.opts.Local.Take(ctx, req)
+	}
 	var d [1]sluice.Decision
 	err := s.TakeAll(ctx, []sluice.Request{req}, d[:])
 	return d[0], err

@@ -2,48 +2,47 @@ package shard
 
 import (
 	"context"
-	"encoding/json"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
 )
 
 // The peer protocol: one gRPC method, /sluice.shard.v1.Peer/Take, whose
-// request and response are google.protobuf.BytesValue holding JSON: a batch
-// of calls, each a TakeAll, answered in order. Batching concurrent forwards
+// request and response are google.protobuf.BytesValue holding a batch of
+// calls, each a TakeAll, and their results in order (codec.go). Batching concurrent forwards
 // to one peer into one call is what makes forwarding cheap.
 const takeMethod = "/sluice.shard.v1.Peer/Take"
 
 type wireRequest struct {
-	Key       string           `json:"k"`
-	Algorithm sluice.Algorithm `json:"a"`
-	Rate      int64            `json:"r"`
-	Period    time.Duration    `json:"p"`
-	Burst     int64            `json:"b,omitempty"`
-	Cost      int64            `json:"c"`
-	Force     bool             `json:"f,omitempty"`
-	NowUnixUS int64            `json:"n,omitempty"`
+	Key       string
+	Algorithm sluice.Algorithm
+	Rate      int64
+	Period    time.Duration
+	Burst     int64
+	Cost      int64
+	Force     bool
+	NowUnixUS int64 // 0: the owner's clock
 }
 
 type wireCall struct {
-	Reqs  []wireRequest `json:"q"`
-	Reset bool          `json:"x,omitempty"` // Reset the first request's key instead
+	Reqs  []wireRequest
+	Reset bool // Reset the first request's key instead
 }
 
 type wireDecision struct {
-	Allowed    bool          `json:"a,omitempty"`
-	Remaining  int64         `json:"r"`
-	RetryAfter time.Duration `json:"t,omitempty"`
-	ResetAfter time.Duration `json:"s,omitempty"`
-	Delay      time.Duration `json:"d,omitempty"`
+	Allowed                       bool
+	Remaining                     int64
+	RetryAfter, ResetAfter, Delay time.Duration
 }
 
 type wireResult struct {
-	Decisions []wireDecision `json:"d"`
-	Err       string         `json:"e,omitempty"`
+	Decisions []wireDecision
+	Err       string
 }
 
 func toWire(r sluice.Request) wireRequest {
@@ -88,18 +87,15 @@ func Register(s *grpc.Server, local sluice.Store) {
 const maxBatch = 1024
 
 func serve(ctx context.Context, local sluice.Store, body []byte) ([]byte, error) {
-	var calls []wireCall
-	if err := json.Unmarshal(body, &calls); err != nil {
-		return nil, err
-	}
-	if len(calls) > maxBatch {
-		calls = calls[:0]
+	calls, err := decodeCalls(body)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	results := make([]wireResult, len(calls))
 	for i, c := range calls {
 		results[i] = serveCall(ctx, local, c)
 	}
-	return json.Marshal(results)
+	return appendResults(nil, results), nil
 }
 
 func serveCall(ctx context.Context, local sluice.Store, c wireCall) wireResult {
@@ -117,7 +113,13 @@ func serveCall(ctx context.Context, local sluice.Store, c wireCall) wireResult {
 		return wireResult{}
 	}
 	ds := make([]sluice.Decision, len(reqs))
-	if err := local.TakeAll(ctx, reqs, ds); err != nil {
+	var err error
+	if len(reqs) == 1 {
+		ds[0], err = local.Take(ctx, reqs[0])
+	} else {
+		err = local.TakeAll(ctx, reqs, ds)
+	}
+	if err != nil {
 		return wireResult{Err: err.Error()}
 	}
 	out := wireResult{Decisions: make([]wireDecision, len(ds))}
