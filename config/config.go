@@ -74,6 +74,10 @@ type Store struct {
 	Peers          []string
 	Self           string
 	MemberInterval time.Duration
+	// GossipBind, if set, finds members by gossip (memberlist) on this
+	// address instead of Peers, joining GossipJoin.
+	GossipBind string
+	GossipJoin []string
 }
 
 // Admin configures the admin API.
@@ -183,7 +187,7 @@ func lineOf(err error) int {
 
 func (c *checker) store(n *yaml.Node) Store {
 	s := Store{Type: "memory", Timeout: 100 * time.Millisecond}
-	m := c.mapping(n, "store", "type", "url", "timeout", "fail_mode", "max_keys", "mode", "sync_interval", "instances", "peers", "self", "member_interval")
+	m := c.mapping(n, "store", "type", "url", "timeout", "fail_mode", "max_keys", "mode", "sync_interval", "instances", "peers", "self", "member_interval", "gossip")
 	if v := c.str(m["type"], "store.type"); v != "" {
 		if v != "memory" && v != "redis" {
 			c.add(m["type"], "store.type", "%q: want memory or redis", v)
@@ -215,8 +219,13 @@ func (c *checker) store(n *yaml.Node) Store {
 	for i, n := range c.sequence(m["peers"], "store.peers") {
 		s.Peers = append(s.Peers, c.str(n, fmt.Sprintf("store.peers[%d]", i)))
 	}
-	if s.Mode == "shard" && len(s.Peers) == 0 {
-		c.add(n, "store.peers", "shard mode needs peers: the members' gRPC addresses, or dns:NAME:PORT")
+	g := c.mapping(m["gossip"], "store.gossip", "bind", "join")
+	s.GossipBind = c.str(g["bind"], "store.gossip.bind")
+	for i, n := range c.sequence(g["join"], "store.gossip.join") {
+		s.GossipJoin = append(s.GossipJoin, c.str(n, fmt.Sprintf("store.gossip.join[%d]", i)))
+	}
+	if s.Mode == "shard" && len(s.Peers) == 0 && s.GossipBind == "" {
+		c.add(n, "store.peers", "shard mode needs peers (the members' gRPC addresses, or dns:NAME:PORT) or gossip: {bind, join}")
 	}
 	s.Self = c.str(m["self"], "store.self")
 	s.MemberInterval = time.Second

@@ -246,7 +246,14 @@ func (s *Server) openShard(cfg *config.Config, local sluice.Store) error {
 		self = s.opts.GRPCAddr
 	}
 	var members shard.Membership
-	if len(cfg.Store.Peers) == 1 && strings.HasPrefix(cfg.Store.Peers[0], "dns:") {
+	closeMembers := func() {}
+	if cfg.Store.GossipBind != "" {
+		g, err := shard.NewGossip(shard.GossipOptions{Self: self, Bind: cfg.Store.GossipBind, Join: cfg.Store.GossipJoin})
+		if err != nil {
+			return err
+		}
+		members, closeMembers = g, func() { g.Close() }
+	} else if len(cfg.Store.Peers) == 1 && strings.HasPrefix(cfg.Store.Peers[0], "dns:") {
 		host, port, err := net.SplitHostPort(strings.TrimPrefix(cfg.Store.Peers[0], "dns:"))
 		if err != nil {
 			return fmt.Errorf("store.peers: %q: want dns:NAME:PORT", cfg.Store.Peers[0])
@@ -261,7 +268,8 @@ func (s *Server) openShard(cfg *config.Config, local sluice.Store) error {
 	if err != nil {
 		return err
 	}
-	s.store, s.storeType, s.closer = ss, "memory, shard", ss.Close
+	s.store, s.storeType = ss, "memory, shard"
+	s.closer = func() { ss.Close(); closeMembers() }
 	s.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "sluice_shard_forwarded_total", Help: "Calls forwarded to the owner of their key."},
 		func() float64 { return float64(ss.Forwarded()) }))
