@@ -180,3 +180,47 @@ func TestMembershipChange(t *testing.T) {
 		t.Errorf("members after the death: %v", m)
 	}
 }
+
+// fixedMembers is a membership that never changes: two of them that
+// disagree make a split brain on purpose.
+type fixedMembers []string
+
+func (f fixedMembers) Members(context.Context) []string { return f }
+
+// While two instances disagree on ownership, a key is decided by each
+// owner it has: over-admission is bounded by the number of owners.
+func TestSplitBrainIsBoundedByOwners(t *testing.T) {
+	var addrs []string
+	var lis []net.Listener
+	for range 2 {
+		l, _ := net.Listen("tcp", "127.0.0.1:0")
+		lis, addrs = append(lis, l), append(addrs, l.Addr().String())
+	}
+	views := []fixedMembers{{addrs[0]}, {addrs[0], addrs[1]}} // the first does not see the second
+	var stores []*shard.Store
+	for i := range 2 {
+		local := memstore.New(memstore.Options{})
+		srv := grpc.NewServer()
+		shard.Register(srv, local)
+		go srv.Serve(lis[i])
+		s, _ := shard.New(shard.Options{Self: addrs[i], Local: local, Members: views[i], Interval: time.Hour})
+		t.Cleanup(func() { s.Close(); srv.Stop() })
+		stores = append(stores, s)
+	}
+	var key string
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprint("k", i); stores[1].Owner(k) == addrs[1] {
+			key = k // owned by the second in its view, by the first in the first's
+		}
+	}
+	limit := sluice.Limit{Rate: 10, Period: time.Hour}
+	admitted := 0
+	for i := range 60 {
+		if d, err := stores[i%2].Take(context.Background(), sluice.Request{Key: key, Limit: limit, Cost: 1}); err == nil && d.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 20 {
+		t.Fatalf("admitted %d with two owners of a limit of 10; want 2 × 10", admitted)
+	}
+}
