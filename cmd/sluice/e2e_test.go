@@ -23,8 +23,11 @@ import (
 	extrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
+	"github.com/sluicehq/sluice/api/sluicev1"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/shard"
 )
@@ -171,6 +174,15 @@ func TestServeDefault(t *testing.T) {
 	}
 	if _, err := rl.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "nope", Descriptors: req.Descriptors}); err == nil {
 		t.Error("unknown domain accepted")
+	}
+	// The native gRPC check service.
+	nc := sluicev1.NewCheckServiceClient(conn)
+	nresp, err := nc.Check(context.Background(), &sluicev1.CheckRequest{Checks: []*sluicev1.Check{{Policy: "api", Key: "grpc-user"}}})
+	if err != nil || !nresp.Allowed || len(nresp.Results[0].Limits) != 2 || nresp.Results[0].Decision.Remaining != 9 {
+		t.Errorf("native check: %v, %v", nresp, err)
+	}
+	if _, err := nc.Check(context.Background(), &sluicev1.CheckRequest{Checks: []*sluicev1.Check{{Policy: "nope", Key: "k"}}}); status.Code(err) != codes.InvalidArgument {
+		t.Errorf("native check of an unknown policy: %v", err)
 	}
 	out, err := exec.Command(binary, "check", "-addr", p.http, "-policy", "login", "-key", "10.0.0.1").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), `"remaining": 4`) {

@@ -58,6 +58,8 @@ type CheckResult struct {
 	FailedOpen bool           `json:"failed_open,omitempty"`
 	Limits     []DecisionJSON `json:"limits"`
 	Error      string         `json:"error,omitempty"`
+
+	decisions []sluice.Decision // for the gRPC form
 }
 
 // DecisionJSON is a sluice.Decision in JSON: durations in milliseconds.
@@ -87,40 +89,47 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, "malformed JSON body: "+err.Error(), "")
 		return
 	}
-	if len(req.Checks) == 0 || len(req.Checks) > maxChecks {
-		problem(w, http.StatusBadRequest, fmt.Sprintf("%d checks: want 1 to %d", len(req.Checks), maxChecks), "checks")
+	resp, field, err := s.runChecks(r.Context(), req.Checks)
+	if err != nil {
+		problem(w, http.StatusBadRequest, err.Error(), field)
 		return
 	}
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(resp)
+}
+
+// runChecks decides checks for POST /v1/check and the native gRPC
+// service. An input problem is returned as an error with the field.
+func (s *Server) runChecks(ctx context.Context, checks []Check) (CheckResponse, string, error) {
+	if len(checks) == 0 || len(checks) > maxChecks {
+		return CheckResponse{}, "checks", fmt.Errorf("%d checks: want 1 to %d", len(checks), maxChecks)
+	}
 	cfg := s.state().cfg
-	resp := CheckResponse{Allowed: true, Results: make([]CheckResult, len(req.Checks))}
-	for i, c := range req.Checks {
+	resp := CheckResponse{Allowed: true, Results: make([]CheckResult, len(checks))}
+	for i, c := range checks {
+		field := fmt.Sprintf("checks[%d]", i)
 		if c.Cost != nil && *c.Cost < 0 {
-			problem(w, http.StatusBadRequest, fmt.Sprintf("checks[%d].cost %d is negative", i, *c.Cost), fmt.Sprintf("checks[%d].cost", i))
-			return
+			return CheckResponse{}, field + ".cost", fmt.Errorf("%s.cost %d is negative", field, *c.Cost)
 		}
-		out := s.checkPolicy(r.Context(), cfg, c.Policy, c.Key, c.Cost)
+		out := s.checkPolicy(ctx, cfg, c.Policy, c.Key, c.Cost)
 		if errors.Is(out.Err, errInput) {
-			problem(w, http.StatusBadRequest, fmt.Sprintf("checks[%d]: %v", i, out.Err), fmt.Sprintf("checks[%d]", i))
-			return
+			return CheckResponse{}, field, fmt.Errorf("%s: %v", field, out.Err)
 		}
 		res := CheckResult{Policy: c.Policy, Key: c.Key, Shadow: out.Shadow, FailedOpen: out.Failed}
 		if out.Err != nil {
 			res.Error = out.Err.Error()
-			res.Allowed = false
 		} else {
 			res.DecisionJSON = decisionJSON(out.Decisions[out.Closest])
+			res.decisions = out.Decisions
 			for _, d := range out.Decisions {
 				res.Limits = append(res.Limits, decisionJSON(d))
 			}
-			if out.Shadow {
-				res.Allowed = true
-			}
+			res.Allowed = res.Allowed || out.Shadow
 		}
 		resp.Allowed = resp.Allowed && res.Allowed
 		resp.Results[i] = res
 	}
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(resp)
+	return resp, "", nil
 }
 
 // handleEnvoyJSON serves envoyproxy/ratelimit's /json: a RateLimitRequest

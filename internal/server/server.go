@@ -25,6 +25,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/api/sluicev1"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/localsync"
 	"github.com/sluicehq/sluice/memstore"
@@ -165,6 +166,7 @@ func (s *Server) Start() error {
 
 	s.grpcSrv = grpc.NewServer()
 	rlspb.RegisterRateLimitServiceServer(s.grpcSrv, &rls{s: s})
+	sluicev1.RegisterCheckServiceServer(s.grpcSrv, &native{s: s})
 	if _, ok := s.store.(*shard.Store); ok {
 		shard.Register(s.grpcSrv, s.local)
 	}

@@ -1,0 +1,49 @@
+package server
+
+import (
+	"context"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/api/sluicev1"
+)
+
+// native implements sluice.v1.CheckService: POST /v1/check over gRPC.
+type native struct {
+	sluicev1.UnimplementedCheckServiceServer
+	s *Server
+}
+
+func (n *native) Check(ctx context.Context, req *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
+	checks := make([]Check, len(req.GetChecks()))
+	for i, c := range req.GetChecks() {
+		checks[i] = Check{Policy: c.Policy, Key: c.Key, Cost: c.Cost}
+	}
+	resp, field, err := n.s.runChecks(ctx, checks)
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "%s: %v", field, err)
+	}
+	out := &sluicev1.CheckResponse{Allowed: resp.Allowed}
+	for _, r := range resp.Results {
+		pr := &sluicev1.CheckResult{Policy: r.Policy, Key: r.Key, Shadow: r.Shadow, FailedOpen: r.FailedOpen, Error: r.Error}
+		for _, d := range r.decisions {
+			pr.Limits = append(pr.Limits, protoDecision(d))
+		}
+		if i := sluice.Most(r.decisions); i >= 0 {
+			pr.Decision = protoDecision(r.decisions[i])
+			pr.Decision.Allowed = r.Allowed // a shadow check is allowed
+		}
+		out.Results = append(out.Results, pr)
+	}
+	return out, nil
+}
+
+func protoDecision(d sluice.Decision) *sluicev1.Decision {
+	return &sluicev1.Decision{
+		Allowed: d.Allowed, Limit: d.Limit.String(), Remaining: d.Remaining,
+		RetryAfter: durationpb.New(d.RetryAfter), ResetAfter: durationpb.New(d.ResetAfter), Delay: durationpb.New(d.Delay),
+	}
+}
