@@ -144,7 +144,7 @@ func scriptCeiling(b *testing.B, srv *redistest.Server) float64 {
 	period := strconv.FormatInt(int64(benchLimit.Period/time.Microsecond), 10)
 	out, err := exec.Command(bin, "-h", host, "-p", port, "-n", strconv.Itoa(n), "-c", "64", "-P", "16",
 		"-r", "10000", "-q", "EVALSHA", sha, "1", "bench:{key-__rand_int__}:gcra:"+period,
-		"-1", "1", "6", strconv.FormatInt(benchLimit.Rate, 10), period, strconv.FormatInt(benchLimit.Burst, 10), "1").CombinedOutput()
+		"-1", "1", "0", "6", strconv.FormatInt(benchLimit.Rate, 10), period, strconv.FormatInt(benchLimit.Burst, 10), "1", "0").CombinedOutput()
 	if err != nil {
 		b.Fatalf("redis-benchmark: %v: %s", err, out)
 	}
