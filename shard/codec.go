@@ -3,7 +3,9 @@ package shard
 import (
 	"encoding/binary"
 	"errors"
+	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 )
@@ -95,13 +97,19 @@ func (r *reader) byte() byte {
 	return v
 }
 
+// bytes returns the next length-prefixed bytes as a string that shares the
+// message's memory: valid while the message is, which is the whole of one
+// serve (stores do not retain keys).
 func (r *reader) bytes(limit uint64) string {
 	n := r.uvarint(limit)
 	if uint64(len(r.b)) < n {
 		r.fail()
 		return ""
 	}
-	s := string(r.b[:n])
+	var s string
+	if n > 0 {
+		s = unsafe.String(&r.b[0], n)
+	}
 	r.b = r.b[n:]
 	return s
 }
@@ -138,7 +146,7 @@ func decodeResults(b []byte) ([]wireResult, error) {
 	r := &reader{b: b}
 	results := make([]wireResult, r.uvarint(maxBatch))
 	for i := range results {
-		results[i].Err = r.bytes(1 << 16)
+		results[i].Err = strings.Clone(r.bytes(1 << 16)) // kept past the message
 		ds := make([]wireDecision, r.uvarint(maxCallReqs))
 		for j := range ds {
 			ds[j].Allowed = r.byte() == 1

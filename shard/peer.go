@@ -16,7 +16,8 @@ import (
 
 // peer forwards calls to one member. While fewer than maxInFlight calls
 // to it are running, a forward goes at once; beyond that, forwards queue
-// and leave together (up to size) as soon as a call returns. So a lone
+// and leave together (up to size) as soon as a call returns. One call in
+// flight makes the largest batches, which measured fastest. So a lone
 // forward waits for nothing, and under load forwards share calls, waiting
 // at most for the calls ahead of them.
 type peer struct {
@@ -30,7 +31,7 @@ type peer struct {
 	inFlight int
 }
 
-const maxInFlight = 2
+const maxInFlight = 1
 
 type forward struct {
 	call wireCall

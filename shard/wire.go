@@ -102,6 +102,13 @@ func serveCall(ctx context.Context, local sluice.Store, c wireCall) wireResult {
 	if len(c.Reqs) == 0 || len(c.Reqs) > 64 {
 		return wireResult{Err: "shard: a call holds 1 to 64 requests"}
 	}
+	if len(c.Reqs) == 1 && !c.Reset { // the usual forward: no slices
+		d, err := local.Take(ctx, c.Reqs[0].request())
+		if err != nil {
+			return wireResult{Err: err.Error()}
+		}
+		return wireResult{Decisions: []wireDecision{{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Delay: d.Delay}}}
+	}
 	reqs := make([]sluice.Request, len(c.Reqs))
 	for i, w := range c.Reqs {
 		reqs[i] = w.request()
@@ -113,13 +120,7 @@ func serveCall(ctx context.Context, local sluice.Store, c wireCall) wireResult {
 		return wireResult{}
 	}
 	ds := make([]sluice.Decision, len(reqs))
-	var err error
-	if len(reqs) == 1 {
-		ds[0], err = local.Take(ctx, reqs[0])
-	} else {
-		err = local.TakeAll(ctx, reqs, ds)
-	}
-	if err != nil {
+	if err := local.TakeAll(ctx, reqs, ds); err != nil {
 		return wireResult{Err: err.Error()}
 	}
 	out := wireResult{Decisions: make([]wireDecision, len(ds))}
