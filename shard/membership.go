@@ -19,21 +19,31 @@ type Membership interface {
 	Members(ctx context.Context) []string
 }
 
-// Static is a fixed peer list, health-checked: a peer that does not answer
-// gRPC health within the timeout leaves the ring until it answers again.
-// self is always a member. Several instances may share one host on
-// different ports.
+// Static is a fixed peer list, health-checked: a peer that fails
+// staticFailures gRPC health checks in a row (each bounded by timeout)
+// leaves the ring until it answers again, so one slow answer does not move
+// keys. self is always a member; a peer listed twice counts once. Several
+// instances may share one host on different ports.
 func Static(self string, peers []string, timeout time.Duration) Membership {
 	all := slices.Compact(slices.Sorted(slices.Values(append([]string{self}, peers...))))
-	return &static{self: self, peers: all, timeout: timeout, conns: map[string]*grpc.ClientConn{}}
+	st := &static{self: self, peers: all, timeout: timeout, conns: map[string]*grpc.ClientConn{}, failures: map[string]int{}}
+	for _, p := range all {
+		st.failures[p] = staticFailures // not a member until it answers
+	}
+	return st
 }
 
+// staticFailures is how many health checks in a row a peer may fail
+// before it leaves the ring.
+const staticFailures = 2
+
 type static struct {
-	self    string
-	peers   []string
-	timeout time.Duration
-	mu      sync.Mutex
-	conns   map[string]*grpc.ClientConn
+	self     string
+	peers    []string
+	timeout  time.Duration
+	mu       sync.Mutex
+	conns    map[string]*grpc.ClientConn
+	failures map[string]int // consecutive failed checks; guarded by mu
 }
 
 func (s *static) conn(addr string) (*grpc.ClientConn, error) {
@@ -69,9 +79,16 @@ func (s *static) Members(ctx context.Context) []string {
 		})
 	}
 	wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var out []string
 	for i, p := range s.peers {
 		if alive[i] {
+			s.failures[p] = 0
+		} else if s.failures[p] < staticFailures {
+			s.failures[p]++
+		}
+		if s.failures[p] < staticFailures {
 			out = append(out, p)
 		}
 	}

@@ -263,7 +263,7 @@ func (s *Server) openShard(cfg *config.Config, local sluice.Store) error {
 		p, _ := strconv.Atoi(port)
 		members = shard.DNS(host, p)
 	} else {
-		members = shard.Static(self, cfg.Store.Peers, cfg.Store.MemberInterval/2)
+		members = shard.Static(self, cfg.Store.Peers, cfg.Store.MemberInterval)
 	}
 	ss, err := shard.New(shard.Options{Self: self, Members: members, Local: local, Interval: cfg.Store.MemberInterval,
 		Timeout: cfg.Store.Timeout, Logger: s.log})
