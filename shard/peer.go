@@ -37,8 +37,13 @@ type forward struct {
 	call wireCall
 	res  wireResult
 	err  error
-	done chan struct{}
+	done chan struct{} // one value when answered
 }
+
+// forwards recycles forward structs, whose channels cost an allocation
+// each; one whose caller gave up is left to the garbage collector, since
+// its answer may still arrive.
+var forwards = sync.Pool{New: func() any { return &forward{done: make(chan struct{}, 1)} }}
 
 func newPeer(addr string, size int, timeout time.Duration) (*peer, error) {
 	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
@@ -50,7 +55,8 @@ func newPeer(addr string, size int, timeout time.Duration) (*peer, error) {
 
 // do sends call in the next batch and waits for its result or ctx.
 func (p *peer) do(ctx context.Context, call wireCall) (wireResult, error) {
-	f := &forward{call: call, done: make(chan struct{})}
+	f := forwards.Get().(*forward)
+	f.call = call
 	p.mu.Lock()
 	p.pending = append(p.pending, f)
 	if p.inFlight < maxInFlight {
@@ -60,7 +66,10 @@ func (p *peer) do(ctx context.Context, call wireCall) (wireResult, error) {
 	p.mu.Unlock()
 	select {
 	case <-f.done:
-		return f.res, f.err
+		res, err := f.res, f.err
+		*f = forward{done: f.done}
+		forwards.Put(f)
+		return res, err
 	case <-ctx.Done():
 		return wireResult{}, ctx.Err()
 	}
@@ -92,7 +101,7 @@ func (p *peer) run(batch []*forward) {
 func (p *peer) send(batch []*forward) {
 	defer func() {
 		for _, f := range batch {
-			close(f.done)
+			f.done <- struct{}{}
 		}
 	}()
 	calls := make([]wireCall, len(batch))

@@ -165,12 +165,30 @@ func (s *Store) Owner(key string) string { return s.ring.Load().Owner(key) }
 
 // Take decides req at its key's owner.
 func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
-	if s.Owner(req.Key) == s.opts.Self {
+	owner := s.Owner(req.Key)
+	if owner == s.opts.Self {
 		return s.opts.Local.Take(ctx, req)
 	}
-	var d [1]sluice.Decision
-	err := s.TakeAll(ctx, []sluice.Request{req}, d[:])
-	return d[0], err
+	if err := req.Validate(); err != nil {
+		return sluice.Decision{}, err
+	}
+	p, err := s.peer(owner)
+	if err != nil {
+		return sluice.Decision{}, fmt.Errorf("%w: %s: %w", ErrPeer, owner, err)
+	}
+	s.forwarded.Add(1)
+	res, err := p.do(ctx, wireCall{Reqs: []wireRequest{toWire(req)}})
+	if err != nil {
+		return sluice.Decision{}, err
+	}
+	if res.Err != "" {
+		return sluice.Decision{}, errors.New(res.Err)
+	}
+	if len(res.Decisions) != 1 {
+		return sluice.Decision{}, fmt.Errorf("shard: %d decisions for 1 request", len(res.Decisions))
+	}
+	d := res.Decisions[0]
+	return sluice.Decision{Allowed: d.Allowed, Limit: req.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Delay: d.Delay}, nil
 }
 
 // TakeAll decides reqs at their owner, all-or-nothing; keys of different
