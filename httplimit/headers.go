@@ -38,47 +38,54 @@ type headerBuf struct{ b []byte }
 // set writes X-RateLimit-* for the decision closest to its limit and the
 // IETF RateLimit-Policy and RateLimit fields
 // (draft-ietf-httpapi-ratelimit-headers) for every policy applied.
-func (hb *headerBuf) set(h http.Header, now time.Time, format ResetFormat, closest sluice.Decision, policies []*Policy, ds []sluice.Decision) {
-	reset := ceilSeconds(closest.ResetAfter)
+func (hb *headerBuf) set(h http.Header, now time.Time, format ResetFormat, closest int, policies []*Policy, ds []sluice.Decision) {
+	d := ds[closest]
+	reset := ceilSeconds(d.ResetAfter)
 	if format == ResetUnix {
 		reset += now.Unix()
 	}
-	var ends [5]int
+	// X-RateLimit-Limit and, for one policy, RateLimit-Policy never change:
+	// each policy keeps them ready. The rest is built in one buffer.
+	var ends [4]int
 	b := hb.b[:0]
-	b = strconv.AppendInt(b, closest.Limit.Rate, 10)
+	b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
 	ends[0] = len(b)
-	b = strconv.AppendInt(b, max(closest.Remaining, 0), 10)
-	ends[1] = len(b)
 	b = strconv.AppendInt(b, reset, 10)
-	ends[2] = len(b)
-	b = appendPolicyField(b, policies, ds)
-	ends[3] = len(b)
+	ends[1] = len(b)
 	b = appendRateLimitField(b, policies, ds)
-	ends[4] = len(b)
+	ends[2] = len(b)
+	if len(policies) > 1 {
+		b = appendPolicyField(b, policies, ds)
+	}
+	ends[3] = len(b)
 	hb.b = b
 	all := string(b)
-	vals := make([]string, 5)
-	for i, start := range [5]int{0, ends[0], ends[1], ends[2], ends[3]} {
+	vals := make([]string, 4)
+	for i, start := range [4]int{0, ends[0], ends[1], ends[2]} {
 		vals[i] = all[start:ends[i]]
 	}
-	h["X-Ratelimit-Limit"] = vals[0:1:1]
-	h["X-Ratelimit-Remaining"] = vals[1:2:2]
-	h["X-Ratelimit-Reset"] = vals[2:3:3]
-	h["Ratelimit-Policy"] = vals[3:4:4]
-	h["Ratelimit"] = vals[4:5:5]
+	h["X-Ratelimit-Limit"] = policies[closest].limitHdr
+	h["X-Ratelimit-Remaining"] = vals[0:1:1]
+	h["X-Ratelimit-Reset"] = vals[1:2:2]
+	h["Ratelimit"] = vals[2:3:3]
+	if len(policies) > 1 {
+		h["Ratelimit-Policy"] = vals[3:4:4]
+	} else {
+		h["Ratelimit-Policy"] = policies[0].policyHdr
+	}
 }
 
 // appendPolicyField appends the RateLimit-Policy Structured Field list:
 // per policy, its name as an sf-string with q (quota) and w (window,
 // seconds). Names are restricted to characters that need no escaping.
-func appendPolicyField(b []byte, policies []*Policy, ds []sluice.Decision) []byte {
+func appendPolicyField(b []byte, policies []*Policy, _ []sluice.Decision) []byte {
 	for i, p := range policies {
 		if i > 0 {
 			b = append(b, ", "...)
 		}
 		b = append(append(append(b, '"'), p.Name...), `";q=`...)
-		b = strconv.AppendInt(b, ds[i].Limit.Rate, 10)
-		b = strconv.AppendInt(append(b, ";w="...), max(ceilSeconds(ds[i].Limit.Period), 1), 10)
+		b = strconv.AppendInt(b, p.Limit.Rate, 10)
+		b = strconv.AppendInt(append(b, ";w="...), max(ceilSeconds(p.Limit.Period), 1), 10)
 	}
 	return b
 }

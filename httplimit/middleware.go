@@ -61,6 +61,7 @@ type Result struct {
 // for concurrent use.
 type Middleware struct {
 	opts     Options
+	base     time.Time // wall time at New; now is base plus the monotonic time since
 	policies []*Policy
 	log      *sampler
 	scratch  sync.Pool
@@ -77,7 +78,7 @@ func New(opts Options) (*Middleware, error) {
 	if opts.LogsPerSecond <= 0 {
 		opts.LogsPerSecond = 1
 	}
-	m := &Middleware{opts: opts, log: newSampler(opts.Logger, opts.LogsPerSecond)}
+	m := &Middleware{opts: opts, base: time.Now(), log: newSampler(opts.Logger, opts.LogsPerSecond)}
 	seen := map[string]bool{}
 	for i := range opts.Policies {
 		p := opts.Policies[i] // a copy: the caller's slice stays theirs
@@ -93,6 +94,10 @@ func New(opts Options) (*Middleware, error) {
 	m.scratch.New = func() any { return new(scratch) }
 	return m, nil
 }
+
+// now reads the clock for X-RateLimit-Reset: the monotonic clock only,
+// half the cost of time.Now.
+func (m *Middleware) now() time.Time { return m.base.Add(time.Since(m.base)) }
 
 // scratch is one request's working memory, pooled so that the allowed
 // path allocates as little as it can.
@@ -166,7 +171,7 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 	res.Policies, res.Decisions = enforced, ds
 	if i := sluice.Most(ds); i >= 0 {
 		res.Closest = i
-		s.hdr.set(w.Header(), time.Now(), m.opts.ResetFormat, ds[i], enforced, ds)
+		s.hdr.set(w.Header(), m.now(), m.opts.ResetFormat, i, enforced, ds)
 		res.Denied = !ds[i].Allowed
 	}
 	if len(sreqs) > 0 {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"strconv"
 
 	"github.com/sluicehq/sluice"
 )
@@ -41,6 +42,10 @@ type Policy struct {
 	Shape bool
 
 	pat *pattern // nil when Pattern is empty
+
+	// The header values that depend only on the policy, made once. Their
+	// capacity is their length, so a handler's Header.Add copies them.
+	limitHdr, policyHdr []string
 }
 
 var policyName = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,64}$`)
@@ -62,6 +67,8 @@ func (p *Policy) prepare() error {
 	if p.Cost == 0 {
 		p.Cost = 1
 	}
+	p.limitHdr = []string{strconv.FormatInt(p.Limit.Rate, 10)}
+	p.policyHdr = []string{string(appendPolicyField(nil, []*Policy{p}, nil))}
 	if p.Pattern == "" {
 		return nil
 	}
