@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/rueidis"
@@ -49,6 +50,8 @@ type Store struct {
 	retry    time.Duration
 
 	batch batcher
+	args  sync.Map     // sluice.Limit → [4]string, see limitArgs
+	nargs atomic.Int64 // limits cached
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -211,14 +214,8 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice
 		if cluster && slot(c.keys[i]) != slot(c.keys[0]) {
 			return fmt.Errorf("%w: %q and %q", ErrCrossSlot, reqs[0].Key, r.Key)
 		}
-		p := algorithm.ParamsOf(r.Limit)
-		c.args = append(c.args,
-			strconv.Itoa(int(r.Limit.Algorithm.Resolved())),
-			strconv.FormatInt(p.Rate, 10),
-			strconv.FormatInt(p.Period, 10),
-			strconv.FormatInt(p.Burst, 10),
-			strconv.FormatInt(r.Cost, 10),
-			boolArg(r.Force))
+		la := s.limitArgs(r.Limit)
+		c.args = append(c.args, la[0], la[1], la[2], la[3], costArg(r.Cost), boolArg(r.Force))
 	}
 	if id := reqs[0].ID; id != "" {
 		// In the first key's slot, so that Cluster runs the group on one node.
@@ -235,6 +232,42 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice
 	}
 	return s.batch.do(ctx, client, c)
 }
+
+// limitArgs returns the script arguments of limit (algorithm code, rate,
+// period µs, burst), formatted once per limit: a service sees few limits.
+func (s *Store) limitArgs(l sluice.Limit) [4]string {
+	if v, ok := s.args.Load(l); ok {
+		return v.([4]string)
+	}
+	p := algorithm.ParamsOf(l)
+	a := [4]string{
+		strconv.Itoa(int(l.Algorithm.Resolved())),
+		strconv.FormatInt(p.Rate, 10),
+		strconv.FormatInt(p.Period, 10),
+		strconv.FormatInt(p.Burst, 10),
+	}
+	if s.nargs.Add(1) <= maxCachedLimits { // bounded: limits may come from callers
+		s.args.Store(l, a)
+	}
+	return a
+}
+
+const maxCachedLimits = 1024
+
+// costArg formats a cost, without allocating for the usual small ones.
+func costArg(c int64) string {
+	if c >= 0 && c < int64(len(smallInts)) {
+		return smallInts[c]
+	}
+	return strconv.FormatInt(c, 10)
+}
+
+var smallInts = func() (s [64]string) {
+	for i := range s {
+		s[i] = strconv.Itoa(i)
+	}
+	return s
+}()
 
 func boolArg(b bool) string {
 	if b {
