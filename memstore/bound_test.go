@@ -115,3 +115,19 @@ func TestSlidingLogMemoryIsBounded(t *testing.T) {
 		t.Fatalf("heap grew %d bytes for one sliding-log key of rate 1000", grew)
 	}
 }
+
+// Two rates sharing a table (same algorithm and period): a token bucket
+// key is never swept before it is full at its own, slower rate.
+func TestSweepRespectsEachKeysRate(t *testing.T) {
+	s := memstore.New(memstore.Options{Shards: 1})
+	slow := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 1, Period: time.Second, Burst: 10}
+	fast := sluice.Limit{Algorithm: sluice.TokenBucket, Rate: 1000, Period: time.Second, Burst: 10}
+	take(t, s, "slow", slow, 10, t0) // full again after 10s
+	// A second later, many keys under the fast rate arrive and sweep.
+	for i := range 2000 {
+		take(t, s, fmt.Sprint("fast", i), fast, 1, t0.Add(time.Second))
+	}
+	if d := take(t, s, "slow", slow, 0, t0.Add(time.Second)); d.Remaining != 1 {
+		t.Fatalf("the slow key after 1s: %d remaining; want 1 (it was swept as if full)", d.Remaining)
+	}
+}

@@ -23,11 +23,15 @@ type shard struct {
 type table struct {
 	alg    sluice.Algorithm
 	period int64
-	limit  sluice.Limit         // the limit last used here,
-	params algorithm.Params     // and its params: most tables see one limit
-	idx    map[string]uint32    // O(1) algorithms: key → slot in slab
-	slab   slab                 // O(1) algorithms' entries
-	logs   map[string]*logState // SlidingLog
+	limit  sluice.Limit     // the limit last used here,
+	params algorithm.Params // and its params: most tables see one limit
+	// slowest is the params of the lowest rate seen here: a token bucket
+	// refills at its key's own rate, which the table does not keep, so
+	// expiry is judged at the slowest, never before a key is full.
+	slowest algorithm.Params
+	idx     map[string]uint32    // O(1) algorithms: key → slot in slab
+	slab    slab                 // O(1) algorithms' entries
+	logs    map[string]*logState // SlidingLog
 }
 
 type logState struct {
@@ -94,6 +98,9 @@ func (sh *shard) decide(req *sluice.Request, now int64, p *pending) error {
 		}
 		if p.t != nil {
 			p.t.limit, p.t.params = req.Limit, params
+			if p.t.slowest.Rate == 0 || params.Rate < p.t.slowest.Rate {
+				p.t.slowest = params
+			}
 		}
 	}
 	if alg == sluice.SlidingLog {
@@ -174,7 +181,7 @@ func (sh *shard) commit(s *Store, req *sluice.Request, now int64, p *pending, re
 
 // exp returns when t's state in slot i is back to full (µs).
 func (t *table) exp(i uint32) int64 {
-	return algorithm.FullAt(t.alg, t.slab.load(i), &t.params)
+	return algorithm.FullAt(t.alg, t.slab.load(i), &t.slowest)
 }
 
 func (sh *shard) remove(t *table, key string) {
