@@ -201,6 +201,10 @@ func (i *Interceptor) check(ctx context.Context, method string) error {
 			continue
 		}
 		r := sluice.Request{Key: p.Name + "\x00" + key, Limit: p.Limit, Cost: p.Cost}
+		if len(r.Key) > sluice.MaxKeyLen {
+			// Never let an oversized identity through unlimited.
+			return status.Errorf(codes.InvalidArgument, "rate limit identity of %d bytes exceeds %d", len(r.Key), sluice.MaxKeyLen)
+		}
 		if p.Shadow {
 			shadow = append(shadow, r)
 			names = append(names, p.Name)

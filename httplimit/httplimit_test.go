@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -245,6 +246,19 @@ func TestBadPolicies(t *testing.T) {
 	} {
 		if _, err := httplimit.New(httplimit.Options{Store: store, Policies: []httplimit.Policy{p}}); err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// An identity past the key limit is a 400, never a way around the limit.
+func TestOversizedIdentityIsRefused(t *testing.T) {
+	srv := server(t, httplimit.Options{Store: memstore.New(memstore.Options{}), Policies: []httplimit.Policy{
+		{Name: "k", Limit: sluice.PerMinute(1), Key: httplimit.APIKey("X-API-Key")},
+	}})
+	huge := strings.Repeat("k", sluice.MaxKeyLen+1)
+	for range 3 {
+		if code := get(t, srv.URL, "X-API-Key", huge).StatusCode; code != 400 {
+			t.Fatalf("oversized API key: %d, want 400", code)
 		}
 	}
 }

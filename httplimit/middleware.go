@@ -139,7 +139,7 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 		}
 		req, err := m.request(r, p, s)
 		if err != nil {
-			if errors.Is(err, errBadCost) {
+			if errors.Is(err, errBadCost) || errors.Is(err, errKeyTooLong) {
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return false
 			}
@@ -217,7 +217,12 @@ func (m *Middleware) shapeWait(r *http.Request, policies []*Policy, ds []sluice.
 	}
 }
 
-var errBadCost = errors.New("httplimit: bad request cost")
+var (
+	errBadCost = errors.New("httplimit: bad request cost")
+	// errKeyTooLong answers 400: an identity past sluice.MaxKeyLen (a huge
+	// API key header, say) must not slip through unlimited by failing open.
+	errKeyTooLong = errors.New("httplimit: request identity too long")
+)
 
 // request builds p's Request for r. Its key is "<policy>\x00<identity>",
 // written into s.keys and not copied: stores do not retain keys.
@@ -230,7 +235,7 @@ func (m *Middleware) request(r *http.Request, p *Policy, s *scratch) (sluice.Req
 	}
 	s.keys = keys
 	if len(keys)-start > sluice.MaxKeyLen {
-		return sluice.Request{}, fmt.Errorf("%w: key of %d bytes", ErrNoKey, len(keys)-start)
+		return sluice.Request{}, fmt.Errorf("%w: %d bytes, at most %d", errKeyTooLong, len(keys)-start, sluice.MaxKeyLen)
 	}
 	cost := p.Cost
 	if p.CostFunc != nil {
