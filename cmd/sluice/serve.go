@@ -127,6 +127,10 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice proxy: cannot start:\n"+err.Error())
 		return 1
 	}
+	if srv.Config().Store.Mode == "shard" {
+		fmt.Fprintln(stderr, "sluice proxy: store mode shard needs the peer service of `sluice serve`; run the proxy against a local-sync or Redis store, or in front of `sluice serve`")
+		return 2
+	}
 	h, err := proxy.New(srv.Config(), srv.Store(), u, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice proxy:", err)
