@@ -50,6 +50,7 @@ type Store struct {
 	perShard  int
 	clock     func() time.Time // nil: base advanced by the monotonic clock
 	base      time.Time
+	baseUS    int64 // base in µs
 	evictions atomic.Uint64
 }
 
@@ -74,13 +75,15 @@ func New(opts Options) *Store {
 	if maxKeys <= 0 {
 		maxKeys = 4_000_000
 	}
+	base := time.Now()
 	return &Store{
 		shards:   make([]shard, n),
 		mask:     uint64(n - 1),
 		seed:     maphash.MakeSeed(),
 		perShard: max((maxKeys+n-1)/n, 1),
 		clock:    opts.Clock,
-		base:     time.Now(),
+		base:     base,
+		baseUS:   base.UnixMicro(),
 	}
 }
 
@@ -112,7 +115,7 @@ func (s *Store) now(t time.Time) int64 {
 	case s.clock != nil:
 		return s.clock().UnixMicro()
 	}
-	return s.base.UnixMicro() + time.Since(s.base).Microseconds()
+	return s.baseUS + time.Since(s.base).Microseconds()
 }
 
 // Take decides one request.

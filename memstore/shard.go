@@ -85,21 +85,22 @@ func (sh *shard) table(alg sluice.Algorithm, period int64, create bool) *table {
 func (sh *shard) decide(req *sluice.Request, now int64, p *pending) error {
 	alg := req.Limit.Algorithm.Resolved()
 	p.t = sh.table(alg, int64(req.Limit.Period/time.Microsecond), false)
-	var params algorithm.Params
+	var params *algorithm.Params
 	if p.t != nil && p.t.limit == req.Limit {
-		params = p.t.params
+		params = &p.t.params // the usual case: no copy, no validation
 	} else {
 		if err := req.Limit.Validate(); err != nil {
 			return err
 		}
-		params = algorithm.ParamsOf(req.Limit)
+		fresh := algorithm.ParamsOf(req.Limit)
+		params = &fresh
 		if p.t == nil && req.Cost > 0 {
-			p.t = sh.table(alg, params.Period, true)
+			p.t = sh.table(alg, fresh.Period, true)
 		}
 		if p.t != nil {
-			p.t.limit, p.t.params = req.Limit, params
-			if p.t.slowest.Rate == 0 || params.Rate < p.t.slowest.Rate {
-				p.t.slowest = params
+			p.t.limit, p.t.params = req.Limit, fresh
+			if p.t.slowest.Rate == 0 || fresh.Rate < p.t.slowest.Rate {
+				p.t.slowest = fresh
 			}
 		}
 	}
@@ -109,7 +110,7 @@ func (sh *shard) decide(req *sluice.Request, now int64, p *pending) error {
 				p.log = ls.entries
 			}
 		}
-		p.drop, p.res, p.at = algorithm.TakeLog(p.log, &params, now, req.Cost)
+		p.drop, p.res, p.at = algorithm.TakeLog(p.log, params, now, req.Cost)
 		p.forced = req.Force && req.Cost > 0
 		if p.forced && !p.res.Allowed {
 			p.res = algorithm.Result{RetryAfter: p.res.RetryAfter, ResetAfter: p.at + params.Period - now}
@@ -121,12 +122,16 @@ func (sh *shard) decide(req *sluice.Request, now int64, p *pending) error {
 			p.old = p.t.slab.load(p.slot) // expired or not, it decides as a fresh state would
 		}
 	}
-	p.s, p.res = algorithm.Take(alg, p.old, &params, now, req.Cost)
+	if req.Cost > 0 {
+		p.s, p.res = algorithm.Status(alg, p.old, params, now, req.Cost)
+	} else {
+		p.s, p.res = algorithm.Take(alg, p.old, params, now, 0) // a peek
+	}
 	p.forced = req.Force && req.Cost > 0
 	if p.forced && !p.res.Allowed {
 		// Record it anyway: what remains is nothing, until the debt is paid.
-		p.s = algorithm.Apply(alg, p.old, &params, now, req.Cost)
-		_, after := algorithm.Status(alg, p.s, &params, now, 0)
+		p.s = algorithm.Apply(alg, p.old, params, now, req.Cost)
+		_, after := algorithm.Status(alg, p.s, params, now, 0)
 		p.res = algorithm.Result{RetryAfter: p.res.RetryAfter, ResetAfter: after.ResetAfter}
 	}
 	return nil
