@@ -1,0 +1,67 @@
+package httplimit
+
+import (
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+)
+
+var (
+	policyItem = regexp.MustCompile(`^"[A-Za-z0-9._:-]+";q=[0-9]+;w=[0-9]+$`)
+	rateItem   = regexp.MustCompile(`^"[A-Za-z0-9._:-]+";r=[0-9]+;t=[0-9]+$`)
+	number     = regexp.MustCompile(`^[0-9]+$`)
+)
+
+// FuzzRateHeaders: whatever the decisions, every header value is a
+// well-formed Structured Field list or number, with no CR or LF.
+func FuzzRateHeaders(f *testing.F) {
+	f.Add("api", int64(10), int64(time.Minute), int64(3), int64(time.Second), "burst", int64(1000), int64(time.Hour), int64(-5), int64(0))
+	f.Fuzz(func(t *testing.T, name1 string, rate1, period1, rem1, reset1 int64, name2 string, rate2, period2, rem2, reset2 int64) {
+		var policies []*Policy
+		var ds []sluice.Decision
+		for _, c := range []struct {
+			name                      string
+			rate, period, rem, reset int64
+		}{{name1, rate1, period1, rem1, reset1}, {name2, rate2, period2, rem2, reset2}} {
+			l := sluice.Limit{Rate: max(c.rate%1_000_000, 1), Period: time.Duration(max(c.period%int64(24*time.Hour), int64(time.Millisecond)))}
+			l.Period = l.Period.Truncate(time.Microsecond)
+			p := &Policy{Name: c.name, Limit: l, Key: Route()}
+			if p.prepare() != nil {
+				return // names and limits are validated before headers
+			}
+			policies = append(policies, p)
+			ds = append(ds, sluice.Decision{Limit: l, Remaining: c.rem, ResetAfter: time.Duration(c.reset % int64(1000*time.Hour))})
+		}
+		for n := 1; n <= 2; n++ {
+			h := http.Header{}
+			var hb headerBuf
+			hb.set(h, time.Unix(1_700_000_000, 0), ResetUnix, n-1, policies[:n], ds[:n])
+			for k, vs := range h {
+				for _, v := range vs {
+					if strings.ContainsAny(v, "\r\n") {
+						t.Fatalf("%s: %q holds CR or LF", k, v)
+					}
+				}
+			}
+			for _, k := range []string{"X-Ratelimit-Limit", "X-Ratelimit-Remaining", "X-Ratelimit-Reset"} {
+				if !number.MatchString(h.Get(k)) {
+					t.Fatalf("%s = %q", k, h.Get(k))
+				}
+			}
+			for _, item := range strings.Split(h.Get("Ratelimit-Policy"), ", ") {
+				if !policyItem.MatchString(item) {
+					t.Fatalf("RateLimit-Policy item %q", item)
+				}
+			}
+			for _, item := range strings.Split(h.Get("Ratelimit"), ", ") {
+				if !rateItem.MatchString(item) {
+					t.Fatalf("RateLimit item %q", item)
+				}
+			}
+		}
+	})
+}
