@@ -302,3 +302,31 @@ func TestIdempotentID(t *testing.T) {
 		t.Fatalf("sync-2: %+v; want 2 remaining", d)
 	}
 }
+
+// Open finds the master through Sentinel.
+func TestSentinel(t *testing.T) {
+	_, sentinel := redistest.Sentinel(t)
+	s, err := redisstore.Open("redis-sentinel://"+sentinel+"/mymaster", redisstore.Options{Prefix: uniquePrefix(t), ReconnectInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l := sluice.Limit{Rate: 2, Period: time.Hour}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		d, err := s.Take(context.Background(), sluice.Request{Key: "k", Limit: l, Cost: 2})
+		if err == nil {
+			if !d.Allowed || d.Remaining != 0 {
+				t.Fatalf("through Sentinel: %+v", d)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no master through Sentinel after 10s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if d, err := s.Take(context.Background(), sluice.Request{Key: "k", Limit: l, Cost: 1}); err != nil || d.Allowed {
+		t.Fatalf("second take through Sentinel: %+v, %v", d, err)
+	}
+}

@@ -692,3 +692,27 @@ return b`, "0")
 	fmt.Sscan(out, &n)
 	return n
 }
+
+// A Kubernetes ConfigMap volume swaps a ..data symlink; the file's own path
+// never changes. The swap reloads the config.
+func TestReloadOnConfigMapSwap(t *testing.T) {
+	dir := t.TempDir()
+	version := func(name, body string) {
+		os.MkdirAll(filepath.Join(dir, name), 0o755)
+		os.WriteFile(filepath.Join(dir, name, "sluice.yaml"), []byte(body), 0o644)
+	}
+	version("..v1", "policies:\n  - name: one\n    limit: 5/1h\n")
+	os.Symlink("..v1", filepath.Join(dir, "..data"))
+	os.Symlink("..data/sluice.yaml", filepath.Join(dir, "sluice.yaml"))
+	p := start(t, nil, "-config", filepath.Join(dir, "sluice.yaml"))
+	if code, _ := postCheck(t, p.http, "one", "k"); code != 200 {
+		t.Fatalf("policy one: %d", code)
+	}
+	// The kubelet's swap: a new directory, a new symlink renamed over ..data.
+	version("..v2", "policies:\n  - name: two\n    limit: 5/1h\n")
+	os.Symlink("..v2", filepath.Join(dir, "..data_tmp"))
+	if err := os.Rename(filepath.Join(dir, "..data_tmp"), filepath.Join(dir, "..data")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { code, _ := postCheck(t, p.http, "two", "k"); return code == 200 })
+}

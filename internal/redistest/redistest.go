@@ -194,3 +194,27 @@ func Cluster(t testing.TB) []*Server {
 	}
 	return nodes
 }
+
+// Sentinel starts a standalone master and one redis-sentinel monitoring it
+// as "mymaster", and returns the sentinel's address.
+func Sentinel(t testing.TB) (master *Server, sentinelAddr string) {
+	t.Helper()
+	master = start(t, nil)
+	bin := binary(t, "redis-server")
+	port := freePort(t)
+	dir := t.TempDir()
+	conf := filepath.Join(dir, "sentinel.conf")
+	_, mport, _ := net.SplitHostPort(master.Addr)
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster 127.0.0.1 %s 1\nsentinel down-after-milliseconds mymaster 1000\n", port, dir, mport)
+	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), t: t, dir: dir, args: []string{conf, "--sentinel", "--logfile", filepath.Join(dir, "redis.log")}}
+	s.cmd = exec.Command(bin, s.args...)
+	if err := s.cmd.Start(); err != nil {
+		t.Fatalf("redistest: starting redis-sentinel: %v", err)
+	}
+	t.Cleanup(s.Kill)
+	s.waitReady()
+	return master, s.Addr
+}
