@@ -24,7 +24,7 @@ func FuzzRateHeaders(f *testing.F) {
 		var policies []*Policy
 		var ds []sluice.Decision
 		for _, c := range []struct {
-			name                      string
+			name                     string
 			rate, period, rem, reset int64
 		}{{name1, rate1, period1, rem1, reset1}, {name2, rate2, period2, rem2, reset2}} {
 			l := sluice.Limit{Rate: max(c.rate%1_000_000, 1), Period: time.Duration(max(c.period%int64(24*time.Hour), int64(time.Millisecond)))}
