@@ -18,11 +18,21 @@ type Ring struct {
 	members []string
 }
 
-// HashFNV is the default hash: 64-bit FNV-1a.
+// HashFNV is the default hash: 64-bit FNV-1a, then murmur3's finalizer.
+// FNV-1a alone barely moves the high bits for keys that differ in their
+// last byte ("user-1", "user-2"), and the ring places keys by the high
+// bits: without the finalizer such keys crowd onto one member. The hash is
+// the same in every process, as the ring needs.
 func HashFNV(b []byte) uint64 {
 	h := fnv.New64a()
 	h.Write(b)
-	return h.Sum64()
+	k := h.Sum64()
+	k ^= k >> 33
+	k *= 0xff51afd7ed558ccd
+	k ^= k >> 33
+	k *= 0xc4ceb9fe1a85ec53
+	k ^= k >> 33
+	return k
 }
 
 // NewRing returns a ring of members, each with replicas virtual nodes,

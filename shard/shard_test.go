@@ -41,6 +41,14 @@ func TestRingBalanceAndMovement(t *testing.T) {
 			t.Fatalf("%s moved from %s though its owner stayed", k, o)
 		}
 	}
+	// Keys that differ only in their last byte spread too.
+	similar := map[string]int{}
+	for i := range 30 {
+		similar[r.Owner(fmt.Sprintf("p\x00key-%d", i%10)+string(rune('a'+i/10)))]++
+	}
+	if len(similar) != 3 {
+		t.Errorf("30 similar keys landed on %d of 3 members: %v", len(similar), similar)
+	}
 	if shard.NewRing(nil, 128, nil).Owner("k") != "" {
 		t.Error("an empty ring has an owner")
 	}

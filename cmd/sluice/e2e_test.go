@@ -585,14 +585,24 @@ policies:
 			t.Errorf("%s: %d admitted across three instances, want exactly 30", key, admitted)
 		}
 	}
-	resp, err := http.Get("http://" + procs[0].http + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	// Forwarding happened somewhere: every instance was asked about keys
+	// that other instances own.
+	forwarded := 0
+	for _, p := range procs {
+		resp, err := http.Get("http://" + p.http + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if m := regexp.MustCompile(`(?m)^sluice_shard_forwarded_total ([0-9.e+]+)$`).FindSubmatch(b); m != nil {
+			var n float64
+			fmt.Sscan(string(m[1]), &n)
+			forwarded += int(n)
+		}
 	}
-	b, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if !regexp.MustCompile(`sluice_shard_forwarded_total [1-9]`).Match(b) {
-		t.Error("no forwarding counted")
+	if forwarded == 0 {
+		t.Error("no forwarding counted on any instance")
 	}
 	// Keys owned by the instance about to die (the service keys state by
 	// policy, NUL, key).
