@@ -66,3 +66,20 @@ func TestGossipOnOneHost(t *testing.T) {
 	waitMembers(gs[0], 2)
 	waitMembers(gs[1], 2)
 }
+
+// DNS membership resolves a name on every call: localhost, here.
+func TestDNSMembership(t *testing.T) {
+	got := shard.DNS("localhost", 8081).Members(context.Background())
+	found := false
+	for _, m := range got {
+		if m == "127.0.0.1:8081" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("DNS(localhost, 8081) = %v; want 127.0.0.1:8081 among them", got)
+	}
+	if got := shard.DNS("no-such-host.invalid", 1).Members(context.Background()); len(got) != 0 {
+		t.Fatalf("an unresolvable name gave members %v", got)
+	}
+}
