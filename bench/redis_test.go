@@ -116,6 +116,26 @@ func BenchmarkRedis(b *testing.B) {
 			})
 		})
 	}
+	b.Run("redis-benchmark-c1-p50", func(b *testing.B) {
+		// One connection, no pipelining: the p50 round trip of a PING, of a
+		// script doing only GET, TIME and SET, and of sluice's script. The
+		// second is the floor any atomic read-modify-write script has here.
+		sha := loadScript(b, srv)
+		bare := srv.Do("SCRIPT", "LOAD", "redis.call('GET', KEYS[1]); redis.call('TIME'); redis.call('SET', KEYS[1], 'x', 'PX', 1000); return 1")
+		period := strconv.FormatInt(int64(benchLimit.Period/time.Microsecond), 10)
+		for _, c := range []struct {
+			name string
+			args []string
+		}{
+			{"ping", []string{"PING"}},
+			{"get-time-set-script", []string{"EVALSHA", bare, "1", "bench:{k-__rand_int__}"}},
+			{"sluice-script", []string{"EVALSHA", sha, "1", "bench:{key-__rand_int__}:gcra:" + period,
+				"-1", "1", "0", "6", strconv.FormatInt(benchLimit.Rate, 10), period, strconv.FormatInt(benchLimit.Burst, 10), "1", "0"}},
+		} {
+			b.ReportMetric(redisBenchmark(b, srv, 20_000, 1, 1, c.args).p50, c.name+"-p50-µs")
+		}
+		b.ReportMetric(0, "ns/op")
+	})
 	b.Run("redis-benchmark-P16-script", func(b *testing.B) {
 		rps := scriptCeiling(b, srv)
 		b.ReportMetric(rps, "checks/s")
@@ -124,27 +144,24 @@ func BenchmarkRedis(b *testing.B) {
 	srv.Do("FLUSHALL")
 }
 
-var rpsLine = regexp.MustCompile(`([0-9.]+) requests per second`)
+var (
+	rpsLine = regexp.MustCompile(`([0-9.]+) requests per second`)
+	p50Line = regexp.MustCompile(`p50=([0-9.]+) msec`)
+)
 
-// scriptCeiling runs sluice's script with redis-benchmark: 64 connections,
-// 16 commands pipelined each, keys over 10k values, and returns its
-// requests per second.
-func scriptCeiling(b *testing.B, srv *redistest.Server) float64 {
+type benchResult struct{ rps, p50 float64 }
+
+// redisBenchmark runs redis-benchmark against srv with n requests, c
+// connections and pipeline p, keys over 10k values, and returns its rate
+// and p50 latency (µs).
+func redisBenchmark(b *testing.B, srv *redistest.Server, n, c, p int, args []string) benchResult {
 	bin, err := exec.LookPath("redis-benchmark")
 	if err != nil {
 		b.Skip("redis-benchmark is not on PATH")
 	}
-	sum := sha1.Sum([]byte(redisstore.Script()))
-	sha := hex.EncodeToString(sum[:])
-	if got := srv.Do("SCRIPT", "LOAD", redisstore.Script()); got != sha {
-		b.Fatalf("SCRIPT LOAD = %q, want %s", got, sha)
-	}
 	host, port := "127.0.0.1", srv.Addr[len("127.0.0.1:"):]
-	n := max(b.N, 200_000)
-	period := strconv.FormatInt(int64(benchLimit.Period/time.Microsecond), 10)
-	out, err := exec.Command(bin, "-h", host, "-p", port, "-n", strconv.Itoa(n), "-c", "64", "-P", "16",
-		"-r", "10000", "-q", "EVALSHA", sha, "1", "bench:{key-__rand_int__}:gcra:"+period,
-		"-1", "1", "0", "6", strconv.FormatInt(benchLimit.Rate, 10), period, strconv.FormatInt(benchLimit.Burst, 10), "1", "0").CombinedOutput()
+	full := append([]string{"-h", host, "-p", port, "-n", strconv.Itoa(n), "-c", strconv.Itoa(c), "-P", strconv.Itoa(p), "-r", "10000", "-q"}, args...)
+	out, err := exec.Command(bin, full...).CombinedOutput()
 	if err != nil {
 		b.Fatalf("redis-benchmark: %v: %s", err, out)
 	}
@@ -152,6 +169,31 @@ func scriptCeiling(b *testing.B, srv *redistest.Server) float64 {
 	if m == nil {
 		b.Fatalf("redis-benchmark printed no rate: %s", out)
 	}
-	rps, _ := strconv.ParseFloat(string(m[1]), 64)
-	return rps
+	var r benchResult
+	r.rps, _ = strconv.ParseFloat(string(m[1]), 64)
+	if m := p50Line.FindSubmatch(out); m != nil {
+		ms, _ := strconv.ParseFloat(string(m[1]), 64)
+		r.p50 = ms * 1000
+	}
+	return r
+}
+
+// loadScript loads sluice's script into srv and returns its SHA1.
+func loadScript(b *testing.B, srv *redistest.Server) string {
+	sum := sha1.Sum([]byte(redisstore.Script()))
+	sha := hex.EncodeToString(sum[:])
+	if got := srv.Do("SCRIPT", "LOAD", redisstore.Script()); got != sha {
+		b.Fatalf("SCRIPT LOAD = %q, want %s", got, sha)
+	}
+	return sha
+}
+
+// scriptCeiling runs sluice's script with redis-benchmark: 64 connections,
+// 16 commands pipelined each, keys over 10k values, and returns its
+// requests per second.
+func scriptCeiling(b *testing.B, srv *redistest.Server) float64 {
+	sha := loadScript(b, srv)
+	period := strconv.FormatInt(int64(benchLimit.Period/time.Microsecond), 10)
+	return redisBenchmark(b, srv, max(b.N, 200_000), 64, 16, []string{"EVALSHA", sha, "1", "bench:{key-__rand_int__}:gcra:" + period,
+		"-1", "1", "0", "6", strconv.FormatInt(benchLimit.Rate, 10), period, strconv.FormatInt(benchLimit.Burst, 10), "1", "0"}).rps
 }
