@@ -1,0 +1,45 @@
+package httplimit_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// Per-route limits keyed by the real client address behind a load balancer
+// in 10.0.0.0/8.
+func Example() {
+	ip, _ := clientip.RightmostUntrusted("X-Forwarded-For", []string{"10.0.0.0/8"})
+	m, err := httplimit.New(httplimit.Options{
+		Store: memstore.New(memstore.Options{}),
+		Policies: []httplimit.Policy{
+			{Name: "login", Pattern: "POST /login", Key: httplimit.ClientIP(ip),
+				Limit: sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 2, Period: 15 * time.Minute}},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /login", func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "welcome") })
+	h := m.Handler(mux)
+
+	for range 3 {
+		r := httptest.NewRequest("POST", "/login", nil)
+		r.RemoteAddr = "10.0.0.5:40000"                         // the load balancer
+		r.Header.Set("X-Forwarded-For", "1.2.3.4, 203.0.113.9") // spoofed, then the client
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		fmt.Println(w.Code, w.Header().Get("X-RateLimit-Remaining"), w.Header().Get("Retry-After"))
+	}
+	// Output:
+	// 200 1
+	// 200 0
+	// 429 0 900
+}
