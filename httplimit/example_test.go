@@ -36,10 +36,14 @@ func Example() {
 		r.Header.Set("X-Forwarded-For", "1.2.3.4, 203.0.113.9") // spoofed, then the client
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
-		fmt.Println(w.Code, "remaining", w.Header().Get("X-RateLimit-Remaining"), "retry after", w.Header().Get("Retry-After")+"s")
+		retry := w.Header().Get("Retry-After")
+		if retry == "" {
+			retry = "-"
+		}
+		fmt.Println(w.Code, w.Header().Get("X-RateLimit-Remaining"), retry)
 	}
 	// Output:
-	// 200 remaining 1 retry after s
-	// 200 remaining 0 retry after s
-	// 429 remaining 0 retry after 900s
+	// 200 1 -
+	// 200 0 -
+	// 429 0 900
 }
