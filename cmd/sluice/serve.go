@@ -72,7 +72,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
   policies   %s
   store      %s
   HTTP       http://%s   (POST /v1/check, POST /json, GET /metrics, /healthz, /readyz)
-  gRPC       %s          (envoy.service.ratelimit.v3.RateLimitService, grpc.health.v1)
+  gRPC       %s          (sluice.v1.CheckService, envoy.service.ratelimit.v3.RateLimitService, grpc.health.v1)
 `, version, source, srv.StoreType(), a.HTTP, a.GRPC)
 	if a.Admin != "" {
 		fmt.Fprintf(stdout, "  admin      http://%s   (bearer token required)\n", a.Admin)
