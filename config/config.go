@@ -41,9 +41,6 @@ func Default() *Config {
 	return c
 }
 
-// DefaultSource returns the embedded default file's text.
-func DefaultSource() []byte { return append([]byte(nil), defaultYAML...) }
-
 // Config is a parsed, validated policy file.
 type Config struct {
 	File           string

@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"gopkg.in/yaml.v3"
@@ -64,7 +65,7 @@ func (c *checker) mapping(n *yaml.Node, field string, allowed ...string) map[str
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
 		name := k.Value
-		if !contains(allowed, name) {
+		if !slices.Contains(allowed, name) {
 			c.add(k, join(field, name), "unknown field (want one of %s)", strings.Join(allowed, ", "))
 			continue
 		}
@@ -118,13 +119,4 @@ func join(field, name string) string {
 		return name
 	}
 	return field + "." + name
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }

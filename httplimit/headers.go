@@ -55,7 +55,7 @@ func (hb *headerBuf) set(h http.Header, now time.Time, format ResetFormat, close
 	b = appendRateLimitField(b, policies, ds)
 	ends[2] = len(b)
 	if len(policies) > 1 {
-		b = appendPolicyField(b, policies, ds)
+		b = appendPolicyField(b, policies)
 	}
 	ends[3] = len(b)
 	hb.b = b
@@ -78,7 +78,7 @@ func (hb *headerBuf) set(h http.Header, now time.Time, format ResetFormat, close
 // appendPolicyField appends the RateLimit-Policy Structured Field list:
 // per policy, its name as an sf-string with q (quota) and w (window,
 // seconds). Names are restricted to characters that need no escaping.
-func appendPolicyField(b []byte, policies []*Policy, _ []sluice.Decision) []byte {
+func appendPolicyField(b []byte, policies []*Policy) []byte {
 	for i, p := range policies {
 		if i > 0 {
 			b = append(b, ", "...)

@@ -68,7 +68,7 @@ func (p *Policy) prepare() error {
 		p.Cost = 1
 	}
 	p.limitHdr = []string{strconv.FormatInt(p.Limit.Rate, 10)}
-	p.policyHdr = []string{string(appendPolicyField(nil, []*Policy{p}, nil))}
+	p.policyHdr = []string{string(appendPolicyField(nil, []*Policy{p}))}
 	if p.Pattern == "" {
 		return nil
 	}

@@ -230,9 +230,7 @@ func (s *Store) entryLocked(req sluice.Request, now time.Time) *entry {
 	id := ident{req.Key, req.Limit.Algorithm.Resolved(), req.Limit.Period}
 	e := s.entries[id]
 	if e != nil {
-		if e.limit != req.Limit {
-			e.limit = req.Limit
-		}
+		e.limit = req.Limit // a changed rate keeps the entry
 		return e
 	}
 	if len(s.entries) >= s.opts.MaxKeys && !s.evictLocked() {

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"text/tabwriter"
 	"time"
 
@@ -104,7 +105,7 @@ func Run(cfg Config) ([]Result, error) {
 		}
 	}
 	all := runners
-	if reference != nil && !contains(runners, reference) {
+	if reference != nil && !slices.Contains(runners, reference) {
 		all = append(all, reference)
 	}
 	ctx := context.Background()
@@ -148,15 +149,6 @@ func Run(cfg Config) ([]Result, error) {
 		out[i] = r.res
 	}
 	return out, nil
-}
-
-func contains(rs []*runner, r *runner) bool {
-	for _, x := range rs {
-		if x == r {
-			return true
-		}
-	}
-	return false
 }
 
 func newRunner(l sluice.Limit) *runner {

@@ -61,7 +61,7 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}
-	closest, best := -1, -1
+	var decided []sluice.Decision // each descriptor's closest, for the headers
 	for i, o := range outs {
 		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
 		switch {
@@ -83,14 +83,12 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 				st.Code = rlspb.RateLimitResponse_OVER_LIMIT
 				resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 			}
-			if best < 0 || closerThan(d, outs[best].Decisions[outs[best].Closest]) {
-				closest, best = i, i
-			}
+			decided = append(decided, d)
 		}
 		resp.Statuses = append(resp.Statuses, st)
 	}
-	if closest >= 0 {
-		d := outs[closest].Decisions[outs[closest].Closest]
+	if i := sluice.Most(decided); i >= 0 {
+		d := decided[i]
 		resp.ResponseHeadersToAdd = []*corepb.HeaderValue{
 			{Key: "x-ratelimit-limit", Value: strconv.FormatInt(d.Limit.Rate, 10)},
 			{Key: "x-ratelimit-remaining", Value: strconv.FormatInt(max(d.Remaining, 0), 10)},
@@ -102,9 +100,4 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 		}
 	}
 	return resp, nil
-}
-
-func closerThan(a, b sluice.Decision) bool {
-	ds := []sluice.Decision{b, a}
-	return sluice.Most(ds) == 1
 }
