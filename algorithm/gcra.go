@@ -14,17 +14,43 @@ package algorithm
 //
 // State: A the TAT in whole microseconds, B its remainder (0 ≤ r < Rate).
 func GCRA(s State, p *Params, now, cost int64) (State, Result) {
+	next, allowed := GCRAAdmit(s, p, now, cost)
+	if allowed {
+		return next, Admitted(s, next, p, now, false)
+	}
+	s.A, s.B = tatAt(s, now)
+	return s, Result{
+		RetryAfter: overBurst(next.A, next.B, now, p),
+		Remaining:  tatRemaining(s.A, s.B, now, p),
+		ResetAfter: tatDelay(s.A, s.B, now),
+	}
+}
+
+// GCRAAdmit is GCRA's admission alone: the TAT after taking cost at now,
+// and whether it fits. A store that writes the state with compare-and-swap
+// runs it between its load and its swap, and reports with GCRA once the
+// swap succeeded: the window in which another writer makes it retry stays
+// a few instructions wide.
+func GCRAAdmit(s State, p *Params, now, cost int64) (next State, allowed bool) {
 	tq, tr := tatAt(s, now)
 	nq, nr := tatAdd(tq, tr, cost, p)
-	var res Result
-	if res.Allowed = fitsBurst(nq, nr, now, p); res.Allowed {
-		tq, tr = nq, nr
-	} else {
-		res.RetryAfter = overBurst(nq, nr, now, p)
+	return State{A: nq, B: nr}, fitsBurst(nq, nr, now, p)
+}
+
+// Admitted returns the Result of a request of cost above 0 that GCRAAdmit
+// admitted from s to next: what GCRA returns for it or, with queue set,
+// LeakyBucket, without deciding again.
+func Admitted(s, next State, p *Params, now int64, queue bool) Result {
+	res := Result{
+		Allowed:    true,
+		Remaining:  tatRemaining(next.A, next.B, now, p),
+		ResetAfter: tatDelay(next.A, next.B, now),
 	}
-	res.Remaining = tatRemaining(tq, tr, now, p)
-	res.ResetAfter = tatDelay(tq, tr, now)
-	return State{tq, tr, 0}, res
+	if queue {
+		dq, dr := tatAt(s, now)
+		res.Delay = tatDelay(dq, dr, now)
+	}
+	return res
 }
 
 // tatAt returns max(TAT, now) as whole and remainder.
@@ -62,8 +88,16 @@ func overBurst(nq, nr, now int64, p *Params) int64 {
 // tatRemaining returns Burst − ceil((TAT − now)/T), at least 0: how many
 // events of cost 1 fit now.
 func tatRemaining(tq, tr, now int64, p *Params) int64 {
-	mq, mr := mulDiv(tq-now, p.Rate, p.Period)
-	used := mq + ceilDiv(mr+tr, p.Period)
+	used, mr := mulDiv(tq-now, p.Rate, p.Period)
+	// + ceil((mr + tr)/Period), with 0 ≤ mr < Period, 0 ≤ tr < Rate: most
+	// often 0 or 1, found without dividing.
+	switch x := mr + tr; {
+	case x <= 0:
+	case x <= p.Period:
+		used++
+	default:
+		used += ceilDiv(x, p.Period)
+	}
 	return max(p.Burst-used, 0)
 }
 

@@ -280,3 +280,37 @@ func TestApplyRecordsDebt(t *testing.T) {
 		})
 	}
 }
+
+// (h) GCRAAdmit and Admitted, which a store that swaps state words uses to
+// decide in two steps, say exactly what GCRA and LeakyBucket say, across
+// the whole range of limits.
+func TestAdmitThenAdmittedMatchesGCRA(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		rate := rapid.Int64Range(1, sluice.MaxRate).Draw(t, "rate")
+		period := rapid.Int64Range(1_000, 100*365*24*3600*1_000_000).Draw(t, "period")
+		burst := rapid.Int64Range(1, sluice.MaxRate).Draw(t, "burst")
+		p := algorithm.NewParams(rate, period, burst)
+		now := rapid.Int64Range(0, 1<<52).Draw(t, "now")
+		s := algorithm.State{
+			A: rapid.Int64Range(max(now-period, 0), now+period).Draw(t, "tat"),
+			B: rapid.Int64Range(0, rate-1).Draw(t, "remainder"),
+		}
+		cost := rapid.Int64Range(1, burst).Draw(t, "cost")
+		next, ok := algorithm.GCRAAdmit(s, &p, now, cost)
+		for _, alg := range []sluice.Algorithm{sluice.GCRA, sluice.LeakyBucket} {
+			want, res := algorithm.Status(alg, s, &p, now, cost)
+			if ok != res.Allowed {
+				t.Fatalf("%v: GCRAAdmit says %v, the algorithm %+v", alg, ok, res)
+			}
+			if !ok {
+				continue
+			}
+			if next != want {
+				t.Fatalf("%v: GCRAAdmit's state %+v, the algorithm's %+v", alg, next, want)
+			}
+			if got := algorithm.Admitted(s, next, &p, now, alg == sluice.LeakyBucket); got != res {
+				t.Fatalf("%v: Admitted %+v, the algorithm %+v", alg, got, res)
+			}
+		}
+	})
+}

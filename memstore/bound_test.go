@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -129,5 +131,65 @@ func TestSweepRespectsEachKeysRate(t *testing.T) {
 	}
 	if d := take(t, s, "slow", slow, 0, t0.Add(time.Second)); d.Remaining != 1 {
 		t.Fatalf("the slow key after 1s: %d remaining; want 1 (it was swept as if full)", d.Remaining)
+	}
+}
+
+// A hot key stays exact while other goroutines churn its shard: new keys
+// arriving, expired ones swept, the index growing and rebuilt, keys
+// evicted under MaxKeys and reset. Run with -race, it also checks that the
+// lock-free lookup of existing keys is sound.
+func TestHotKeyExactUnderChurn(t *testing.T) {
+	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow, sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			s := memstore.New(memstore.Options{Shards: 1, MaxKeys: 200})
+			const capacity = 500
+			hot := sluice.Limit{Algorithm: alg, Rate: capacity, Period: time.Hour}
+			brief := sluice.Limit{Algorithm: alg, Rate: 1000, Period: time.Millisecond}
+			ctx := context.Background()
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for g := range 8 {
+				wg.Go(func() {
+					for range 3 * capacity / 8 {
+						d, err := s.Take(ctx, sluice.Request{Key: "hot", Limit: hot, Cost: 1, Now: t0})
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						if d.Allowed {
+							admitted.Add(1)
+						}
+					}
+				})
+				// Churn: each goroutine's keys expire a second after they
+				// arrive, long before the hot key (an hour).
+				wg.Go(func() {
+					for i := range 2000 {
+						now := t0.Add(time.Duration(i) * time.Second)
+						key := fmt.Sprint("churn-", g, "-", i)
+						if _, err := s.Take(ctx, sluice.Request{Key: key, Limit: brief, Cost: 1, Now: now}); err != nil {
+							t.Error(err)
+							return
+						}
+						if i%7 == 0 {
+							if err := s.Reset(ctx, key, brief); err != nil {
+								t.Error(err)
+								return
+							}
+						}
+					}
+				})
+			}
+			wg.Wait()
+			if got := admitted.Load(); got != capacity {
+				t.Fatalf("admitted %d of a capacity of %d", got, capacity)
+			}
+			if n := s.Len(); n > 200 {
+				t.Fatalf("Len = %d, over MaxKeys", n)
+			}
+			if d := take(t, s, "hot", hot, 0, t0); d.Remaining != 0 {
+				t.Fatalf("hot key lost its state: %+v", d)
+			}
+		})
 	}
 }

@@ -21,8 +21,10 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
 )
 
 // Options configures a Store. The zero value is ready to use.
@@ -58,6 +60,7 @@ var _ sluice.Store = (*Store)(nil)
 
 const (
 	sweepPerInsert = 2    // expired entries examined per new key
+	sweepScan      = 64   // index slots looked at per sweep, at most
 	evictScan      = 1024 // keys looked at for one back to full under MaxKeys
 	evictSample    = 16   // of which the live victim is chosen
 )
@@ -103,9 +106,7 @@ func (s *Store) Len() int {
 	return n
 }
 
-func (s *Store) shardFor(key string) *shard {
-	return &s.shards[maphash.String(s.seed, key)&s.mask]
-}
+func (s *Store) hash(key string) uint64 { return maphash.String(s.seed, key) }
 
 // now returns t, or the store's clock when t is zero, in µs.
 func (s *Store) now(t time.Time) int64 {
@@ -118,32 +119,74 @@ func (s *Store) now(t time.Time) int64 {
 	return s.baseUS + time.Since(s.base).Microseconds()
 }
 
-// Take decides one request.
+// Take decides one request. On an existing key of an O(1) algorithm it
+// locks that key alone; a new key, a new limit and the sliding log take
+// the key's shard lock.
 func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Decision, error) {
 	if err := req.CheckKeyAndCost(); err != nil {
-		return sluice.Decision{}, err // the limit is checked under the lock, once per table
+		return sluice.Decision{}, err // the limit is checked once per table and limit
 	}
-	// The clock is read before the lock: the algorithms never admit more
+	// The clock is read before any lock: the algorithms never admit more
 	// when a caller's time is behind the state's.
 	now := s.now(req.Now)
-	sh := s.shardFor(req.Key)
-	sh.mu.Lock()
-	var p pending
-	if err := sh.decide(&req, now, &p); err != nil {
-		sh.mu.Unlock()
-		return sluice.Decision{}, err
+	p := pending{h: s.hash(req.Key)}
+	sh := &s.shards[p.h&s.mask]
+	if e, c := sh.lookup(&req, p.h); e != nil {
+		alg := req.Limit.Algorithm.Resolved()
+		if alg == sluice.GCRA || alg == sluice.LeakyBucket {
+			// The state is often one word (B is 0 whenever Period/Rate
+			// is a whole number of µs): decide on it and compare-and-swap
+			// it, with no lock.
+			for {
+				a := e.a.Load()
+				if a < 0 || a&hasB != 0 {
+					break // locked, dead, or two words
+				}
+				p.old = algorithm.State{A: a}
+				next, ok := algorithm.GCRAAdmit(p.old, &c.params, now, max(req.Cost, 1))
+				if req.Cost == 0 || !ok && !req.Force {
+					// A peek or a denial writes nothing: decided on a
+					// consistent state.
+					decideState(alg, &req, &c.params, now, &p)
+					return p.res.Decision(req.Limit), nil
+				}
+				if !ok || next.B != 0 {
+					break
+				}
+				if e.a.CompareAndSwap(a, next.A) {
+					return algorithm.Admitted(p.old, next, &c.params, now, alg == sluice.LeakyBucket).Decision(req.Limit), nil
+				}
+			}
+		}
+		if st, ok := e.lock(); ok {
+			p.old = st
+			decideState(alg, &req, &c.params, now, &p)
+			if p.writes(&req) {
+				st = p.s
+			}
+			e.unlock(st)
+			return p.res.Decision(req.Limit), nil
+		}
 	}
-	if (p.res.Allowed || p.forced) && req.Cost > 0 {
-		sh.commit(s, &req, now, &p, false)
+	sh.mu.Lock()
+	err := sh.decide(&req, now, &p)
+	if err == nil && p.writes(&req) {
+		sh.commit(s, &req, now, &p)
+	}
+	if p.e != nil {
+		p.e.unlock(p.keep)
 	}
 	sh.mu.Unlock()
+	if err != nil {
+		return sluice.Decision{}, err
+	}
 	return p.res.Decision(req.Limit), nil
 }
 
 // TakeAll decides reqs all-or-nothing: the shards of every key are locked in
-// order, every request is decided, and state is written only if all are
-// allowed. Two requests with the same key, algorithm and period are refused
-// with sluice.ErrDuplicateRequest.
+// order, then the entries of the keys, every request is decided, and state
+// is written only if all are allowed. Two requests with the same key,
+// algorithm and period are refused with sluice.ErrDuplicateRequest.
 func (s *Store) TakeAll(_ context.Context, reqs []sluice.Request, dst []sluice.Decision) error {
 	if len(dst) < len(reqs) {
 		return fmt.Errorf("memstore: TakeAll: %d decisions for %d requests", len(dst), len(reqs))
@@ -167,11 +210,15 @@ func (s *Store) TakeAll(_ context.Context, reqs []sluice.Request, dst []sluice.D
 		pend = make([]pending, 0, len(reqs))
 	}
 	for i := range reqs {
-		pend = append(pend, pending{sh: s.shardFor(reqs[i].Key)})
+		h := s.hash(reqs[i].Key)
+		pend = append(pend, pending{h: h, sh: &s.shards[h&s.mask]})
 		shards = append(shards, pend[i].sh)
 	}
 	now := s.now(time.Time{})
 	shards = lockAll(shards)
+	// Holding every shard of the batch, it holds every entry it locks
+	// against other batches and slow paths; a Take that holds one of them
+	// waits for nothing. So the order entries are locked in is free.
 	all := true
 	for i := range reqs {
 		pend[i].now = now
@@ -184,9 +231,14 @@ func (s *Store) TakeAll(_ context.Context, reqs []sluice.Request, dst []sluice.D
 	for i := range reqs {
 		switch {
 		case reqs[i].Cost > 0 && (all || pend[i].forced):
-			pend[i].sh.commit(s, &reqs[i], pend[i].now, &pend[i], true)
+			pend[i].sh.commit(s, &reqs[i], pend[i].now, &pend[i])
 		case !all && pend[i].res.Allowed:
 			undo(&reqs[i], pend[i].now, &pend[i])
+		}
+	}
+	for i := range pend {
+		if pend[i].e != nil {
+			pend[i].e.unlock(pend[i].keep)
 		}
 	}
 	for _, sh := range shards {
@@ -217,6 +269,8 @@ func lockAll(shards []*shard) []*shard {
 	return shards
 }
 
+func uintptrOf(s *shard) uintptr { return uintptr(unsafe.Pointer(s)) }
+
 func sameState(a, b *sluice.Request) bool {
 	return a.Key == b.Key && a.Limit.Algorithm.Resolved() == b.Limit.Algorithm.Resolved() && a.Limit.Period == b.Limit.Period
 }
@@ -226,12 +280,11 @@ func (s *Store) Reset(_ context.Context, key string, limit sluice.Limit) error {
 	if err := limit.Validate(); err != nil {
 		return err
 	}
-	sh := s.shardFor(key)
+	sh := &s.shards[s.hash(key)&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	t := sh.table(limit.Algorithm.Resolved(), int64(limit.Period/time.Microsecond), false)
-	if t != nil {
-		sh.remove(t, key)
+	if t := sh.table(limit.Algorithm.Resolved(), int64(limit.Period/time.Microsecond)); t != nil {
+		sh.remove(s, t, key)
 	}
 	return nil
 }

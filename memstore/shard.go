@@ -3,19 +3,22 @@ package memstore
 import (
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
 )
 
-// shard is one lock's worth of keys. Its fields are guarded by mu.
+// shard is one lock's worth of keys. The lock serialises what changes the
+// shard's shape (adding and removing keys and tables, new limits) and the
+// sliding logs; a Take on an existing key of an O(1) algorithm takes only
+// its entry's lock.
 type shard struct {
 	mu     sync.Mutex
-	tables []*table
-	keys   int
-	_      [32]byte // keep neighbouring shards' locks off one cache line
+	tables atomic.Pointer[[]*table] // replaced whole under mu; read without it
+	keys   int                      // guarded by mu
+	_      [40]byte                 // keep neighbouring shards' locks off one cache line
 }
 
 // table holds the keys of one (algorithm, period): state is identified by
@@ -23,15 +26,23 @@ type shard struct {
 type table struct {
 	alg    sluice.Algorithm
 	period int64
-	limit  sluice.Limit     // the limit last used here,
-	params algorithm.Params // and its params: most tables see one limit
+	// configs caches the limits used here lately with their params, so a
+	// Take validates and converts a limit once, even when two limits of
+	// one algorithm and period alternate. Written under the shard lock.
+	configs [4]atomic.Pointer[config]
+	next    int // the configs slot replaced next; guarded by the shard lock
 	// slowest is the params of the lowest rate seen here: a token bucket
 	// refills at its key's own rate, which the table does not keep, so
 	// expiry is judged at the slowest, never before a key is full.
 	slowest algorithm.Params
-	idx     map[string]uint32    // O(1) algorithms: key → slot in slab
-	slab    slab                 // O(1) algorithms' entries
-	logs    map[string]*logState // SlidingLog
+	ix      atomic.Pointer[index] // O(1) algorithms
+	cursor  uint64                // where sweeping resumes; guarded by the shard lock
+	logs    map[string]*logState  // SlidingLog; guarded by the shard lock
+}
+
+type config struct {
+	limit  sluice.Limit
+	params algorithm.Params
 }
 
 type logState struct {
@@ -42,66 +53,120 @@ type logState struct {
 // pending is a decided request not yet written.
 type pending struct {
 	sh     *shard
+	h      uint64
 	now    int64
 	t      *table
-	slot   uint32 // the key's slot, when found
-	found  bool
+	e      *entry               // the key's entry, locked; nil for a new key and for logs
+	keep   algorithm.State      // what e holds when unlocked: old, or s once committed
+	at     uint64               // where a new key goes in t's index
 	old    algorithm.State      // state loaded, O(1) algorithms
 	log    []algorithm.LogEntry // log loaded, SlidingLog
 	s      algorithm.State      // state decided
 	forced bool                 // Force: recorded although it did not fit
 	drop   int
-	at     int64
+	logAt  int64
 	res    algorithm.Result
 }
 
-func uintptrOf(s *shard) uintptr { return uintptr(unsafe.Pointer(s)) }
+// list returns the shard's tables.
+func (sh *shard) list() []*table {
+	if ts := sh.tables.Load(); ts != nil {
+		return *ts
+	}
+	return nil
+}
 
-// table returns the table for (alg, period), creating it when create is set.
-// The caller holds sh.mu.
-func (sh *shard) table(alg sluice.Algorithm, period int64, create bool) *table {
-	for _, t := range sh.tables {
+// table returns the table for (alg, period), or nil.
+func (sh *shard) table(alg sluice.Algorithm, period int64) *table {
+	for _, t := range sh.list() {
 		if t.alg == alg && t.period == period {
 			return t
 		}
 	}
-	if !create {
-		return nil
-	}
+	return nil
+}
+
+// addTable creates the table for (alg, period). The caller holds sh.mu.
+func (sh *shard) addTable(alg sluice.Algorithm, period int64) *table {
 	t := &table{alg: alg, period: period}
 	if alg == sluice.SlidingLog {
 		t.logs = make(map[string]*logState)
 	} else {
-		t.idx = make(map[string]uint32)
-		t.slab.stride = algorithm.Words(alg)
+		t.ix.Store(newIndex(minIndex))
 	}
-	sh.tables = append(sh.tables, t)
+	old := sh.list()
+	ts := append(old[:len(old):len(old)], t)
+	sh.tables.Store(&ts)
 	return t
 }
 
-// decide runs the algorithm for req at now into p without writing. It
-// validates req's limit unless its table has seen the same limit already;
-// key and cost are the caller's to check. The caller holds sh.mu.
+// config returns t's cached config for l, or nil.
+func (t *table) config(l sluice.Limit) *config {
+	for i := range t.configs {
+		if c := t.configs[i].Load(); c != nil && c.limit == l {
+			return c
+		}
+	}
+	return nil
+}
+
+// addConfig caches the params of the validated limit l. The caller holds
+// the shard lock.
+func (t *table) addConfig(l sluice.Limit) *config {
+	c := &config{limit: l, params: algorithm.ParamsOf(l)}
+	t.configs[t.next].Store(c)
+	t.next = (t.next + 1) % len(t.configs)
+	if t.slowest.Rate == 0 || c.params.Rate < t.slowest.Rate {
+		t.slowest = c.params
+	}
+	return c
+}
+
+// lookup returns the entry of req's key and the params of its limit,
+// without the shard lock; or nil when the key, its table or its limit is
+// new, or its algorithm keeps a log. h is the key's hash.
+func (sh *shard) lookup(req *sluice.Request, h uint64) (*entry, *config) {
+	alg := req.Limit.Algorithm.Resolved()
+	if alg == sluice.SlidingLog {
+		return nil, nil
+	}
+	t := sh.table(alg, int64(req.Limit.Period/time.Microsecond))
+	if t == nil {
+		return nil, nil
+	}
+	c := t.config(req.Limit)
+	if c == nil {
+		return nil, nil
+	}
+	e, _ := t.ix.Load().find(h, req.Key)
+	return e, c
+}
+
+// decide runs the algorithm for req at now into p without writing,
+// locking the key's entry if it has one. It validates req's limit unless
+// its table has it cached; key and cost are the caller's to check. The
+// caller holds sh.mu, and must finish p with commit or undo.
 func (sh *shard) decide(req *sluice.Request, now int64, p *pending) error {
 	alg := req.Limit.Algorithm.Resolved()
-	p.t = sh.table(alg, int64(req.Limit.Period/time.Microsecond), false)
-	var params *algorithm.Params
-	if p.t != nil && p.t.limit == req.Limit {
-		params = &p.t.params // the usual case: no copy, no validation
-	} else {
+	period := int64(req.Limit.Period / time.Microsecond)
+	p.t = sh.table(alg, period)
+	var c *config
+	if p.t != nil {
+		c = p.t.config(req.Limit)
+	}
+	if c == nil {
 		if err := req.Limit.Validate(); err != nil {
 			return err
 		}
-		fresh := algorithm.ParamsOf(req.Limit)
-		params = &fresh
-		if p.t == nil && req.Cost > 0 {
-			p.t = sh.table(alg, fresh.Period, true)
-		}
-		if p.t != nil {
-			p.t.limit, p.t.params = req.Limit, fresh
-			if p.t.slowest.Rate == 0 || fresh.Rate < p.t.slowest.Rate {
-				p.t.slowest = fresh
-			}
+		switch {
+		case p.t != nil:
+			c = p.t.addConfig(req.Limit)
+		case req.Cost == 0:
+			// A peek at a table never used: a fresh state, kept nowhere.
+			c = &config{limit: req.Limit, params: algorithm.ParamsOf(req.Limit)}
+		default:
+			p.t = sh.addTable(alg, period)
+			c = p.t.addConfig(req.Limit)
 		}
 	}
 	if alg == sluice.SlidingLog {
@@ -110,31 +175,43 @@ func (sh *shard) decide(req *sluice.Request, now int64, p *pending) error {
 				p.log = ls.entries
 			}
 		}
-		p.drop, p.res, p.at = algorithm.TakeLog(p.log, params, now, req.Cost)
+		p.drop, p.res, p.logAt = algorithm.TakeLog(p.log, &c.params, now, req.Cost)
 		p.forced = req.Force && req.Cost > 0
 		if p.forced && !p.res.Allowed {
-			p.res = algorithm.Result{RetryAfter: p.res.RetryAfter, ResetAfter: p.at + params.Period - now}
+			p.res = algorithm.Result{RetryAfter: p.res.RetryAfter, ResetAfter: p.logAt + c.params.Period - now}
 		}
 		return nil
 	}
 	if p.t != nil {
-		if p.slot, p.found = p.t.idx[req.Key]; p.found {
-			p.old = p.t.slab.load(p.slot) // expired or not, it decides as a fresh state would
+		if p.e, p.at = p.t.ix.Load().find(p.h, req.Key); p.e != nil {
+			p.old, _ = p.e.lock() // entries in the index are live under the shard lock
+			p.keep = p.old
 		}
 	}
-	if req.Cost > 0 {
-		p.s, p.res = algorithm.Status(alg, p.old, params, now, req.Cost)
-	} else {
+	decideState(alg, req, &c.params, now, p)
+	return nil
+}
+
+// decideState runs the O(1) algorithm alg for req on p.old into p.s and
+// p.res.
+func decideState(alg sluice.Algorithm, req *sluice.Request, params *algorithm.Params, now int64, p *pending) {
+	if req.Cost == 0 {
 		p.s, p.res = algorithm.Take(alg, p.old, params, now, 0) // a peek
+		return
 	}
-	p.forced = req.Force && req.Cost > 0
+	p.s, p.res = algorithm.Status(alg, p.old, params, now, req.Cost)
+	p.forced = req.Force
 	if p.forced && !p.res.Allowed {
 		// Record it anyway: what remains is nothing, until the debt is paid.
 		p.s = algorithm.Apply(alg, p.old, params, now, req.Cost)
 		_, after := algorithm.Status(alg, p.s, params, now, 0)
 		p.res = algorithm.Result{RetryAfter: p.res.RetryAfter, ResetAfter: after.ResetAfter}
 	}
-	return nil
+}
+
+// writes reports whether p's decision changes state.
+func (p *pending) writes(req *sluice.Request) bool {
+	return (p.res.Allowed || p.forced) && req.Cost > 0
 }
 
 // undo replaces p's result, of a request allowed in a denied batch, by the
@@ -149,47 +226,75 @@ func undo(req *sluice.Request, now int64, p *pending) {
 	_, p.res = algorithm.Status(alg, p.old, &params, now, 0)
 }
 
-// commit writes the state decided into p. The caller holds sh.mu and has
-// not changed the shard since decide, unless recheck is set.
-func (sh *shard) commit(s *Store, req *sluice.Request, now int64, p *pending, recheck bool) {
+// commit writes the state decided into p. The caller holds sh.mu; p's
+// entry, if any, stays locked.
+func (sh *shard) commit(s *Store, req *sluice.Request, now int64, p *pending) {
 	t := p.t
-	exp := now + p.res.ResetAfter
 	if t.logs != nil {
-		ls := t.logs[req.Key]
-		if ls == nil {
-			sh.makeRoom(s, t, now)
-			ls = &logState{}
-			t.logs[strings.Clone(req.Key)] = ls
-			sh.keys++
-		}
-		n := copy(ls.entries, ls.entries[p.drop:])
-		ls.entries = ls.entries[:n]
-		if n > 0 && ls.entries[n-1].T == p.at {
-			ls.entries[n-1].Cost += req.Cost
-		} else {
-			ls.entries = append(ls.entries, algorithm.LogEntry{T: p.at, Cost: req.Cost})
-		}
-		ls.exp = exp
+		sh.commitLog(s, req, now, p)
 		return
 	}
-	if recheck {
-		p.slot, p.found = t.idx[req.Key]
+	if p.e != nil {
+		p.keep = p.s
+		return
 	}
-	if !p.found {
+	sh.makeRoom(s, t, now)
+	ix := t.ix.Load()
+	if ix.full() {
+		ix = ix.rebuilt(s.hash)
+		t.ix.Store(ix)
+	}
+	// Look again: making room may have freed a slot on the way.
+	_, at := ix.find(p.h, req.Key)
+	e := newEntry(req.Key, p.s)
+	if ix.slots[at].Load() == nil {
+		ix.used++
+	}
+	ix.live++
+	ix.slots[at].Store(e) // published: from here a Take may lock it
+	sh.keys++
+}
+
+func (sh *shard) commitLog(s *Store, req *sluice.Request, now int64, p *pending) {
+	t := p.t
+	ls := t.logs[req.Key]
+	if ls == nil {
 		sh.makeRoom(s, t, now)
-		p.slot = t.slab.alloc()
-		t.idx[strings.Clone(req.Key)] = p.slot // never retain the caller's buffer
+		// A key of this batch evicted to make room keeps what it had.
+		ls = &logState{entries: append([]algorithm.LogEntry(nil), p.log[p.drop:]...)}
+		p.drop = 0
+		t.logs[strings.Clone(req.Key)] = ls
 		sh.keys++
 	}
-	t.slab.store(p.slot, p.s)
+	n := copy(ls.entries, ls.entries[p.drop:])
+	ls.entries = ls.entries[:n]
+	if n > 0 && ls.entries[n-1].T == p.logAt {
+		ls.entries[n-1].Cost += req.Cost
+	} else {
+		ls.entries = append(ls.entries, algorithm.LogEntry{T: p.logAt, Cost: req.Cost})
+	}
+	ls.exp = now + p.res.ResetAfter
 }
 
-// exp returns when t's state in slot i is back to full (µs).
-func (t *table) exp(i uint32) int64 {
-	return algorithm.FullAt(t.alg, t.slab.load(i), &t.slowest)
+// exp returns when state s of t is back to full (µs).
+func (t *table) exp(s algorithm.State) int64 {
+	return algorithm.FullAt(t.alg, s, &t.slowest)
 }
 
-func (sh *shard) remove(t *table, key string) {
+// removeAt removes the locked entry e in slot i of t's current index. The
+// caller holds sh.mu.
+func (sh *shard) removeAt(s *Store, t *table, ix *index, i uint64, e *entry) {
+	e.kill()
+	ix.slots[i].Store(tombstone)
+	ix.live--
+	sh.keys--
+	if ix.sparse() {
+		t.ix.Store(ix.rebuilt(s.hash))
+	}
+}
+
+// remove forgets key in t. The caller holds sh.mu.
+func (sh *shard) remove(s *Store, t *table, key string) {
 	if t.logs != nil {
 		if _, ok := t.logs[key]; ok {
 			delete(t.logs, key)
@@ -197,47 +302,59 @@ func (sh *shard) remove(t *table, key string) {
 		}
 		return
 	}
-	if i, ok := t.idx[key]; ok {
-		delete(t.idx, key)
-		t.slab.release(i)
-		sh.keys--
+	ix := t.ix.Load()
+	if e, i := ix.find(s.hash(key), key); e != nil {
+		e.lock()
+		sh.removeAt(s, t, ix, i, e)
 	}
 }
 
 // makeRoom is called before inserting a key into t: it sweeps a few expired
 // keys and, at the shard's bound, evicts one. The caller holds sh.mu.
 func (sh *shard) makeRoom(s *Store, t *table, now int64) {
-	sh.sweep(t, now, sweepPerInsert)
+	sh.sweep(s, t, now, sweepPerInsert)
 	if sh.keys < s.perShard {
 		return
 	}
-	victimTable, victim, live := sh.pickVictim(now)
-	if victimTable == nil {
-		return
-	}
-	sh.remove(victimTable, victim)
-	if live {
+	if live, ok := sh.evict(s, now); ok && live {
 		s.evictions.Add(1)
 	}
 }
 
-// sweep examines up to n keys of t, from a random place, and deletes the
-// expired ones.
-func (sh *shard) sweep(t *table, now int64, n int) {
-	for k, i := range t.idx {
-		if t.exp(i) <= now {
-			delete(t.idx, k)
-			t.slab.release(i)
-			sh.keys--
+// sweep examines up to n keys of t, resuming where the last sweep ended,
+// and deletes the expired ones. Keys locked by a Take are passed over.
+func (sh *shard) sweep(s *Store, t *table, now int64, n int) {
+	if t.logs != nil {
+		for k, ls := range t.logs { // from a random place
+			if ls.exp <= now {
+				delete(t.logs, k)
+				sh.keys--
+			}
+			if n--; n == 0 {
+				return
+			}
 		}
-		if n--; n == 0 {
-			return
-		}
+		return
 	}
-	for k, ls := range t.logs {
-		if ls.exp <= now {
-			delete(t.logs, k)
-			sh.keys--
+	ix := t.ix.Load()
+	for range min(len(ix.slots), sweepScan) {
+		i := t.cursor & ix.mask
+		t.cursor++
+		e := ix.slots[i].Load()
+		if e == nil || e == tombstone {
+			continue
+		}
+		st, ok := e.tryLock()
+		if !ok {
+			continue
+		}
+		if t.exp(st) <= now {
+			sh.removeAt(s, t, ix, i, e)
+			if t.ix.Load() != ix {
+				return // rebuilt smaller
+			}
+		} else {
+			e.unlock(st)
 		}
 		if n--; n == 0 {
 			return
@@ -245,34 +362,71 @@ func (sh *shard) sweep(t *table, now int64, n int) {
 	}
 }
 
-// pickVictim looks at up to evictScan keys across the shard's tables and
-// returns the first back to full (expired); failing that, the soonest to
-// expire among the first evictSample looked at, which is live.
-func (sh *shard) pickVictim(now int64) (vt *table, key string, live bool) {
-	best := int64(0)
-	n := 0
-	consider := func(t *table, k string, exp int64) bool {
-		if exp <= now {
-			vt, key, best = t, k, exp
-			return true
-		}
-		if n < evictSample && (vt == nil || exp < best) {
-			vt, key, best = t, k, exp
+// evict removes one key of the shard: the first back to full (expired)
+// among up to evictScan looked at; failing that, the soonest to expire
+// among the first evictSample, which is live. It reports whether it
+// removed one and whether that one was live.
+func (sh *shard) evict(s *Store, now int64) (live, ok bool) {
+	var (
+		vt   *table
+		vi   uint64
+		ve   *entry // locked
+		vst  algorithm.State
+		vkey string
+		best int64
+		n    int
+	)
+	// consider notes a candidate, locked if it is an entry, and reports
+	// whether the search is over.
+	consider := func(t *table, i uint64, e *entry, st algorithm.State, key string, exp int64) bool {
+		if n < evictSample && (vt == nil || exp < best) || exp <= now {
+			if ve != nil {
+				ve.unlock(vst)
+			}
+			vt, vi, ve, vst, vkey, best = t, i, e, st, key, exp
+		} else if e != nil {
+			e.unlock(st)
 		}
 		n++
-		return n == evictScan
+		return exp <= now || n == evictScan
 	}
-	for _, t := range sh.tables {
-		for k, i := range t.idx {
-			if consider(t, k, t.exp(i)) {
-				return vt, key, best > now
+	done := false
+	for _, t := range sh.list() {
+		if t.logs != nil {
+			for k, ls := range t.logs {
+				if done = consider(t, 0, nil, algorithm.State{}, k, ls.exp); done {
+					break
+				}
+			}
+		} else {
+			ix := t.ix.Load()
+			for j := range len(ix.slots) {
+				i := (t.cursor + uint64(j)) & ix.mask
+				e := ix.slots[i].Load()
+				if e == nil || e == tombstone {
+					continue
+				}
+				st, ok := e.tryLock()
+				if !ok {
+					continue
+				}
+				if done = consider(t, i, e, st, e.key, t.exp(st)); done {
+					break
+				}
 			}
 		}
-		for k, ls := range t.logs {
-			if consider(t, k, ls.exp) {
-				return vt, key, best > now
-			}
+		if done {
+			break
 		}
 	}
-	return vt, key, vt != nil && best > now
+	if vt == nil {
+		return false, false
+	}
+	if ve != nil {
+		sh.removeAt(s, vt, vt.ix.Load(), vi, ve)
+	} else {
+		delete(vt.logs, vkey)
+		sh.keys--
+	}
+	return best > now, true
 }

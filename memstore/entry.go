@@ -1,0 +1,177 @@
+package memstore
+
+import (
+	"math"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+
+	"github.com/sluicehq/sluice/algorithm"
+)
+
+// entry is one key's state in a table of an O(1) algorithm. Its key never
+// changes; its state is guarded by its own lock, so a Take on an existing
+// key locks that key alone: Takes on other keys of the shard, and sweeping,
+// do not wait for it. The GCRA and the leaky bucket skip even that lock
+// when their state is one word (see Store.Take).
+//
+// An entry is 64 bytes whatever its algorithm, a key of up to 16 bytes
+// included: with its index slot, such a key costs about 80 bytes, and a
+// lookup that finds it reads one object. A longer key is a second object.
+// Its expiry is not stored: it is derived from the state (algorithm.FullAt).
+type entry struct {
+	key string // in short when it fits
+	mu  sync.Mutex
+	// a is the state's first word, A, which no algorithm makes negative,
+	// with hasB set when the second word is not 0; or a mark. It is read
+	// without the lock and written with it, except by the one-word path.
+	a     atomic.Int64
+	b, c  int64 // guarded by mu
+	short [16]byte
+}
+
+// newEntry returns a new entry for a copy of key (stores never retain the
+// caller's buffer) holding state st.
+func newEntry(key string, st algorithm.State) *entry {
+	e := &entry{b: st.B, c: st.C}
+	if len(key) <= len(e.short) {
+		n := copy(e.short[:], key)
+		e.key = unsafe.String(&e.short[0], n)
+	} else {
+		e.key = strings.Clone(key)
+	}
+	e.a.Store(pack(st))
+	return e
+}
+
+// Marks and flags in entry.a.
+const (
+	deadMark = math.MinInt64     // removed from its table: look the key up again
+	busyMark = math.MinInt64 + 1 // locked: the words are being decided
+	hasB     = 1 << 62           // B is not 0 (A is below 2^53: times up to 2150)
+)
+
+// lock locks e and returns its state; ok is false when e is dead.
+func (e *entry) lock() (s algorithm.State, ok bool) {
+	e.mu.Lock()
+	return e.locked()
+}
+
+// tryLock locks e if no one holds it now. Sweeping uses it: an entry in
+// use is not a candidate for removal, and a batch may hold it.
+func (e *entry) tryLock() (s algorithm.State, ok bool) {
+	if !e.mu.TryLock() {
+		return s, false
+	}
+	return e.locked()
+}
+
+func (e *entry) locked() (algorithm.State, bool) {
+	a := e.a.Swap(busyMark)
+	if a == deadMark {
+		e.a.Store(deadMark)
+		e.mu.Unlock()
+		return algorithm.State{}, false
+	}
+	return algorithm.State{A: a &^ hasB, B: e.b, C: e.c}, true
+}
+
+// unlock stores s, changed or not, into the locked e and unlocks it.
+func (e *entry) unlock(s algorithm.State) {
+	e.b, e.c = s.B, s.C
+	e.a.Store(pack(s))
+	e.mu.Unlock()
+}
+
+// pack returns the word a of state s.
+func pack(s algorithm.State) int64 {
+	if s.B != 0 {
+		return s.A | hasB
+	}
+	return s.A
+}
+
+// kill marks the locked e removed and unlocks it: no one locks it again.
+func (e *entry) kill() {
+	e.a.Store(deadMark)
+	e.mu.Unlock()
+}
+
+// index is a table's open-addressing hash index (linear probing) of its
+// entries. Readers probe it without a lock. Writers hold the shard lock:
+// they fill empty or tombstone slots, turn removed entries' slots into
+// tombstones, and resize by publishing a new index; a reader still on the
+// old one finds each entry it holds, live or dead, or misses a key added
+// since, and then looks again under the shard lock.
+type index struct {
+	slots []atomic.Pointer[entry]
+	mask  uint64
+	used  int // slots not empty (entries and tombstones); guarded by the shard lock
+	live  int // entries; guarded by the shard lock
+}
+
+// tombstone fills the slot of a removed entry, so that probes go past it.
+var tombstone = new(entry)
+
+const minIndex = 8
+
+func newIndex(size int) *index {
+	n := minIndex
+	for n < size {
+		n <<= 1
+	}
+	return &index{slots: make([]atomic.Pointer[entry], n), mask: uint64(n - 1)}
+}
+
+// home returns the first slot probed for hash h. The shard is chosen by
+// the low bits of h; the index uses the high ones.
+func (ix *index) home(h uint64) uint64 { return (h >> 32) & ix.mask }
+
+// find returns key's entry and slot, or nil and the first free slot (a
+// tombstone or empty) on its probe sequence. The index always has an empty
+// slot, so the probe ends.
+func (ix *index) find(h uint64, key string) (*entry, uint64) {
+	free := ^uint64(0)
+	for i := ix.home(h); ; i = (i + 1) & ix.mask {
+		switch e := ix.slots[i].Load(); e {
+		case nil:
+			if free == ^uint64(0) {
+				free = i
+			}
+			return nil, free
+		case tombstone:
+			if free == ^uint64(0) {
+				free = i
+			}
+		default:
+			if e.key == key {
+				return e, i
+			}
+		}
+	}
+}
+
+// full reports whether one more entry would fill the index past 3/4.
+func (ix *index) full() bool { return (ix.used+1)*4 > len(ix.slots)*3 }
+
+// sparse reports whether the index is mostly empty slots and tombstones
+// (after keys expired): worth rebuilding smaller.
+func (ix *index) sparse() bool { return len(ix.slots) > 64 && ix.live*8 < len(ix.slots) }
+
+// rebuilt returns a new index holding ix's live entries, sized for twice
+// as many as it holds plus one. hash is the store's key hash.
+func (ix *index) rebuilt(hash func(string) uint64) *index {
+	nx := newIndex((ix.live + 1) * 2)
+	for i := range ix.slots {
+		e := ix.slots[i].Load()
+		if e == nil || e == tombstone {
+			continue
+		}
+		_, at := nx.find(hash(e.key), e.key)
+		nx.slots[at].Store(e)
+		nx.used++
+		nx.live++
+	}
+	return nx
+}
