@@ -1,6 +1,8 @@
 package sim_test
 
 import (
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -19,12 +21,33 @@ func BenchmarkZipf10M(b *testing.B) {
 		rs, err := sim.Run(sim.Config{
 			Algorithms: []sluice.Algorithm{sluice.SlidingWindow, sluice.SlidingLog},
 			Limit:      limit,
-			Traffic:    sim.Zipf(10_000_000, 180, 100_000, 1.1, 1),
+			Traffic:    zipf10M(),
 		})
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.ReportMetric(100*rs[0].Disagree, "disagree-%")
 		b.ReportMetric(float64(rs[0].Admitted)/float64(rs[0].Requests)*100, "admitted-%")
+	}
+}
+
+func zipf10M() sim.Traffic { return sim.Zipf(10_000_000, 180, 100_000, 1.1, 1) }
+
+// BenchmarkZipf10MSubWindows measures, on the same traffic, what more and
+// smaller sub-windows would buy the counter, against the log's state.
+func BenchmarkZipf10MSubWindows(b *testing.B) {
+	limit := sluice.Limit{Rate: 10, Period: time.Second}
+	for range b.N {
+		acc, err := sim.SubWindows(limit, zipf10M(), []int{1, 4, 16, 64, 250, 1000})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, a := range acc {
+			b.ReportMetric(100*a.Disagree, fmt.Sprintf("n%d-disagree-%%", a.SubWindows))
+			b.ReportMetric(a.MeanBytes, fmt.Sprintf("n%d-B/key", a.SubWindows))
+		}
+		if b.N == 1 {
+			sim.FormatAccuracy(os.Stdout, acc)
+		}
 	}
 }

@@ -44,7 +44,8 @@ type Result struct {
 	// MeanDelay and MaxDelay are the shaping delays (leaky bucket).
 	MeanDelay, MaxDelay time.Duration
 	// StateBytes is the state one key needs: fixed for the O(1)
-	// algorithms, 16 bytes per entry at the log's fullest.
+	// algorithms, 16 bytes per entry (one per instant with admissions) at
+	// the log's fullest.
 	StateBytes int64
 	// Series is the cost admitted (leaving, for the leaky bucket) in each
 	// Bin, over all keys.
@@ -70,6 +71,9 @@ type runner struct {
 	store  *memstore.Store
 	window map[string]*ring // admitted (or leaving) per key in the last Period
 	delay  time.Duration    // total shaping delay
+	// maxEntries is the most entries one key's window held: the sliding
+	// log's state, an entry per instant.
+	maxEntries int64
 
 	lastAllowed bool // the decision of the latest arrival
 }
@@ -144,7 +148,7 @@ func Run(cfg Config) ([]Result, error) {
 		if w, ok := stateWords[r.limit.Algorithm]; ok {
 			r.res.StateBytes = 8 * w
 		} else {
-			r.res.StateBytes = 16 * r.res.MaxInPeriod
+			r.res.StateBytes = 16 * r.maxEntries
 		}
 		out[i] = r.res
 	}
@@ -182,6 +186,7 @@ func (r *runner) record(a Arrival, d sluice.Decision, bin time.Duration) {
 		r.window[a.Key] = w
 	}
 	r.res.MaxInPeriod = max(r.res.MaxInPeriod, w.add(leave, a.Cost, r.limit.Period))
+	r.maxEntries = max(r.maxEntries, int64(len(w.t)))
 }
 
 // ring holds one key's admissions in the last Period, oldest first.
@@ -198,7 +203,12 @@ func (w *ring) add(t time.Duration, cost int64, period time.Duration) int64 {
 		w.sum -= w.cost[drop]
 		drop++
 	}
-	w.t, w.cost = append(w.t[drop:], t), append(w.cost[drop:], cost)
+	w.t, w.cost = w.t[drop:], w.cost[drop:]
+	if n := len(w.t); n > 0 && w.t[n-1] == t {
+		w.cost[n-1] += cost // one instant is one entry, as the stores' logs keep it
+	} else {
+		w.t, w.cost = append(w.t, t), append(w.cost, cost)
+	}
 	w.sum += cost
 	return w.sum
 }

@@ -119,3 +119,58 @@ func TestTrace(t *testing.T) {
 		}
 	}
 }
+
+// The sub-window model with one sub-window is the sliding window counter,
+// and its log the exact log: on the same traffic it disagrees with the log
+// exactly as often as Run's sliding window does with Run's log.
+func TestSubWindowsOneIsTheSlidingWindow(t *testing.T) {
+	limit := sluice.Limit{Rate: 10, Period: time.Second}
+	traffic := func() sim.Traffic { return sim.Zipf(100_000, 500, 300, 1.1, 7) }
+	rs, err := sim.Run(sim.Config{Algorithms: []sluice.Algorithm{sluice.SlidingWindow}, Limit: limit, Traffic: traffic()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acc, err := sim.SubWindows(limit, traffic(), []int{1, 4, 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acc[1].Disagree != rs[0].Disagree {
+		t.Fatalf("one sub-window disagrees with the log on %.6f of requests; the sliding window counter on %.6f", acc[1].Disagree, rs[0].Disagree)
+	}
+	if rs[0].Disagree == 0 {
+		t.Fatal("no disagreement at all: the traffic does not test anything")
+	}
+	if acc[1].MaxBytes != 24 || acc[2].MaxBytes != 48 {
+		t.Fatalf("state: %+v", acc)
+	}
+	if acc[0].MeanBytes <= 0 || acc[0].MaxBytes != 160 {
+		t.Fatalf("the log's state: %+v; want some mean and 10 entries at most", acc[0])
+	}
+}
+
+// By hand: 10 requests late in a window (at 900ms) and one at 1.5s. The log
+// still holds the 10 and denies it. The counter weighs the previous window
+// by what the sliding window still covers, 50%, as if the 10 were spread
+// evenly: 5 < 10, and it admits. Four sub-windows of 250ms keep the 10 in
+// the sub-window [750ms, 1s), wholly inside the window, and deny.
+func TestSubWindowsByHand(t *testing.T) {
+	limit := sluice.Limit{Rate: 10, Period: time.Second}
+	traffic := func(yield func(sim.Arrival) bool) {
+		for range 10 {
+			if !yield(sim.Arrival{T: 900 * time.Millisecond, Key: "k", Cost: 1}) {
+				return
+			}
+		}
+		yield(sim.Arrival{T: 1500 * time.Millisecond, Key: "k", Cost: 1})
+	}
+	acc, err := sim.SubWindows(limit, traffic, []int{1, 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if acc[1].Disagree != 1.0/11 || acc[2].Disagree != 0 {
+		t.Fatalf("disagreement: one window %v (want 1/11), four %v (want 0)", acc[1].Disagree, acc[2].Disagree)
+	}
+	if _, err := sim.SubWindows(limit, traffic, []int{3}); err == nil {
+		t.Fatal("3 sub-windows of 1s accepted: 333,333.3µs each")
+	}
+}

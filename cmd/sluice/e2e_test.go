@@ -726,3 +726,54 @@ func TestReloadOnConfigMapSwap(t *testing.T) {
 	}
 	waitFor(t, func() bool { code, _ := postCheck(t, p.http, "two", "k"); return code == 200 })
 }
+
+// sluice sim prints the comparison, draws it, and with -subwindows the
+// accuracy table; a trace file is read once per measurement; bad flags are
+// refused with a usage error.
+func TestSim(t *testing.T) {
+	dir := t.TempDir()
+	trace := filepath.Join(dir, "trace.csv")
+	var tr strings.Builder
+	tr.WriteString("# time,key\n")
+	for range 10 {
+		tr.WriteString("0.9,k\n")
+	}
+	tr.WriteString("1.5,k\n")
+	if err := os.WriteFile(trace, []byte(tr.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	plot := filepath.Join(dir, "out.svg")
+	out, err := exec.Command(binary, "sim", "-traffic", "trace", "-trace", trace, "-algorithms", "sliding_window,sliding_log",
+		"-subwindows", "1,4", "-plot", plot).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	// By hand (as in sim's TestSubWindowsByHand): the counter admits the
+	// request at 1.5s that the log denies; four sub-windows deny it.
+	rows := map[string]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if f := strings.Fields(line); len(f) > 2 {
+			rows[f[0]+" "+f[1]] = strings.Join(f, " ") // a row, by its first two fields
+		}
+	}
+	for row, want := range map[string]string{
+		"sliding_window 11":      "sliding_window 11 11 11 1.10× 9.0909% 0s 0s 24 B",
+		"sliding_log 11":         "sliding_log 11 10 10 1.00× 0.0000% 0s 0s 16 B",
+		"sliding_window 9.0909%": "sliding_window 9.0909% 24 B 24 B",
+		"4 sub-windows":          "4 sub-windows 0.0000% 48 B 48 B",
+	} {
+		if rows[row] != want {
+			t.Errorf("row %q = %q, want %q\n%s", row, rows[row], want, out)
+		}
+	}
+	if b, err := os.ReadFile(plot); err != nil || !bytes.Contains(b, []byte("<svg")) {
+		t.Errorf("plot: %v, %d bytes", err, len(b))
+	}
+	for _, args := range [][]string{{"-subwindows", "3"}, {"-subwindows", "x"}, {"-limit", "0/1s"}, {"-traffic", "nope"}} {
+		cmd := exec.Command(binary, append([]string{"sim"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		if cmd.ProcessState == nil || cmd.ProcessState.ExitCode() != 2 {
+			t.Errorf("sim %v: %v, want exit 2\n%s", args, err, out)
+		}
+	}
+}

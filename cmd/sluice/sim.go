@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -27,6 +29,7 @@ func simCmd(args []string, stdout, stderr io.Writer) int {
 	trace := fs.String("trace", "", "trace file of time,key[,cost] lines")
 	out := fs.String("plot", "", "draw admitted per interval over time to this .svg or .png")
 	bin := fs.Duration("bin", 0, "the plot's interval; default the period / 10")
+	subs := fs.String("subwindows", "", "also measure the sliding window counter with these numbers of sub-windows\n(comma-separated, each dividing the period) against the exact log: the accuracy they buy and the memory they cost")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sluice sim [flags]\n\nRuns algorithms side by side on the same traffic in simulated time and prints what each admitted.\n\nFlags:")
 		fs.PrintDefaults()
@@ -50,29 +53,55 @@ func simCmd(args []string, stdout, stderr io.Writer) int {
 			list = append(list, a)
 		}
 	}
+	var nsub []int
+	if *subs != "" {
+		for _, f := range strings.Split(*subs, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				fmt.Fprintf(stderr, "sluice sim: -subwindows: %q is not a positive number\n", f)
+				return 2
+			}
+			if limit.Period%(time.Duration(n)*time.Microsecond) != 0 {
+				fmt.Fprintf(stderr, "sluice sim: -subwindows: %d sub-windows do not divide the period of %v into whole microseconds\n", n, limit.Period)
+				return 2
+			}
+			nsub = append(nsub, n)
+		}
+	}
 	var traceErr error
-	var traffic sim.Traffic
+	// newTraffic returns the arrivals from the start: each measurement
+	// runs over them once.
+	var newTraffic func() (sim.Traffic, error)
 	switch *shape {
 	case "steady":
-		traffic = sim.Steady(*rate, *dur, *clients)
+		newTraffic = func() (sim.Traffic, error) { return sim.Steady(*rate, *dur, *clients), nil }
 	case "poisson":
-		traffic = sim.Poisson(*rate, *dur, *clients, *seed)
+		newTraffic = func() (sim.Traffic, error) { return sim.Poisson(*rate, *dur, *clients, *seed), nil }
 	case "onoff":
-		traffic = sim.OnOff(*rate, limit.Period/2, limit.Period*3/2, *dur, *clients, *seed)
-	case "boundary":
-		traffic = sim.BoundaryAttack(limit.Rate, limit.Period, max(int(*dur/limit.Period), 1))
-	case "zipf":
-		traffic = sim.Zipf(*requests, *rate, max(*clients, 2), *zipfS, *seed)
-	case "trace":
-		f, err := os.Open(*trace)
-		if err != nil {
-			fmt.Fprintln(stderr, "sluice sim:", err)
-			return 2
+		newTraffic = func() (sim.Traffic, error) {
+			return sim.OnOff(*rate, limit.Period/2, limit.Period*3/2, *dur, *clients, *seed), nil
 		}
-		defer f.Close()
-		traffic = sim.Trace(f, &traceErr)
+	case "boundary":
+		newTraffic = func() (sim.Traffic, error) {
+			return sim.BoundaryAttack(limit.Rate, limit.Period, max(int(*dur/limit.Period), 1)), nil
+		}
+	case "zipf":
+		newTraffic = func() (sim.Traffic, error) { return sim.Zipf(*requests, *rate, max(*clients, 2), *zipfS, *seed), nil }
+	case "trace":
+		newTraffic = func() (sim.Traffic, error) {
+			f, err := os.ReadFile(*trace)
+			if err != nil {
+				return nil, err
+			}
+			return sim.Trace(bytes.NewReader(f), &traceErr), nil
+		}
 	default:
 		fmt.Fprintf(stderr, "sluice sim: unknown traffic %q\n", *shape)
+		return 2
+	}
+	traffic, err := newTraffic()
+	if err != nil {
+		fmt.Fprintln(stderr, "sluice sim:", err)
 		return 2
 	}
 	cfg := sim.Config{Algorithms: list, Limit: limit, Traffic: traffic, Bin: *bin}
@@ -80,12 +109,25 @@ func simCmd(args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		err = traceErr
 	}
+	var accuracy []sim.Accuracy
+	if err == nil && len(nsub) > 0 {
+		if traffic, err = newTraffic(); err == nil {
+			accuracy, err = sim.SubWindows(limit, traffic, nsub)
+		}
+		if err == nil {
+			err = traceErr
+		}
+	}
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice sim:", err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s traffic, limit %d/%v\n\n", *shape, limit.Rate, limit.Period)
 	sim.Format(stdout, limit, results)
+	if len(accuracy) > 0 {
+		fmt.Fprint(stdout, "\nsub-windows against the exact log:\n\n")
+		sim.FormatAccuracy(stdout, accuracy)
+	}
 	if *out != "" {
 		b := *bin
 		if b <= 0 {
