@@ -68,6 +68,21 @@ func BenchmarkDistributed(b *testing.B) {
 		}
 		b.ReportMetric(float64(fwd)/float64(b.N)*100, "forwarded-%")
 	})
+	b.Run("shard-3-instances-spread/callers=64", func(b *testing.B) {
+		// Checks spread round-robin over the three, as behind a load
+		// balancer or from three applications each with its own sluice.
+		nodes := shardNodes(b, 3)
+		var rr atomic.Uint64
+		drive(b, 64, func(key string) error {
+			_, err := nodes[rr.Add(1)%3].Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 1})
+			return err
+		})
+		var fwd int64
+		for _, n := range nodes {
+			fwd += n.Forwarded()
+		}
+		b.ReportMetric(float64(fwd)/float64(b.N)*100, "forwarded-%")
+	})
 	for _, interval := range []time.Duration{10 * time.Millisecond, 100 * time.Millisecond, time.Second} {
 		b.Run(fmt.Sprintf("local-sync-%v/hot-key-2x", interval), func(b *testing.B) {
 			hot := sluice.Limit{Rate: 300, Period: time.Second}

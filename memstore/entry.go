@@ -24,63 +24,73 @@ type entry struct {
 	key string // in short when it fits
 	mu  sync.Mutex
 	// a is the state's first word, A, which no algorithm makes negative,
-	// with hasB set when the second word is not 0; or a mark. It is read
-	// without the lock and written with it, except by the one-word path.
-	a     atomic.Int64
+	// with hasB set when the second word is not 0; or a mark. Guarded by
+	// mu, and in tables that swap (swaps), also read and swapped without
+	// it, atomically.
+	a     int64
 	b, c  int64 // guarded by mu
 	short [16]byte
 }
 
+// Marks and flags in entry.a.
+const (
+	deadMark = math.MinInt64     // removed from its table: look the key up again
+	busyMark = math.MinInt64 + 1 // locked in a table that swaps: the words are being decided
+	hasB     = 1 << 62           // B is not 0 (A is below 2^53: times up to 2150)
+)
+
 // newEntry returns a new entry for a copy of key (stores never retain the
-// caller's buffer) holding state st.
+// caller's buffer) holding state st. It is published by its index slot.
 func newEntry(key string, st algorithm.State) *entry {
-	e := &entry{b: st.B, c: st.C}
+	e := &entry{a: pack(st), b: st.B, c: st.C}
 	if len(key) <= len(e.short) {
 		n := copy(e.short[:], key)
 		e.key = unsafe.String(&e.short[0], n)
 	} else {
 		e.key = strings.Clone(key)
 	}
-	e.a.Store(pack(st))
 	return e
 }
 
-// Marks and flags in entry.a.
-const (
-	deadMark = math.MinInt64     // removed from its table: look the key up again
-	busyMark = math.MinInt64 + 1 // locked: the words are being decided
-	hasB     = 1 << 62           // B is not 0 (A is below 2^53: times up to 2150)
-)
-
-// lock locks e and returns its state; ok is false when e is dead.
-func (e *entry) lock() (s algorithm.State, ok bool) {
+// lock locks e and returns its state; ok is false when e is dead. swaps
+// says whether e's table also swaps a without the lock.
+func (e *entry) lock(swaps bool) (s algorithm.State, ok bool) {
 	e.mu.Lock()
-	return e.locked()
+	return e.locked(swaps)
 }
 
 // tryLock locks e if no one holds it now. Sweeping uses it: an entry in
 // use is not a candidate for removal, and a batch may hold it.
-func (e *entry) tryLock() (s algorithm.State, ok bool) {
+func (e *entry) tryLock(swaps bool) (s algorithm.State, ok bool) {
 	if !e.mu.TryLock() {
 		return s, false
 	}
-	return e.locked()
+	return e.locked(swaps)
 }
 
-func (e *entry) locked() (algorithm.State, bool) {
-	a := e.a.Swap(busyMark)
+func (e *entry) locked(swaps bool) (algorithm.State, bool) {
+	var a int64
+	if swaps {
+		// Mark it busy, so that a swap without the lock fails meanwhile.
+		a = atomic.SwapInt64(&e.a, busyMark)
+	} else {
+		a = e.a
+	}
 	if a == deadMark {
-		e.a.Store(deadMark)
-		e.mu.Unlock()
+		e.kill(swaps)
 		return algorithm.State{}, false
 	}
 	return algorithm.State{A: a &^ hasB, B: e.b, C: e.c}, true
 }
 
 // unlock stores s, changed or not, into the locked e and unlocks it.
-func (e *entry) unlock(s algorithm.State) {
+func (e *entry) unlock(s algorithm.State, swaps bool) {
 	e.b, e.c = s.B, s.C
-	e.a.Store(pack(s))
+	if swaps {
+		atomic.StoreInt64(&e.a, pack(s))
+	} else {
+		e.a = pack(s)
+	}
 	e.mu.Unlock()
 }
 
@@ -93,8 +103,12 @@ func pack(s algorithm.State) int64 {
 }
 
 // kill marks the locked e removed and unlocks it: no one locks it again.
-func (e *entry) kill() {
-	e.a.Store(deadMark)
+func (e *entry) kill(swaps bool) {
+	if swaps {
+		atomic.StoreInt64(&e.a, deadMark)
+	} else {
+		e.a = deadMark
+	}
 	e.mu.Unlock()
 }
 

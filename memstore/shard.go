@@ -26,6 +26,7 @@ type shard struct {
 type table struct {
 	alg    sluice.Algorithm
 	period int64
+	swaps  bool // its entries' first word is also swapped without their lock: swaps(alg)
 	// configs caches the limits used here lately with their params, so a
 	// Take validates and converts a limit once, even when two limits of
 	// one algorithm and period alternate. Written under the shard lock.
@@ -88,7 +89,7 @@ func (sh *shard) table(alg sluice.Algorithm, period int64) *table {
 
 // addTable creates the table for (alg, period). The caller holds sh.mu.
 func (sh *shard) addTable(alg sluice.Algorithm, period int64) *table {
-	t := &table{alg: alg, period: period}
+	t := &table{alg: alg, period: period, swaps: swaps(alg)}
 	if alg == sluice.SlidingLog {
 		t.logs = make(map[string]*logState)
 	} else {
@@ -99,6 +100,10 @@ func (sh *shard) addTable(alg sluice.Algorithm, period int64) *table {
 	sh.tables.Store(&ts)
 	return t
 }
+
+// swaps reports whether Take decides alg's entries by compare-and-swap
+// when their state is one word: the GCRA and the leaky bucket.
+func swaps(alg sluice.Algorithm) bool { return alg == sluice.GCRA || alg == sluice.LeakyBucket }
 
 // config returns t's cached config for l, or nil.
 func (t *table) config(l sluice.Limit) *config {
@@ -184,7 +189,7 @@ func (sh *shard) decide(req *sluice.Request, now int64, p *pending) error {
 	}
 	if p.t != nil {
 		if p.e, p.at = p.t.ix.Load().find(p.h, req.Key); p.e != nil {
-			p.old, _ = p.e.lock() // entries in the index are live under the shard lock
+			p.old, _ = p.e.lock(p.t.swaps) // entries in the index are live under the shard lock
 			p.keep = p.old
 		}
 	}
@@ -284,7 +289,7 @@ func (t *table) exp(s algorithm.State) int64 {
 // removeAt removes the locked entry e in slot i of t's current index. The
 // caller holds sh.mu.
 func (sh *shard) removeAt(s *Store, t *table, ix *index, i uint64, e *entry) {
-	e.kill()
+	e.kill(t.swaps)
 	ix.slots[i].Store(tombstone)
 	ix.live--
 	sh.keys--
@@ -304,7 +309,7 @@ func (sh *shard) remove(s *Store, t *table, key string) {
 	}
 	ix := t.ix.Load()
 	if e, i := ix.find(s.hash(key), key); e != nil {
-		e.lock()
+		e.lock(t.swaps)
 		sh.removeAt(s, t, ix, i, e)
 	}
 }
@@ -344,7 +349,7 @@ func (sh *shard) sweep(s *Store, t *table, now int64, n int) {
 		if e == nil || e == tombstone {
 			continue
 		}
-		st, ok := e.tryLock()
+		st, ok := e.tryLock(t.swaps)
 		if !ok {
 			continue
 		}
@@ -354,7 +359,7 @@ func (sh *shard) sweep(s *Store, t *table, now int64, n int) {
 				return // rebuilt smaller
 			}
 		} else {
-			e.unlock(st)
+			e.unlock(st, t.swaps)
 		}
 		if n--; n == 0 {
 			return
@@ -381,11 +386,11 @@ func (sh *shard) evict(s *Store, now int64) (live, ok bool) {
 	consider := func(t *table, i uint64, e *entry, st algorithm.State, key string, exp int64) bool {
 		if n < evictSample && (vt == nil || exp < best) || exp <= now {
 			if ve != nil {
-				ve.unlock(vst)
+				ve.unlock(vst, vt.swaps)
 			}
 			vt, vi, ve, vst, vkey, best = t, i, e, st, key, exp
 		} else if e != nil {
-			e.unlock(st)
+			e.unlock(st, t.swaps)
 		}
 		n++
 		return exp <= now || n == evictScan
@@ -406,7 +411,7 @@ func (sh *shard) evict(s *Store, now int64) (live, ok bool) {
 				if e == nil || e == tombstone {
 					continue
 				}
-				st, ok := e.tryLock()
+				st, ok := e.tryLock(t.swaps)
 				if !ok {
 					continue
 				}
