@@ -166,6 +166,18 @@ func (ix *index) find(h uint64, key string) (*entry, uint64) {
 	}
 }
 
+// tryLockAt locks the entry in slot i, if it holds one that no one holds
+// now, and returns it with its state. Sweeping and eviction use it. The
+// caller holds the shard lock.
+func (ix *index) tryLockAt(i uint64, swaps bool) (*entry, algorithm.State, bool) {
+	e := ix.slots[i].Load()
+	if e == nil || e == tombstone {
+		return nil, algorithm.State{}, false
+	}
+	st, ok := e.tryLock(swaps)
+	return e, st, ok
+}
+
 // full reports whether one more entry would fill the index past 3/4.
 func (ix *index) full() bool { return (ix.used+1)*4 > len(ix.slots)*3 }
 

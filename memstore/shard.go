@@ -345,11 +345,7 @@ func (sh *shard) sweep(s *Store, t *table, now int64, n int) {
 	for range min(len(ix.slots), sweepScan) {
 		i := t.cursor & ix.mask
 		t.cursor++
-		e := ix.slots[i].Load()
-		if e == nil || e == tombstone {
-			continue
-		}
-		st, ok := e.tryLock(t.swaps)
+		e, st, ok := ix.tryLockAt(i, t.swaps)
 		if !ok {
 			continue
 		}
@@ -407,11 +403,7 @@ func (sh *shard) evict(s *Store, now int64) (live, ok bool) {
 			ix := t.ix.Load()
 			for j := range len(ix.slots) {
 				i := (t.cursor + uint64(j)) & ix.mask
-				e := ix.slots[i].Load()
-				if e == nil || e == tombstone {
-					continue
-				}
-				st, ok := e.tryLock(t.swaps)
+				e, st, ok := ix.tryLockAt(i, t.swaps)
 				if !ok {
 					continue
 				}
