@@ -139,40 +139,7 @@ func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Decision, er
 	p := pending{h: s.hash(req.Key)}
 	sh := &s.shards[p.h&s.mask]
 	if e, c := sh.lookup(&req, p.h); e != nil {
-		alg := req.Limit.Algorithm.Resolved()
-		swaps := swaps(alg)
-		if swaps {
-			// The state is often one word (B is 0 whenever Period/Rate
-			// is a whole number of µs): decide on it and compare-and-swap
-			// it, with no lock.
-			for {
-				a := atomic.LoadInt64(&e.a)
-				if a < 0 || a&hasB != 0 {
-					break // locked, dead, or two words
-				}
-				p.old = algorithm.State{A: a}
-				next, ok := algorithm.GCRAAdmit(p.old, &c.params, now, max(req.Cost, 1))
-				if req.Cost == 0 || !ok && !req.Force {
-					// A peek or a denial writes nothing: decided on a
-					// consistent state.
-					decideState(alg, &req, &c.params, now, &p)
-					return p.res.Decision(req.Limit), nil
-				}
-				if !ok || next.B != 0 {
-					break
-				}
-				if atomic.CompareAndSwapInt64(&e.a, a, next.A) {
-					return algorithm.Admitted(p.old, next, &c.params, now, alg == sluice.LeakyBucket).Decision(req.Limit), nil
-				}
-			}
-		}
-		if st, ok := e.lock(swaps); ok {
-			p.old = st
-			decideState(alg, &req, &c.params, now, &p)
-			if p.writes(&req) {
-				st = p.s
-			}
-			e.unlock(st, swaps)
+		if takeExisting(e, c, &req, now, &p) {
 			return p.res.Decision(req.Limit), nil
 		}
 	}
@@ -189,6 +156,50 @@ func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Decision, er
 		return sluice.Decision{}, err
 	}
 	return p.res.Decision(req.Limit), nil
+}
+
+// takeExisting decides req on e, an existing key found without the shard
+// lock, with its limit's config c, into p.res. It reports false when e
+// turned out dead (removed meanwhile): the caller then looks again under
+// the shard lock.
+func takeExisting(e *entry, c *config, req *sluice.Request, now int64, p *pending) bool {
+	alg := req.Limit.Algorithm.Resolved()
+	swaps := swaps(alg)
+	for swaps {
+		// The state is often one word (B is 0 whenever Period/Rate is a
+		// whole number of µs): decide on it and compare-and-swap it, with
+		// no lock.
+		a := atomic.LoadInt64(&e.a)
+		if a < 0 || a&hasB != 0 {
+			break // locked, dead, or two words
+		}
+		p.old = algorithm.State{A: a}
+		next, ok := algorithm.GCRAAdmit(p.old, &c.params, now, max(req.Cost, 1))
+		if req.Cost == 0 || !ok && !req.Force {
+			// A peek or a denial writes nothing: decided on a consistent
+			// state.
+			decideState(alg, req, &c.params, now, p)
+			return true
+		}
+		if !ok || next.B != 0 {
+			break
+		}
+		if atomic.CompareAndSwapInt64(&e.a, a, next.A) {
+			p.res = algorithm.Admitted(p.old, next, &c.params, now, alg == sluice.LeakyBucket)
+			return true
+		}
+	}
+	st, ok := e.lock(swaps)
+	if !ok {
+		return false
+	}
+	p.old = st
+	decideState(alg, req, &c.params, now, p)
+	if p.writes(req) {
+		st = p.s
+	}
+	e.unlock(st, swaps)
+	return true
 }
 
 // TakeAll decides reqs all-or-nothing: the shards of every key are locked in
