@@ -68,10 +68,10 @@ end
 -- newparams is algorithm.NewParams: rate events per period (µs), capacity
 -- burst, and the exact fractions Period/Rate and Burst×Period/Rate.
 local function newparams(rate, period, burst)
-  local p = {R = rate, P = period, B = burst}
-  p.tq, p.tr = muldiv(1, period, rate)
-  p.bq, p.br = muldiv(burst, period, rate)
-  return p
+  local tq, tr = muldiv(1, period, rate)
+  local bq, br = muldiv(burst, period, rate)
+  -- One constructor: a table that grows field by field is rehashed.
+  return {R = rate, P = period, B = burst, tq = tq, tr = tr, bq = bq, br = br}
 end
 
 local function result()

@@ -82,6 +82,17 @@ local function ttl_ms(reset)
   return int(ceil(reset / 1000) + TTL_MARGIN_MS)
 end
 
+-- params returns the params of a limit given as ARGV strings. The requests
+-- of a call mostly share a limit: the last one is kept.
+local last_rate, last_period, last_burst, last_params
+local function params(rate, period, burst)
+  if rate ~= last_rate or period ~= last_period or burst ~= last_burst then
+    last_rate, last_period, last_burst = rate, period, burst
+    last_params = newparams(num(rate), num(period), num(burst))
+  end
+  return last_params
+end
+
 -- group decides the g requests starting at KEYS[ki] and ARGV[ai], appending
 -- five values per request to out. idkey, if set, makes it idempotent.
 local function group(ki, ai, g, idkey, now, out)
@@ -90,12 +101,16 @@ local function group(ki, ai, g, idkey, now, out)
   local reqs, all = {}, true
   for i = 1, g do
     local o = ai + (i - 1) * NARGS
+    -- Every field the request will hold, in one constructor: a table
+    -- that grows field by field is rehashed.
     local q = {
       key = KEYS[ki + i - 1],
       alg = num(ARGV[o]),
-      p = newparams(num(ARGV[o + 1]), num(ARGV[o + 2]), num(ARGV[o + 3])),
+      p = params(ARGV[o + 1], ARGV[o + 2], ARGV[o + 3]),
       cost = num(ARGV[o + 4]),
       force = ARGV[o + 5] == '1',
+      forced = false, old = false, new = false, res = false,
+      log = false, drop = 0, at = 0,
     }
     if replay then
       q.cost = 0
