@@ -38,14 +38,30 @@ type batcher struct {
 }
 
 // do runs c in a script call, alone or with others, and waits for it or
-// for ctx. A call abandoned by its caller still runs.
+// for ctx. A call that goes alone runs on the caller's goroutine under its
+// ctx: no hand-off, which is most of a lone call's latency here. A call
+// batched with others runs on a flushing goroutine, and still runs when
+// its caller gives up.
 func (b *batcher) do(ctx context.Context, client rueidis.Client, c *call) error {
 	c.done = make(chan struct{})
 	b.mu.Lock()
 	b.queue = append(b.queue, c)
 	if b.inFlight < maxInFlight {
 		b.inFlight++
-		go b.flush(client, b.takeLocked())
+		batch := b.takeLocked()
+		if len(batch) == 1 { // c alone
+			b.mu.Unlock()
+			run(ctx, client, "-1", batch)
+			b.mu.Lock()
+			if len(b.queue) > 0 {
+				go b.flush(client, b.takeLocked()) // calls queued meanwhile
+			} else {
+				b.inFlight--
+			}
+			b.mu.Unlock()
+			return c.err
+		}
+		go b.flush(client, batch)
 	}
 	b.mu.Unlock()
 	select {
