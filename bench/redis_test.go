@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -65,6 +66,37 @@ func drive(b *testing.B, callers int, op func(key string) error) {
 	b.ReportMetric(0, "ns/op") // wall time per op is meaningless across callers
 }
 
+// scriptTime resets Redis's command statistics and returns a function
+// that reports the time Redis spent in scripts (EVALSHA and EVAL, their
+// inner commands included) per decision: the server's cost of one
+// decision, which bounds throughput once Redis's one thread is busy.
+func scriptTime(b *testing.B, rc rueidis.Client) func() {
+	ctx := context.Background()
+	if err := rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error(); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		info, err := rc.Do(ctx, rc.B().Info().Section("commandstats").Build()).ToString()
+		if err != nil {
+			b.Fatal(err)
+		}
+		var usec float64
+		for _, line := range strings.Split(info, "\n") {
+			for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+				if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
+					for _, f := range strings.Split(rest, ",") {
+						if v, ok := strings.CutPrefix(f, "usec="); ok {
+							n, _ := strconv.ParseFloat(v, 64)
+							usec += n
+						}
+					}
+				}
+			}
+		}
+		b.ReportMetric(usec/float64(b.N), "redis-µs/decision")
+	}
+}
+
 // BenchmarkRedis compares, on one throw-away redis-server: sluice's GCRA
 // through rueidis, go-redis/redis_rate's GCRA through go-redis, a plain
 // INCR and a PING through rueidis, at 1, 16 and 64 callers on 10k keys; and
@@ -88,6 +120,7 @@ func BenchmarkRedis(b *testing.B) {
 
 	for _, callers := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("sluice-gcra/callers=%d", callers), func(b *testing.B) {
+			reset := scriptTime(b, rc)
 			drive(b, callers, func(key string) error {
 				d, err := store.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 1})
 				if err == nil && !d.Allowed {
@@ -95,8 +128,10 @@ func BenchmarkRedis(b *testing.B) {
 				}
 				return err
 			})
+			reset()
 		})
 		b.Run(fmt.Sprintf("redis_rate-gcra/callers=%d", callers), func(b *testing.B) {
+			reset := scriptTime(b, rc)
 			drive(b, callers, func(key string) error {
 				res, err := rl.Allow(ctx, key, rrLimit)
 				if err == nil && res.Allowed == 0 {
@@ -104,6 +139,7 @@ func BenchmarkRedis(b *testing.B) {
 				}
 				return err
 			})
+			reset()
 		})
 		b.Run(fmt.Sprintf("rueidis-incr/callers=%d", callers), func(b *testing.B) {
 			drive(b, callers, func(key string) error {
