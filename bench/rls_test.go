@@ -14,6 +14,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/redis/rueidis"
+
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/internal/server"
 )
@@ -59,6 +61,7 @@ func startSluice(b *testing.B, redisURL string) string {
 // empty handler (the transport's ceiling), sluice on the memory store, and
 // sluice on Redis.
 func BenchmarkRLS(b *testing.B) {
+	var redis rueidis.Client // the Redis store's server, for its script time
 	targets := []struct {
 		name string
 		addr func(b *testing.B) string
@@ -66,7 +69,14 @@ func BenchmarkRLS(b *testing.B) {
 		{"empty-handler", startEmpty},
 		{"sluice-memory", func(b *testing.B) string { return startSluice(b, "") }},
 		{"sluice-redis", func(b *testing.B) string {
-			return startSluice(b, "redis://"+redistest.Standalone(b).Addr)
+			srv := redistest.Standalone(b)
+			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.Cleanup(c.Close)
+			redis = c
+			return startSluice(b, "redis://"+srv.Addr)
 		}},
 	}
 	for _, tg := range targets {
@@ -83,6 +93,10 @@ func BenchmarkRLS(b *testing.B) {
 					Entries: []*extrl.RateLimitDescriptor_Entry{{Key: "remote_address", Value: fmt.Sprint("10.0.", i/256, ".", i%256)}},
 				}}}
 			}
+			report := func() {}
+			if redis != nil {
+				report = scriptTime(b, redis)
+			}
 			var n atomic.Int64
 			drive(b, 64, func(string) error {
 				resp, err := c.ShouldRateLimit(context.Background(), reqs[n.Add(1)%int64(len(reqs))])
@@ -91,6 +105,8 @@ func BenchmarkRLS(b *testing.B) {
 				}
 				return err
 			})
+			report()
+			redis = nil
 		})
 	}
 }
