@@ -41,48 +41,36 @@ func BenchmarkDistributed(b *testing.B) {
 	}
 	ctx := context.Background()
 	limit := benchLimit
-	b.Run("redis/callers=64", func(b *testing.B) {
-		s := redisstore.New(newClient(), redisstore.Options{Prefix: "dist:redis:"})
-		drive(b, 64, func(key string) error {
-			_, err := s.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 1})
-			return err
+	// 64 callers, and 256: the Redis store is at its ceiling (Redis's one
+	// thread) by 64; forwarding between shard instances needs more
+	// concurrency to fill its batches.
+	for _, callers := range []int{64, 256} {
+		b.Run(fmt.Sprintf("redis/callers=%d", callers), func(b *testing.B) {
+			s := redisstore.New(newClient(), redisstore.Options{Prefix: "dist:redis:"})
+			drive(b, callers, func(key string) error {
+				_, err := s.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 1})
+				return err
+			})
 		})
-	})
-	b.Run("local-sync-100ms/callers=64", func(b *testing.B) {
-		s, _ := localsync.New(localsync.Options{Shared: redisstore.New(newClient(), redisstore.Options{Prefix: "dist:ls:"}), Instances: 3})
-		defer s.Close()
-		drive(b, 64, func(key string) error {
-			_, err := s.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 1})
-			return err
+		b.Run(fmt.Sprintf("local-sync-100ms/callers=%d", callers), func(b *testing.B) {
+			s, _ := localsync.New(localsync.Options{Shared: redisstore.New(newClient(), redisstore.Options{Prefix: "dist:ls:"}), Instances: 3})
+			defer s.Close()
+			drive(b, callers, func(key string) error {
+				_, err := s.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 1})
+				return err
+			})
 		})
-	})
-	b.Run("shard-3-instances/callers=64", func(b *testing.B) {
-		nodes := shardNodes(b, 3)
-		drive(b, 64, func(key string) error {
-			_, err := nodes[0].Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 1})
-			return err
+		b.Run(fmt.Sprintf("shard-3-instances/callers=%d", callers), func(b *testing.B) {
+			nodes := shardNodes(b, 3)
+			driveShard(b, callers, func(uint64) *shard.Store { return nodes[0] }, nodes, limit)
 		})
-		var fwd int64
-		for _, n := range nodes {
-			fwd += n.Forwarded()
-		}
-		b.ReportMetric(float64(fwd)/float64(b.N)*100, "forwarded-%")
-	})
-	b.Run("shard-3-instances-spread/callers=64", func(b *testing.B) {
-		// Checks spread round-robin over the three, as behind a load
-		// balancer or from three applications each with its own sluice.
-		nodes := shardNodes(b, 3)
-		var rr atomic.Uint64
-		drive(b, 64, func(key string) error {
-			_, err := nodes[rr.Add(1)%3].Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 1})
-			return err
+		b.Run(fmt.Sprintf("shard-3-instances-spread/callers=%d", callers), func(b *testing.B) {
+			// Checks spread round-robin over the three, as behind a load
+			// balancer or from three applications each with its own sluice.
+			nodes := shardNodes(b, 3)
+			driveShard(b, callers, func(i uint64) *shard.Store { return nodes[i%3] }, nodes, limit)
 		})
-		var fwd int64
-		for _, n := range nodes {
-			fwd += n.Forwarded()
-		}
-		b.ReportMetric(float64(fwd)/float64(b.N)*100, "forwarded-%")
-	})
+	}
 	for _, interval := range []time.Duration{10 * time.Millisecond, 100 * time.Millisecond, time.Second} {
 		b.Run(fmt.Sprintf("local-sync-%v/hot-key-2x", interval), func(b *testing.B) {
 			hot := sluice.Limit{Rate: 300, Period: time.Second}
@@ -93,6 +81,21 @@ func BenchmarkDistributed(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// driveShard drives callers on shard instances, the i-th check entering
+// at entry(i), and reports the share of checks forwarded to an owner.
+func driveShard(b *testing.B, callers int, entry func(i uint64) *shard.Store, nodes []*shard.Store, limit sluice.Limit) {
+	var n atomic.Uint64
+	drive(b, callers, func(key string) error {
+		_, err := entry(n.Add(1)).Take(context.Background(), sluice.Request{Key: key, Limit: limit, Cost: 1})
+		return err
+	})
+	var fwd int64
+	for _, n := range nodes {
+		fwd += n.Forwarded()
+	}
+	b.ReportMetric(float64(fwd)/float64(b.N)*100, "forwarded-%")
 }
 
 var hotRun atomic.Int64
