@@ -27,18 +27,34 @@ import (
 // drive runs op b.N times from callers goroutines over 10k keys and reports
 // checks/s and the p50 and p99 latency of one call.
 func drive(b *testing.B, callers int, op func(key string) error) {
+	b.ResetTimer()
+	el, all, err := load(callers, b.N, op)
+	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/el.Seconds(), "checks/s")
+	if len(all) > 0 {
+		b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+	}
+	b.ReportMetric(0, "ns/op") // wall time per op is meaningless across callers
+}
+
+// load runs op n times from callers goroutines over 10k keys and returns
+// the time taken and every call's latency, sorted.
+func load(callers, n int, op func(key string) error) (time.Duration, []time.Duration, error) {
 	ks := keySets[1].keys
 	var next atomic.Int64
 	lat := make([][]time.Duration, callers)
 	var wg sync.WaitGroup
 	var failed atomic.Value
-	b.ResetTimer()
 	start := time.Now()
 	for c := range callers {
 		wg.Go(func() {
 			for {
 				i := next.Add(1) - 1
-				if i >= int64(b.N) {
+				if i >= int64(n) {
 					return
 				}
 				t0 := time.Now()
@@ -52,18 +68,12 @@ func drive(b *testing.B, callers int, op func(key string) error) {
 	}
 	wg.Wait()
 	el := time.Since(start)
-	b.StopTimer()
 	if err, _ := failed.Load().(error); err != nil {
-		b.Fatal(err)
+		return el, nil, err
 	}
 	all := slices.Concat(lat...)
 	slices.Sort(all)
-	b.ReportMetric(float64(b.N)/el.Seconds(), "checks/s")
-	if len(all) > 0 {
-		b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
-		b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
-	}
-	b.ReportMetric(0, "ns/op") // wall time per op is meaningless across callers
+	return el, all, nil
 }
 
 // scriptTime resets Redis's command statistics and returns a function
