@@ -314,3 +314,32 @@ func TestAdmitThenAdmittedMatchesGCRA(t *testing.T) {
 		}
 	})
 }
+
+// (i) TokenBucketAdmit and TokenBucketAdmitted say exactly what TokenBucket
+// says, across the whole range of limits and with the clock on either side
+// of the last refill.
+func TestTokenBucketAdmitThenAdmittedMatches(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		rate := rapid.Int64Range(1, sluice.MaxRate).Draw(t, "rate")
+		period := rapid.Int64Range(1_000, 100*365*24*3600*1_000_000).Draw(t, "period")
+		burst := rapid.Int64Range(1, sluice.MaxRate).Draw(t, "burst")
+		p := algorithm.NewParams(rate, period, burst)
+		now := rapid.Int64Range(period, 1<<52).Draw(t, "now")
+		s := algorithm.State{
+			A: rapid.Int64Range(0, burst).Draw(t, "deficit"),
+			B: rapid.Int64Range(now-period, now+period).Draw(t, "last"),
+			C: rapid.Int64Range(0, period-1).Draw(t, "carry"),
+		}
+		cost := rapid.Int64Range(1, burst).Draw(t, "cost")
+		next, ok := algorithm.TokenBucketAdmit(s, &p, now, cost)
+		want, res := algorithm.TokenBucket(s, &p, now, cost)
+		if ok != res.Allowed || next != want {
+			t.Fatalf("TokenBucketAdmit: %+v %v; TokenBucket: %+v %+v", next, ok, want, res)
+		}
+		if ok {
+			if got := algorithm.TokenBucketAdmitted(next, &p, now); got != res {
+				t.Fatalf("TokenBucketAdmitted %+v, TokenBucket %+v", got, res)
+			}
+		}
+	})
+}

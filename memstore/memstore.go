@@ -193,6 +193,19 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64, p *pendin
 	if !ok {
 		return false
 	}
+	if alg == sluice.TokenBucket && req.Cost > 0 && !req.Force {
+		// Hold the lock for the refill alone; report after.
+		next, allowed := algorithm.TokenBucketAdmit(st, &c.params, now, req.Cost)
+		if allowed {
+			e.unlock(next, false)
+			p.res = algorithm.TokenBucketAdmitted(next, &c.params, now)
+			return true
+		}
+		e.unlock(st, false)
+		p.old = st
+		decideState(alg, req, &c.params, now, p) // the denial's report, on the state it saw
+		return true
+	}
 	p.old = st
 	decideState(alg, req, &c.params, now, p)
 	if p.writes(req) {
