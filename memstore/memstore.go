@@ -193,17 +193,28 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64, p *pendin
 	if !ok {
 		return false
 	}
-	if alg == sluice.TokenBucket && req.Cost > 0 && !req.Force {
-		// Hold the lock for the refill alone; report after.
-		next, allowed := algorithm.TokenBucketAdmit(st, &c.params, now, req.Cost)
-		if allowed {
-			e.unlock(next, false)
-			p.res = algorithm.TokenBucketAdmitted(next, &c.params, now)
+	if req.Cost > 0 && !req.Force && alg != sluice.FixedWindow && alg != sluice.SlidingWindow {
+		// The buckets and the GCRA admit in a few instructions: hold the
+		// lock for that alone, and report after.
+		var next algorithm.State
+		var allowed bool
+		if alg == sluice.TokenBucket {
+			next, allowed = algorithm.TokenBucketAdmit(st, &c.params, now, req.Cost)
+		} else {
+			next, allowed = algorithm.GCRAAdmit(st, &c.params, now, req.Cost)
+		}
+		if !allowed {
+			e.unlock(st, swaps)
+			p.old = st
+			decideState(alg, req, &c.params, now, p) // the denial's report, on the state it saw
 			return true
 		}
-		e.unlock(st, false)
-		p.old = st
-		decideState(alg, req, &c.params, now, p) // the denial's report, on the state it saw
+		e.unlock(next, swaps)
+		if alg == sluice.TokenBucket {
+			p.res = algorithm.TokenBucketAdmitted(next, &c.params, now)
+		} else {
+			p.res = algorithm.Admitted(st, next, &c.params, now, alg == sluice.LeakyBucket)
+		}
 		return true
 	}
 	p.old = st
