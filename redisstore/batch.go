@@ -14,7 +14,7 @@ import (
 )
 
 const (
-	maxInFlight  = 8                // script calls running at once per store
+	maxInFlight  = 2                // script calls running at once per store: few, so batches stay large
 	maxBatch     = 64               // calls coalesced into one script call
 	flushTimeout = 10 * time.Second // bounds a script call no caller waits for
 )
