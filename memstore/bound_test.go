@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memstore"
@@ -199,4 +201,37 @@ func hotKeyUnderChurn(t *testing.T, alg sluice.Algorithm, hot sluice.Limit) {
 			t.Fatalf("hot key lost its state: %+v", d)
 		}
 	})
+}
+
+// Keys are copied, inline up to 16 bytes and apart beyond: a caller may
+// reuse its buffer, and keys that share 16 bytes, or differ only in length,
+// stay apart.
+func TestKeysAreCopiedAndKeptApart(t *testing.T) {
+	s := memstore.New(memstore.Options{Shards: 1})
+	l := sluice.Limit{Rate: 3, Period: time.Hour}
+	buf := []byte("0123456789abcdefXYZ")
+	var keys []string
+	for _, n := range []int{1, 15, 16, 17, 19} {
+		keys = append(keys, string(buf[:n]))
+	}
+	keys = append(keys, strings.Repeat("k", 4096))
+	for _, k := range keys {
+		// A key built over the caller's buffer, which is then overwritten.
+		b := []byte(k)
+		key := unsafe.String(&b[0], len(b))
+		if d := take(t, s, key, l, 1, t0); d.Remaining != 2 {
+			t.Fatalf("first take of a %d-byte key: %+v", len(k), d)
+		}
+		for i := range b {
+			b[i] = '#'
+		}
+	}
+	for _, k := range keys {
+		if d := take(t, s, k, l, 1, t0); d.Remaining != 1 {
+			t.Fatalf("second take of a %d-byte key: %+v; its first was lost or merged", len(k), d)
+		}
+	}
+	if n := s.Len(); n != len(keys) {
+		t.Fatalf("Len = %d, want %d", n, len(keys))
+	}
 }
