@@ -174,15 +174,18 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64, p *pendin
 			break // locked, dead, or two words
 		}
 		p.old = algorithm.State{A: a}
-		next, ok := algorithm.GCRAAdmit(p.old, &c.params, now, max(req.Cost, 1))
-		if req.Cost == 0 || !ok && !req.Force {
-			// A peek or a denial writes nothing: decided on a consistent
-			// state.
+		if req.Cost == 0 {
+			decideState(alg, req, &c.params, now, p) // a peek writes nothing
+			return true
+		}
+		next, ok := algorithm.GCRAAdmit(p.old, &c.params, now, req.Cost)
+		if !ok && !req.Force {
+			// A denial writes nothing: reported on the state it saw.
 			decideState(alg, req, &c.params, now, p)
 			return true
 		}
 		if !ok || next.B != 0 {
-			break
+			break // forced past the burst, or two words: under the lock
 		}
 		if atomic.CompareAndSwapInt64(&e.a, a, next.A) {
 			p.res = algorithm.Admitted(p.old, next, &c.params, now, alg == sluice.LeakyBucket)
