@@ -59,7 +59,6 @@ type pending struct {
 	t      *table
 	e      *entry               // the key's entry, locked; nil for a new key and for logs
 	keep   algorithm.State      // what e holds when unlocked: old, or s once committed
-	at     uint64               // where a new key goes in t's index
 	old    algorithm.State      // state loaded, O(1) algorithms
 	log    []algorithm.LogEntry // log loaded, SlidingLog
 	s      algorithm.State      // state decided
@@ -150,7 +149,8 @@ func (sh *shard) lookup(req *sluice.Request, h uint64) (*entry, *config) {
 // decide runs the algorithm for req at now into p without writing,
 // locking the key's entry if it has one. It validates req's limit unless
 // its table has it cached; key and cost are the caller's to check. The
-// caller holds sh.mu, and must finish p with commit or undo.
+// caller holds sh.mu, finishes p with commit or undo, and unlocks p.e,
+// when set, with p.keep.
 func (sh *shard) decide(req *sluice.Request, now int64, p *pending) error {
 	alg := req.Limit.Algorithm.Resolved()
 	period := int64(req.Limit.Period / time.Microsecond)
@@ -188,7 +188,7 @@ func (sh *shard) decide(req *sluice.Request, now int64, p *pending) error {
 		return nil
 	}
 	if p.t != nil {
-		if p.e, p.at = p.t.ix.Load().find(p.h, req.Key); p.e != nil {
+		if p.e, _ = p.t.ix.Load().find(p.h, req.Key); p.e != nil {
 			p.old, _ = p.e.lock(p.t.swaps) // entries in the index are live under the shard lock
 			p.keep = p.old
 		}
