@@ -7,22 +7,35 @@ package algorithm
 //
 // State: A the start of the current window, B its count.
 func FixedWindow(s State, p *Params, now, cost int64) (State, Result) {
+	next, allowed := fixedAdmit(s, p, now, cost)
+	r := fixedReport(next, p, now)
+	if r.Allowed = allowed; !allowed {
+		r.RetryAfter = next.A + p.Period - now
+	}
+	return next, r
+}
+
+// fixedAdmit is FixedWindow's admission: the window rolled to now, with
+// cost counted when it fits.
+func fixedAdmit(s State, p *Params, now, cost int64) (State, bool) {
 	start, count := s.A, s.B
 	// A clock gone back into an older window stays in the newest one;
 	// durations are still measured from the caller's now.
 	if w := floorWindow(now, p.Period); w > start {
 		start, count = w, 0
 	}
-	var r Result
-	if count+cost <= p.Rate {
-		r.Allowed = true
+	allowed := count+cost <= p.Rate
+	if allowed {
 		count += cost
-	} else {
-		r.RetryAfter = start + p.Period - now
 	}
-	r.Remaining = max(p.Rate-count, 0) // a forced cost can overfill the window
-	if count > 0 {
-		r.ResetAfter = start + p.Period - now
+	return State{start, count, 0}, allowed
+}
+
+// fixedReport returns Remaining and ResetAfter of the window s at now.
+func fixedReport(s State, p *Params, now int64) Result {
+	r := Result{Remaining: max(p.Rate-s.B, 0)} // a forced cost can overfill the window
+	if s.B > 0 {
+		r.ResetAfter = s.A + p.Period - now
 	}
-	return State{start, count, 0}, r
+	return r
 }

@@ -14,9 +14,9 @@ package algorithm
 //
 // State: A the TAT in whole microseconds, B its remainder (0 ≤ r < Rate).
 func GCRA(s State, p *Params, now, cost int64) (State, Result) {
-	next, allowed := GCRAAdmit(s, p, now, cost)
+	next, allowed := gcraAdmit(s, p, now, cost)
 	if allowed {
-		return next, Admitted(s, next, p, now, false)
+		return next, gcraReport(s, next, p, now, false)
 	}
 	s.A, s.B = tatAt(s, now)
 	return s, Result{
@@ -26,21 +26,17 @@ func GCRA(s State, p *Params, now, cost int64) (State, Result) {
 	}
 }
 
-// GCRAAdmit is GCRA's admission alone: the TAT after taking cost at now,
-// and whether it fits. A store that writes the state with compare-and-swap
-// runs it between its load and its swap, and reports with GCRA once the
-// swap succeeded: the window in which another writer makes it retry stays
-// a few instructions wide.
-func GCRAAdmit(s State, p *Params, now, cost int64) (next State, allowed bool) {
+// gcraAdmit is GCRA's admission: the TAT after taking cost at now, and
+// whether it fits.
+func gcraAdmit(s State, p *Params, now, cost int64) (next State, allowed bool) {
 	tq, tr := tatAt(s, now)
 	nq, nr := tatAdd(tq, tr, cost, p)
 	return State{A: nq, B: nr}, fitsBurst(nq, nr, now, p)
 }
 
-// Admitted returns the Result of a request of cost above 0 that GCRAAdmit
-// admitted from s to next: what GCRA returns for it or, with queue set,
-// LeakyBucket, without deciding again.
-func Admitted(s, next State, p *Params, now int64, queue bool) Result {
+// gcraReport returns the Result of a request of cost above 0 admitted from
+// s to next: GCRA's or, with queue set, LeakyBucket's.
+func gcraReport(s, next State, p *Params, now int64, queue bool) Result {
 	res := Result{
 		Allowed:    true,
 		Remaining:  tatRemaining(next.A, next.B, now, p),

@@ -281,65 +281,49 @@ func TestApplyRecordsDebt(t *testing.T) {
 	}
 }
 
-// (h) GCRAAdmit and Admitted, which a store that swaps state words uses to
-// decide in two steps, say exactly what GCRA and LeakyBucket say, across
-// the whole range of limits.
-func TestAdmitThenAdmittedMatchesGCRA(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		rate := rapid.Int64Range(1, sluice.MaxRate).Draw(t, "rate")
-		period := rapid.Int64Range(1_000, 100*365*24*3600*1_000_000).Draw(t, "period")
-		burst := rapid.Int64Range(1, sluice.MaxRate).Draw(t, "burst")
-		p := algorithm.NewParams(rate, period, burst)
-		now := rapid.Int64Range(0, 1<<52).Draw(t, "now")
-		s := algorithm.State{
-			A: rapid.Int64Range(max(now-period, 0), now+period).Draw(t, "tat"),
-			B: rapid.Int64Range(0, rate-1).Draw(t, "remainder"),
-		}
-		cost := rapid.Int64Range(1, burst).Draw(t, "cost")
-		next, ok := algorithm.GCRAAdmit(s, &p, now, cost)
-		for _, alg := range []sluice.Algorithm{sluice.GCRA, sluice.LeakyBucket} {
-			want, res := algorithm.Status(alg, s, &p, now, cost)
-			if ok != res.Allowed {
-				t.Fatalf("%v: GCRAAdmit says %v, the algorithm %+v", alg, ok, res)
-			}
-			if !ok {
-				continue
-			}
-			if next != want {
-				t.Fatalf("%v: GCRAAdmit's state %+v, the algorithm's %+v", alg, next, want)
-			}
-			if got := algorithm.Admitted(s, next, &p, now, alg == sluice.LeakyBucket); got != res {
-				t.Fatalf("%v: Admitted %+v, the algorithm %+v", alg, got, res)
-			}
-		}
-	})
-}
-
-// (i) TokenBucketAdmit and TokenBucketAdmitted say exactly what TokenBucket
-// says, across the whole range of limits and with the clock on either side
-// of the last refill.
-func TestTokenBucketAdmitThenAdmittedMatches(t *testing.T) {
-	rapid.Check(t, func(t *rapid.T) {
-		rate := rapid.Int64Range(1, sluice.MaxRate).Draw(t, "rate")
-		period := rapid.Int64Range(1_000, 100*365*24*3600*1_000_000).Draw(t, "period")
-		burst := rapid.Int64Range(1, sluice.MaxRate).Draw(t, "burst")
-		p := algorithm.NewParams(rate, period, burst)
-		now := rapid.Int64Range(period, 1<<52).Draw(t, "now")
-		s := algorithm.State{
-			A: rapid.Int64Range(0, burst).Draw(t, "deficit"),
-			B: rapid.Int64Range(now-period, now+period).Draw(t, "last"),
-			C: rapid.Int64Range(0, period-1).Draw(t, "carry"),
-		}
-		cost := rapid.Int64Range(1, burst).Draw(t, "cost")
-		next, ok := algorithm.TokenBucketAdmit(s, &p, now, cost)
-		want, res := algorithm.TokenBucket(s, &p, now, cost)
-		if ok != res.Allowed || next != want {
-			t.Fatalf("TokenBucketAdmit: %+v %v; TokenBucket: %+v %+v", next, ok, want, res)
-		}
-		if ok {
-			if got := algorithm.TokenBucketAdmitted(next, &p, now); got != res {
-				t.Fatalf("TokenBucketAdmitted %+v, TokenBucket %+v", got, res)
-			}
-		}
-	})
+// (h) Admit and Admitted, which a store uses to hold its lock (or keep its
+// compare-and-swap window) for the admission alone, say exactly what the
+// algorithm says, for every O(1) algorithm, across the whole range of
+// limits, on states the algorithm reached and with the clock on either side
+// of them.
+func TestAdmitThenAdmittedMatchesStatus(t *testing.T) {
+	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow, sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA} {
+		t.Run(alg.String(), func(t *testing.T) {
+			rapid.Check(t, func(t *rapid.T) {
+				rate := rapid.Int64Range(1, sluice.MaxRate).Draw(t, "rate")
+				period := rapid.Int64Range(1_000, 100*365*24*3600*1_000_000).Draw(t, "period")
+				burst := rapid.Int64Range(1, sluice.MaxRate).Draw(t, "burst")
+				p := algorithm.NewParams(rate, period, burst)
+				capacity := burst
+				if alg == sluice.FixedWindow || alg == sluice.SlidingWindow {
+					capacity = rate
+				}
+				now := rapid.Int64Range(0, 1<<51).Draw(t, "start")
+				var s algorithm.State
+				for range rapid.IntRange(0, 5).Draw(t, "steps") {
+					now = max(now+rapid.Int64Range(-period, period).Draw(t, "step"), 0)
+					next, res := algorithm.Status(alg, s, &p, now, rapid.Int64Range(1, capacity).Draw(t, "cost"))
+					if res.Allowed {
+						s = next
+					}
+				}
+				now = max(now+rapid.Int64Range(-period, 2*period).Draw(t, "at"), 0)
+				cost := rapid.Int64Range(1, capacity).Draw(t, "cost")
+				next, ok := algorithm.Admit(alg, s, &p, now, cost)
+				want, res := algorithm.Status(alg, s, &p, now, cost)
+				if ok != res.Allowed {
+					t.Fatalf("Admit says %v, the algorithm %+v", ok, res)
+				}
+				if !ok {
+					return
+				}
+				if next != want {
+					t.Fatalf("Admit's state %+v, the algorithm's %+v", next, want)
+				}
+				if got := algorithm.Admitted(alg, s, next, &p, now); got != res {
+					t.Fatalf("Admitted %+v, the algorithm %+v", got, res)
+				}
+			})
+		})
+	}
 }

@@ -11,6 +11,17 @@ package algorithm
 // State: A the start of the current window, B its count, C the previous
 // window's count.
 func SlidingWindow(s State, p *Params, now, cost int64) (State, Result) {
+	next, allowed := slidingAdmit(s, p, now, cost)
+	r := slidingReport(next, p, now)
+	if r.Allowed = allowed; !allowed {
+		r.RetryAfter = slidingRetry(next.C, next.B, cost, p, next.A, now)
+	}
+	return next, r
+}
+
+// slidingAdmit is SlidingWindow's admission: the windows rolled to now,
+// with cost counted in the current one when it fits.
+func slidingAdmit(s State, p *Params, now, cost int64) (State, bool) {
 	start, curr, prev := s.A, s.B, s.C
 	P := p.Period
 	switch w := floorWindow(now, P); {
@@ -22,27 +33,31 @@ func SlidingWindow(s State, p *Params, now, cost int64) (State, Result) {
 	// A clock gone back into an older window is read as the start of the
 	// newest; durations are still measured from the caller's now.
 	e := max(now-start, 0) // elapsed in the current window: 0 ≤ e < P
-
-	var r Result
 	k := p.Rate - curr - cost // room left for the previous window's weight
-	if k >= 0 && prevFits(prev, P-e, P, k) {
-		r.Allowed = true
+	allowed := k >= 0 && prevFits(prev, P-e, P, k)
+	if allowed {
 		curr += cost
-	} else {
-		r.RetryAfter = slidingRetry(prev, curr, cost, p, start, now)
 	}
+	return State{start, curr, prev}, allowed
+}
+
+// slidingReport returns Remaining and ResetAfter of the windows s at now.
+func slidingReport(s State, p *Params, now int64) Result {
+	start, curr, prev := s.A, s.B, s.C
+	P := p.Period
+	e := max(now-start, 0)
 	wq, wr := mulDiv(prev, P-e, P)
 	if wr > 0 {
 		wq++
 	}
-	r.Remaining = max(p.Rate-curr-wq, 0)
+	r := Result{Remaining: max(p.Rate-curr-wq, 0)}
 	switch {
 	case curr > 0:
 		r.ResetAfter = start + 2*P - now
 	case prev > 0:
 		r.ResetAfter = start + P - now
 	}
-	return State{start, curr, prev}, r
+	return r
 }
 
 // prevFits reports whether prev × left ≤ k × P.

@@ -11,21 +11,18 @@ package algorithm
 // State: A the deficit in whole tokens, B the time of the last refill, C
 // the carry.
 func TokenBucket(s State, p *Params, now, cost int64) (State, Result) {
-	next, allowed := TokenBucketAdmit(s, p, now, cost)
-	if allowed {
-		return next, TokenBucketAdmitted(next, p, now)
+	next, allowed := tokenAdmit(s, p, now, cost)
+	res := tokenReport(next, p, now)
+	if res.Allowed = allowed; allowed {
+		return next, res
 	}
-	res := TokenBucketAdmitted(next, p, now)
-	res.Allowed = false
 	res.RetryAfter = next.B - now + refillTime(next.A+cost-p.Burst, next.C, p)
 	return next, res
 }
 
-// TokenBucketAdmit is TokenBucket's admission alone: the bucket refilled
-// to now and, when cost fits, with cost taken; and whether it fit. A store
-// runs it under its lock and reports with TokenBucketAdmitted after, so
-// the lock is held for the refill and no more.
-func TokenBucketAdmit(s State, p *Params, now, cost int64) (next State, allowed bool) {
+// tokenAdmit is TokenBucket's admission: the bucket refilled to now and,
+// when cost fits, with cost taken.
+func tokenAdmit(s State, p *Params, now, cost int64) (next State, allowed bool) {
 	deficit, last, carry := s.A, s.B, s.C
 	if now > last {
 		if deficit > 0 {
@@ -49,12 +46,10 @@ func TokenBucketAdmit(s State, p *Params, now, cost int64) (next State, allowed 
 	return State{deficit, last, carry}, allowed
 }
 
-// TokenBucketAdmitted returns the Result of a request that
-// TokenBucketAdmit admitted, leaving next: what TokenBucket returns for
-// it, without deciding again.
-func TokenBucketAdmitted(next State, p *Params, now int64) Result {
+// tokenReport returns Remaining and ResetAfter of the bucket next at now.
+func tokenReport(next State, p *Params, now int64) Result {
 	deficit, behind := next.A, next.B-now
-	res := Result{Allowed: true, Remaining: max(p.Burst-deficit, 0)} // a forced cost can leave a debt
+	res := Result{Remaining: max(p.Burst-deficit, 0)} // a forced cost can leave a debt
 	if deficit > 0 {
 		res.ResetAfter = behind + refillTime(deficit, next.C, p)
 	}

@@ -178,7 +178,7 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64, p *pendin
 			decideState(alg, req, &c.params, now, p) // a peek writes nothing
 			return true
 		}
-		next, ok := algorithm.GCRAAdmit(p.old, &c.params, now, req.Cost)
+		next, ok := algorithm.Admit(alg, p.old, &c.params, now, req.Cost)
 		if !ok && !req.Force {
 			// A denial writes nothing: reported on the state it saw.
 			decideState(alg, req, &c.params, now, p)
@@ -188,7 +188,7 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64, p *pendin
 			break // forced past the burst, or two words: under the lock
 		}
 		if atomic.CompareAndSwapInt64(&e.a, a, next.A) {
-			p.res = algorithm.Admitted(p.old, next, &c.params, now, alg == sluice.LeakyBucket)
+			p.res = algorithm.Admitted(alg, p.old, next, &c.params, now)
 			return true
 		}
 	}
@@ -196,16 +196,9 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64, p *pendin
 	if !ok {
 		return false
 	}
-	if req.Cost > 0 && !req.Force && alg != sluice.FixedWindow && alg != sluice.SlidingWindow {
-		// The buckets and the GCRA admit in a few instructions: hold the
-		// lock for that alone, and report after.
-		var next algorithm.State
-		var allowed bool
-		if alg == sluice.TokenBucket {
-			next, allowed = algorithm.TokenBucketAdmit(st, &c.params, now, req.Cost)
-		} else {
-			next, allowed = algorithm.GCRAAdmit(st, &c.params, now, req.Cost)
-		}
+	if req.Cost > 0 && !req.Force {
+		// Hold the lock for the admission alone, and report after.
+		next, allowed := algorithm.Admit(alg, st, &c.params, now, req.Cost)
 		if !allowed {
 			e.unlock(st, swaps)
 			p.old = st
@@ -213,11 +206,7 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64, p *pendin
 			return true
 		}
 		e.unlock(next, swaps)
-		if alg == sluice.TokenBucket {
-			p.res = algorithm.TokenBucketAdmitted(next, &c.params, now)
-		} else {
-			p.res = algorithm.Admitted(st, next, &c.params, now, alg == sluice.LeakyBucket)
-		}
+		p.res = algorithm.Admitted(alg, st, next, &c.params, now)
 		return true
 	}
 	p.old = st

@@ -1,0 +1,46 @@
+package algorithm
+
+import "github.com/sluicehq/sluice"
+
+// Admit is the admission of the O(1) algorithm a alone, for a request of
+// cost above 0: the state after it when it fits (windows rolled, buckets
+// refilled to now), and whether it fits. With Admitted it splits Status for
+// a store that holds a lock, or keeps a compare-and-swap window, for the
+// admission only: whenever Admit admits, Status(a, s, p, now, cost)
+// returns next and Admitted(a, s, next, p, now). A denial writes nothing;
+// its Result is Status's on s. It panics for SlidingLog.
+func Admit(a sluice.Algorithm, s State, p *Params, now, cost int64) (next State, allowed bool) {
+	switch a.Resolved() {
+	case sluice.FixedWindow:
+		return fixedAdmit(s, p, now, cost)
+	case sluice.SlidingWindow:
+		return slidingAdmit(s, p, now, cost)
+	case sluice.TokenBucket:
+		return tokenAdmit(s, p, now, cost)
+	case sluice.LeakyBucket, sluice.GCRA:
+		return gcraAdmit(s, p, now, cost)
+	}
+	panic("algorithm: Admit called with " + a.String())
+}
+
+// Admitted returns the Result of a request that Admit admitted from s to
+// next, without deciding again.
+func Admitted(a sluice.Algorithm, s, next State, p *Params, now int64) Result {
+	var r Result
+	switch a.Resolved() {
+	case sluice.FixedWindow:
+		r = fixedReport(next, p, now)
+	case sluice.SlidingWindow:
+		r = slidingReport(next, p, now)
+	case sluice.TokenBucket:
+		r = tokenReport(next, p, now)
+	case sluice.LeakyBucket:
+		return gcraReport(s, next, p, now, true)
+	case sluice.GCRA:
+		return gcraReport(s, next, p, now, false)
+	default:
+		panic("algorithm: Admitted called with " + a.String())
+	}
+	r.Allowed = true
+	return r
+}
