@@ -32,7 +32,7 @@ func slidingAdmit(s State, p *Params, now, cost int64) (State, bool) {
 	}
 	// A clock gone back into an older window is read as the start of the
 	// newest; durations are still measured from the caller's now.
-	e := max(now-start, 0) // elapsed in the current window: 0 ≤ e < P
+	e := max(now-start, 0)    // elapsed in the current window: 0 ≤ e < P
 	k := p.Rate - curr - cost // room left for the previous window's weight
 	allowed := k >= 0 && prevFits(prev, P-e, P, k)
 	if allowed {
