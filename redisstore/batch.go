@@ -38,31 +38,28 @@ type batcher struct {
 }
 
 // do runs c in a script call, alone or with others, and waits for it or
-// for ctx. A call that goes alone runs on the caller's goroutine under its
-// ctx: no hand-off, which is most of a lone call's latency here. A call
-// batched with others runs on a flushing goroutine, and still runs when
-// its caller gives up.
+// for ctx. Calls queue only while maxInFlight script calls run; so a call
+// that finds fewer running goes alone, on its caller's goroutine and under
+// its ctx (no hand-off, which is most of a lone call's latency here). A
+// queued call goes with the others queued, on a flushing goroutine, and
+// still runs when its caller gives up.
 func (b *batcher) do(ctx context.Context, client rueidis.Client, c *call) error {
-	c.done = make(chan struct{})
 	b.mu.Lock()
-	b.queue = append(b.queue, c)
-	if b.inFlight < maxInFlight {
+	if b.inFlight < maxInFlight { // and so nothing is queued
 		b.inFlight++
-		batch := b.takeLocked()
-		if len(batch) == 1 { // c alone
-			b.mu.Unlock()
-			run(ctx, client, "-1", batch)
-			b.mu.Lock()
-			if len(b.queue) > 0 {
-				go b.flush(client, b.takeLocked()) // calls queued meanwhile
-			} else {
-				b.inFlight--
-			}
-			b.mu.Unlock()
-			return c.err
+		b.mu.Unlock()
+		run(ctx, client, "-1", []*call{c})
+		b.mu.Lock()
+		if len(b.queue) > 0 {
+			go b.flush(client, b.takeLocked()) // calls queued meanwhile
+		} else {
+			b.inFlight--
 		}
-		go b.flush(client, batch)
+		b.mu.Unlock()
+		return c.err
 	}
+	c.done = make(chan struct{})
+	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 	select {
 	case <-c.done:
