@@ -43,7 +43,11 @@ func startEmpty(b *testing.B) string {
 	return l.Addr().String()
 }
 
-func startSluice(b *testing.B, redisURL string) string {
+func startSluice(b *testing.B, redisURL string) string { return startServer(b, redisURL).GRPC }
+
+// startServer starts the service, on Redis when redisURL is set, and
+// returns its addresses.
+func startServer(b *testing.B, redisURL string) server.Addrs {
 	s, err := server.New(server.Options{RedisURL: redisURL, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -53,7 +57,7 @@ func startSluice(b *testing.B, redisURL string) string {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { s.Shutdown(context.Background()) })
-	return s.Addrs().GRPC
+	return s.Addrs()
 }
 
 // BenchmarkRLS drives envoy.service.ratelimit.v3 ShouldRateLimit over
