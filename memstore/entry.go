@@ -94,12 +94,15 @@ func (e *entry) unlock(s algorithm.State, swaps bool) {
 	e.mu.Unlock()
 }
 
-// pack returns the word a of state s.
+// pack returns the word a of state s. An A past 2^62 − 1 (a debt of
+// forced costs beyond any horizon: a TAT 146,000 years ahead) is kept at
+// 2^62 − 1, which denies as surely.
 func pack(s algorithm.State) int64 {
+	a := min(s.A, hasB-1)
 	if s.B != 0 {
-		return s.A | hasB
+		return a | hasB
 	}
-	return s.A
+	return a
 }
 
 // kill marks the locked e removed and unlocks it: no one locks it again.
