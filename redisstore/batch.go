@@ -48,7 +48,8 @@ func (b *batcher) do(ctx context.Context, client rueidis.Client, c *call) error 
 	if b.inFlight < maxInFlight { // and so nothing is queued
 		b.inFlight++
 		b.mu.Unlock()
-		run(ctx, client, "-1", []*call{c})
+		one := [1]*call{c}
+		run(ctx, client, "-1", one[:])
 		b.mu.Lock()
 		if len(b.queue) > 0 {
 			go b.flush(client, b.takeLocked()) // calls queued meanwhile
