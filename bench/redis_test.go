@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"fmt"
 	"os/exec"
 	"regexp"
@@ -77,7 +75,8 @@ func load(callers, n int, op func(key string) error) (time.Duration, []time.Dura
 }
 
 // scriptTime resets Redis's command statistics and returns a function
-// that reports the time Redis spent in scripts (EVALSHA and EVAL, their
+// that reports the time Redis spent in scripts and functions (EVALSHA, EVAL
+// and FCALL, their
 // inner commands included) per decision: the server's cost of one
 // decision, which bounds throughput once Redis's one thread is busy.
 func scriptTime(b *testing.B, rc rueidis.Client) func() {
@@ -92,7 +91,7 @@ func scriptTime(b *testing.B, rc rueidis.Client) func() {
 		}
 		var usec float64
 		for _, line := range strings.Split(info, "\n") {
-			for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:"} {
+			for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_fcall:"} {
 				if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
 					for _, f := range strings.Split(rest, ",") {
 						if v, ok := strings.CutPrefix(f, "usec="); ok {
@@ -166,7 +165,7 @@ func BenchmarkRedis(b *testing.B) {
 		// One connection, no pipelining: the p50 round trip of a PING, of a
 		// script doing only GET, TIME and SET, and of sluice's script. The
 		// second is the floor any atomic read-modify-write script has here.
-		sha := loadScript(b, srv)
+		fn := loadLibrary(b, srv)
 		bare := srv.Do("SCRIPT", "LOAD", "redis.call('GET', KEYS[1]); redis.call('TIME'); redis.call('SET', KEYS[1], 'x', 'PX', 1000); return 1")
 		period := strconv.FormatInt(int64(benchLimit.Period/time.Microsecond), 10)
 		for _, c := range []struct {
@@ -175,7 +174,7 @@ func BenchmarkRedis(b *testing.B) {
 		}{
 			{"ping", []string{"PING"}},
 			{"get-time-set-script", []string{"EVALSHA", bare, "1", "bench:{k-__rand_int__}"}},
-			{"sluice-script", []string{"EVALSHA", sha, "1", "bench:{key-__rand_int__}:gcra:" + period,
+			{"sluice-function", []string{"FCALL", fn, "1", "bench:{key-__rand_int__}:gcra:" + period,
 				"-1", "1", "0", "6", strconv.FormatInt(benchLimit.Rate, 10), period, strconv.FormatInt(benchLimit.Burst, 10), "1", "0"}},
 		} {
 			b.ReportMetric(redisBenchmark(b, srv, 20_000, 1, 1, c.args).p50, c.name+"-p50-µs")
@@ -224,22 +223,22 @@ func redisBenchmark(b *testing.B, srv *redistest.Server, n, c, p int, args []str
 	return r
 }
 
-// loadScript loads sluice's script into srv and returns its SHA1.
-func loadScript(b *testing.B, srv *redistest.Server) string {
-	sum := sha1.Sum([]byte(redisstore.Script()))
-	sha := hex.EncodeToString(sum[:])
-	if got := srv.Do("SCRIPT", "LOAD", redisstore.Script()); got != sha {
-		b.Fatalf("SCRIPT LOAD = %q, want %s", got, sha)
+// loadLibrary loads sluice's Redis Functions library into srv and returns
+// the name of its function.
+func loadLibrary(b *testing.B, srv *redistest.Server) string {
+	src, fn := redisstore.Library()
+	if got := srv.Do("FUNCTION", "LOAD", "REPLACE", src); !strings.HasPrefix(fn, got) || got == "" {
+		b.Fatalf("FUNCTION LOAD = %q, want %s", got, fn)
 	}
-	return sha
+	return fn
 }
 
-// scriptCeiling runs sluice's script with redis-benchmark: 64 connections,
-// 16 commands pipelined each, keys over 10k values, and returns its
-// requests per second.
+// scriptCeiling runs sluice's function with redis-benchmark: 64
+// connections, 16 commands pipelined each, keys over 10k values, and
+// returns its requests per second.
 func scriptCeiling(b *testing.B, srv *redistest.Server) float64 {
-	sha := loadScript(b, srv)
+	fn := loadLibrary(b, srv)
 	period := strconv.FormatInt(int64(benchLimit.Period/time.Microsecond), 10)
-	return redisBenchmark(b, srv, max(b.N, 200_000), 64, 16, []string{"EVALSHA", sha, "1", "bench:{key-__rand_int__}:gcra:" + period,
+	return redisBenchmark(b, srv, max(b.N, 200_000), 64, 16, []string{"FCALL", fn, "1", "bench:{key-__rand_int__}:gcra:" + period,
 		"-1", "1", "0", "6", strconv.FormatInt(benchLimit.Rate, 10), period, strconv.FormatInt(benchLimit.Burst, 10), "1", "0"}).rps
 }

@@ -37,22 +37,23 @@ type batcher struct {
 	inFlight int
 }
 
-// do runs c in a script call, alone or with others, and waits for it or
+// coalesce runs c in a script call, alone or with others, and waits for it or
 // for ctx. Calls queue only while maxInFlight script calls run; so a call
 // that finds fewer running goes alone, on its caller's goroutine and under
 // its ctx (no hand-off, which is most of a lone call's latency here). A
 // queued call goes with the others queued, on a flushing goroutine, and
 // still runs when its caller gives up.
-func (b *batcher) do(ctx context.Context, client rueidis.Client, c *call) error {
+func (s *Store) coalesce(ctx context.Context, client rueidis.Client, c *call) error {
+	b := &s.batch
 	b.mu.Lock()
 	if b.inFlight < maxInFlight { // and so nothing is queued
 		b.inFlight++
 		b.mu.Unlock()
 		one := [1]*call{c}
-		run(ctx, client, "-1", one[:])
+		s.run(ctx, client, "-1", one[:])
 		b.mu.Lock()
 		if len(b.queue) > 0 {
-			go b.flush(client, b.takeLocked()) // calls queued meanwhile
+			go s.flush(client, b.takeLocked()) // calls queued meanwhile
 		} else {
 			b.inFlight--
 		}
@@ -78,10 +79,11 @@ func (b *batcher) takeLocked() []*call {
 }
 
 // flush runs batches until the queue is empty.
-func (b *batcher) flush(client rueidis.Client, batch []*call) {
+func (s *Store) flush(client rueidis.Client, batch []*call) {
+	b := &s.batch
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
-		run(ctx, client, "-1", batch)
+		s.run(ctx, client, "-1", batch)
 		cancel()
 		for _, c := range batch {
 			close(c.done)
@@ -97,9 +99,9 @@ func (b *batcher) flush(client rueidis.Client, batch []*call) {
 	}
 }
 
-// run executes calls in one script call and sets each call's decisions or
-// error.
-func run(ctx context.Context, client rueidis.Client, now string, calls []*call) {
+// run executes calls in one call of the decision function and sets each
+// call's decisions or error.
+func (s *Store) run(ctx context.Context, client rueidis.Client, now string, calls []*call) {
 	var keys, args []string
 	if len(calls) == 1 {
 		keys = calls[0].keys
@@ -111,7 +113,7 @@ func run(ctx context.Context, client rueidis.Client, now string, calls []*call) 
 			args = append(args, c.args...)
 		}
 	}
-	vals, err := takeScript.Exec(ctx, client, keys, args).ToArray()
+	vals, err := s.exec(ctx, client, keys, args)
 	want := 0
 	for _, c := range calls {
 		want += 5 * len(c.reqs)

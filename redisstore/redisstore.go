@@ -50,6 +50,7 @@ type Store struct {
 	retry    time.Duration
 
 	batch batcher
+	fn    functions
 	args  sync.Map     // sluice.Limit → [4]string, see limitArgs
 	nargs atomic.Int64 // limits cached
 }
@@ -227,10 +228,10 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice
 		if !reqs[0].Now.IsZero() {
 			now = strconv.FormatInt(reqs[0].Now.UnixMicro(), 10)
 		}
-		run(ctx, client, now, []*call{c})
+		s.run(ctx, client, now, []*call{c})
 		return c.err
 	}
-	return s.batch.do(ctx, client, c)
+	return s.coalesce(ctx, client, c)
 }
 
 // limitArgs returns the script arguments of limit (algorithm code, rate,

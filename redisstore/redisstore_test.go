@@ -1,10 +1,13 @@
 package redisstore_test
 
 import (
+	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redis/rueidis"
 
@@ -72,4 +75,73 @@ func assertEveryKeyHasTTL(t *testing.T, srv *redistest.Server) {
 		}
 	}
 	t.Logf("%d keys checked for a TTL on %s", len(keys), srv.Addr)
+}
+
+// commandCalls returns how many times srv ran cmd since its statistics
+// were last reset.
+func commandCalls(t *testing.T, srv *redistest.Server, cmd string) int {
+	t.Helper()
+	for _, line := range strings.Split(srv.Do("INFO", "commandstats"), "\n") {
+		if rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls="); ok {
+			n, err := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	return 0
+}
+
+// A call finding the library missing (a new server, a restart, a
+// FUNCTION FLUSH) loads it and is decided, once: no request is lost or
+// counted twice.
+func TestFunctionReloadedWhenMissing(t *testing.T) {
+	srv := redistest.Standalone(t)
+	store := redisstore.New(client(t, srv.Addr), redisstore.Options{Prefix: uniquePrefix(t)})
+	limit := sluice.Limit{Rate: 10, Period: time.Minute, Algorithm: sluice.FixedWindow}
+	ctx := context.Background()
+	srv.Do("CONFIG", "RESETSTAT")
+	for i := range 10 {
+		if i%3 == 0 {
+			srv.Do("FUNCTION", "FLUSH")
+		}
+		d, err := store.Take(ctx, sluice.Request{Key: "k", Limit: limit, Cost: 1})
+		if err != nil || !d.Allowed || d.Remaining != int64(9-i) {
+			t.Fatalf("take %d: %+v, %v; want allowed with %d remaining", i, d, err, 9-i)
+		}
+	}
+	if d, err := store.Take(ctx, sluice.Request{Key: "k", Limit: limit, Cost: 1}); err != nil || d.Allowed {
+		t.Fatalf("11th take: %+v, %v; want denied", d, err)
+	}
+	_, name := redisstore.Library()
+	if !strings.Contains(srv.Do("FUNCTION", "LIST"), name) {
+		t.Errorf("library %s not loaded", name)
+	}
+	if n := commandCalls(t, srv, "evalsha") + commandCalls(t, srv, "eval"); n != 0 {
+		t.Errorf("%d script calls, want every call by FCALL", n)
+	}
+	if n := commandCalls(t, srv, "function|load"); n != 4 {
+		t.Errorf("library loaded %d times, want 4 (first call and after each of 3 flushes)", n)
+	}
+}
+
+// A user whose ACL forbids FUNCTION LOAD gets the same decisions, by
+// EVALSHA.
+func TestConformanceScriptsWhenFunctionsDenied(t *testing.T) {
+	srv := redistest.Standalone(t)
+	srv.Do("ACL", "SETUSER", "nofunc", "on", ">pw", "~*", "+@all", "-function")
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, Username: "nofunc", Password: "pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	srv.Do("CONFIG", "RESETSTAT")
+	storetest.Run(t, func(t *testing.T) sluice.Store {
+		return redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t)})
+	})
+	if n := commandCalls(t, srv, "evalsha"); n == 0 {
+		t.Error("no EVALSHA: calls did not fall back to the script")
+	}
+	assertEveryKeyHasTTL(t, srv)
 }

@@ -1,10 +1,6 @@
 -- Exact integer arithmetic on Lua doubles: the twin of algorithm/arith.go.
 -- Every value is an integer below 2^53, where doubles are exact.
 
--- Standard functions as locals: a global lookup is slow in Redis's Lua.
-local floor, ceil, max, frexp = math.floor, math.ceil, math.max, math.frexp
-local num, fmt = tonumber, string.format
-
 local TWO53 = 9007199254740992
 
 -- muldiv returns floor(a*b/c) and (a*b) mod c for integers a, b >= 0 and

@@ -1,16 +1,12 @@
 -- take decides groups of requests, each group all-or-nothing: the twin of a
 -- memory store TakeAll. Groups are independent: several callers' batches
 -- share one call.
--- KEYS: one per request, in order. ARGV[1]: now in µs, or -1 for Redis
--- TIME; then
--- per group: its size g, a flag f (1: the group's last key is its
+-- keys: one per request, in order. argv[1]: now in µs, or -1 for Redis
+-- TIME; then per group: its size g, a flag f (1: the group's last key is its
 -- idempotency key, after its g request keys), and per request: algorithm
 -- code, rate, period (µs), burst, cost, force (1/0).
 -- Returns per request: allowed (1/0), remaining, retry, reset, delay (µs);
 -- for every request of a group that failed: -1, the error, 0, 0, 0.
-
-local rcall, rpcall = redis.call, redis.pcall
-local pack, unpack = struct.pack, struct.unpack
 
 local ALGS = {[1] = fixed_window, [3] = sliding_window, [4] = token_bucket, [5] = leaky_bucket, [6] = gcra}
 local LOG = 2
@@ -82,8 +78,9 @@ local function ttl_ms(reset)
   return int(ceil(reset / 1000) + TTL_MARGIN_MS)
 end
 
--- params returns the params of a limit given as ARGV strings. The requests
--- of a call mostly share a limit: the last one is kept.
+-- params returns the params of a limit given as argument strings. Requests
+-- mostly share a limit: the last one is kept (as a function, from one call
+-- to the next).
 local last_rate, last_period, last_burst, last_params
 local function params(rate, period, burst)
   if rate ~= last_rate or period ~= last_period or burst ~= last_burst then
@@ -93,9 +90,9 @@ local function params(rate, period, burst)
   return last_params
 end
 
--- group decides the g requests starting at KEYS[ki] and ARGV[ai], appending
+-- group decides the g requests starting at keys[ki] and argv[ai], appending
 -- five values per request to out. idkey, if set, makes it idempotent.
-local function group(ki, ai, g, idkey, now, out)
+local function group(keys, argv, ki, ai, g, idkey, now, out)
   -- A group seen before (a retry after a lost reply) is only reported.
   local replay = idkey and not rcall('SET', idkey, '1', 'NX', 'PX', ID_TTL_MS)
   local reqs, all = {}, true
@@ -104,11 +101,11 @@ local function group(ki, ai, g, idkey, now, out)
     -- Every field the request will hold, in one constructor: a table
     -- that grows field by field is rehashed.
     local q = {
-      key = KEYS[ki + i - 1],
-      alg = num(ARGV[o]),
-      p = params(ARGV[o + 1], ARGV[o + 2], ARGV[o + 3]),
-      cost = num(ARGV[o + 4]),
-      force = ARGV[o + 5] == '1',
+      key = keys[ki + i - 1],
+      alg = num(argv[o]),
+      p = params(argv[o + 1], argv[o + 2], argv[o + 3]),
+      cost = num(argv[o + 4]),
+      force = argv[o + 5] == '1',
       forced = false, old = false, new = false, res = false,
       log = false, drop = 0, at = 0,
     }
@@ -187,20 +184,23 @@ local function group(ki, ai, g, idkey, now, out)
   end
 end
 
-local now = num(ARGV[1])
-if now < 0 then
-  local t = rcall('TIME')
-  now = num(t[1]) * 1000000 + num(t[2])
-end
-
-local out, ki, ai = {}, 1, 2
-while ai <= #ARGV do
-  local g, hasid = num(ARGV[ai]), ARGV[ai + 1] == '1'
-  local idkey
-  if hasid then
-    idkey = KEYS[ki + g]
+-- take_all is the entry point: take_all(KEYS, ARGV) as a script, the
+-- registered function as a library (see script.go).
+local function take_all(keys, argv)
+  local now = num(argv[1])
+  if now < 0 then
+    local t = rcall('TIME')
+    now = num(t[1]) * 1000000 + num(t[2])
   end
-  group(ki, ai + 2, g, idkey, now, out)
-  ki, ai = ki + g + (hasid and 1 or 0), ai + 2 + NARGS * g
+  local out, ki, ai = {}, 1, 2
+  while ai <= #argv do
+    local g, hasid = num(argv[ai]), argv[ai + 1] == '1'
+    local idkey
+    if hasid then
+      idkey = keys[ki + g]
+    end
+    group(keys, argv, ki, ai + 2, g, idkey, now, out)
+    ki, ai = ki + g + (hasid and 1 or 0), ai + 2 + NARGS * g
+  end
+  return out
 end
-return out
