@@ -69,7 +69,3 @@ local function newparams(rate, period, burst)
   -- One constructor: a table that grows field by field is rehashed.
   return {R = rate, P = period, B = burst, tq = tq, tr = tr, bq = bq, br = br}
 end
-
-local function result()
-  return {allowed = false, remaining = 0, retry = 0, reset = 0, delay = 0}
-end

@@ -1,21 +1,23 @@
 -- Fixed window: the twin of algorithm/fixedwindow.go.
--- State: {start of the current window, its count, unused}.
-local function fixed_window(s, p, now, cost)
-  local start, count = s[1], s[2]
+-- State: start of the current window, its count, unused. Like every O(1)
+-- algorithm here it takes the state's three numbers and returns the next
+-- three and the Result's five fields (allowed, remaining, retry, reset,
+-- delay) as values, not tables: a table per decision is most of a
+-- decision's cost in Redis's Lua.
+local function fixed_window(start, count, _, p, now, cost)
   local w = floorwindow(now, p.P)
   if w > start then
     start, count = w, 0
   end
-  local r = result()
+  local allowed, retry, reset = false, 0, 0
   if count + cost <= p.R then
-    r.allowed = true
+    allowed = true
     count = count + cost
   else
-    r.retry = start + p.P - now
+    retry = start + p.P - now
   end
-  r.remaining = max(p.R - count, 0)
   if count > 0 then
-    r.reset = start + p.P - now
+    reset = start + p.P - now
   end
-  return {start, count, 0}, r
+  return start, count, 0, allowed, max(p.R - count, 0), retry, reset, 0
 end

@@ -1,11 +1,11 @@
 -- GCRA: the twin of algorithm/gcra.go.
--- State: {TAT in whole microseconds, its remainder in 1/Rate µs, unused}.
+-- State: TAT in whole microseconds, its remainder in 1/Rate µs, unused.
 
-local function tat_at(s, now)
-  if s[1] < now then
+local function tat_at(tq, tr, now)
+  if tq < now then
     return now, 0
   end
-  return s[1], s[2]
+  return tq, tr
 end
 
 local function tat_add(tq, tr, cost, p)
@@ -43,17 +43,14 @@ local function tat_delay(tq, tr, now)
   return max(d, 0)
 end
 
-local function gcra(s, p, now, cost)
-  local tq, tr = tat_at(s, now)
+local function gcra(tq, tr, _, p, now, cost)
+  tq, tr = tat_at(tq, tr, now)
   local nq, nr = tat_add(tq, tr, cost, p)
-  local res = result()
-  res.allowed = fits_burst(nq, nr, now, p)
-  if res.allowed then
+  local allowed, retry = fits_burst(nq, nr, now, p), 0
+  if allowed then
     tq, tr = nq, nr
   else
-    res.retry = over_burst(nq, nr, now, p)
+    retry = over_burst(nq, nr, now, p)
   end
-  res.remaining = tat_remaining(tq, tr, now, p)
-  res.reset = tat_delay(tq, tr, now)
-  return {tq, tr, 0}, res
+  return tq, tr, 0, allowed, tat_remaining(tq, tr, now, p), retry, tat_delay(tq, tr, now), 0
 end

@@ -30,30 +30,30 @@ local function sliding_log(log, p, now, cost)
   if drop < n then
     newest = log[n][1]
   end
-  local res = result()
+  local allowed, retry, reset = false, 0, 0
   if sum + cost <= p.R then
-    res.allowed = true
+    allowed = true
     sum = sum + cost
     if cost > 0 then
       newest = at
     end
   else
-    res.retry = log_retry(log, drop, sum + cost - p.R, p, now)
+    retry = log_retry(log, drop, sum + cost - p.R, p, now)
   end
-  res.remaining = max(p.R - sum, 0)
   if newest >= 0 then
-    res.reset = newest + p.P - now
+    reset = newest + p.P - now
   end
-  return drop, res, at
+  -- How many entries expired, the time the request is logged at, and the
+  -- Result's five fields.
+  return drop, at, allowed, max(p.R - sum, 0), retry, reset, 0
 end
 
 -- take_log is TakeLog: peek semantics for cost 0.
 local function take_log(log, p, now, cost)
   if cost == 0 then
-    local _, one = sliding_log(log, p, now, 1)
-    local drop, res, at = sliding_log(log, p, now, 0)
-    res.allowed, res.retry = one.allowed, one.retry
-    return drop, res, at
+    local _, _, allowed, _, retry = sliding_log(log, p, now, 1)
+    local drop, at, _, remaining, _, reset = sliding_log(log, p, now, 0)
+    return drop, at, allowed, remaining, retry, reset, 0
   end
   return sliding_log(log, p, now, cost)
 end

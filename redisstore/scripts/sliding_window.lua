@@ -1,5 +1,5 @@
 -- Sliding window counter: the twin of algorithm/slidingwindow.go.
--- State: {start of the current window, its count, the previous count}.
+-- State: start of the current window, its count, the previous count.
 
 -- prevfits reports whether prev * left <= k * P.
 local function prevfits(prev, left, P, k)
@@ -18,8 +18,7 @@ local function sliding_retry(prev, curr, cost, p, start, now)
   return start + P - now + max(P - kq, 0)
 end
 
-local function sliding_window(s, p, now, cost)
-  local start, curr, prev = s[1], s[2], s[3]
+local function sliding_window(start, curr, prev, p, now, cost)
   local P = p.P
   local w = floorwindow(now, P)
   if w == start + P then
@@ -28,23 +27,22 @@ local function sliding_window(s, p, now, cost)
     start, prev, curr = w, 0, 0
   end
   local e = max(now - start, 0)
-  local r = result()
+  local allowed, retry, reset = false, 0, 0
   local k = p.R - curr - cost
   if k >= 0 and prevfits(prev, P - e, P, k) then
-    r.allowed = true
+    allowed = true
     curr = curr + cost
   else
-    r.retry = sliding_retry(prev, curr, cost, p, start, now)
+    retry = sliding_retry(prev, curr, cost, p, start, now)
   end
   local wq, wr = muldiv(prev, P - e, P)
   if wr > 0 then
     wq = wq + 1
   end
-  r.remaining = max(p.R - curr - wq, 0)
   if curr > 0 then
-    r.reset = start + 2 * P - now
+    reset = start + 2 * P - now
   elseif prev > 0 then
-    r.reset = start + P - now
+    reset = start + P - now
   end
-  return {start, curr, prev}, r
+  return start, curr, prev, allowed, max(p.R - curr - wq, 0), retry, reset, 0
 end

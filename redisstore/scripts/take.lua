@@ -15,47 +15,60 @@ local ID_TTL_MS = 60000
 local NARGS = 6
 
 -- apply records cost on an O(1) state whether or not it fits (Go: Apply).
-local function apply(alg, s, p, now, cost)
-  local s0 = ALGS[alg](s, p, now, 0)
+local function apply(alg, a, b, c, p, now, cost)
+  a, b, c = ALGS[alg](a, b, c, p, now, 0)
   if alg == 1 or alg == 3 then
-    s0[2] = s0[2] + cost
+    b = b + cost
   elseif alg == 4 then
-    s0[1] = s0[1] + cost
+    a = a + cost
   else
-    s0[1], s0[2] = tat_add(s0[1], s0[2], cost, p)
+    a, b = tat_add(a, b, cost, p)
   end
-  return s0
+  return a, b, c
 end
 
-local function take(f, s, p, now, cost)
+-- take is Take on an O(1) state: with cost 0, a peek that says whether one
+-- more would fit.
+local function take(f, a, b, c, p, now, cost)
   if cost == 0 then
-    local _, one = f(s, p, now, 1)
-    local s2, r = f(s, p, now, 0)
-    r.allowed, r.retry, r.delay = one.allowed, one.retry, one.delay
-    return s2, r
+    local _, _, _, allowed, _, retry, _, delay = f(a, b, c, p, now, 1)
+    local na, nb, nc, _, remaining, _, reset = f(a, b, c, p, now, 0)
+    return na, nb, nc, allowed, remaining, retry, reset, delay
   end
-  return f(s, p, now, cost)
+  return f(a, b, c, p, now, cost)
 end
 
-local function int(x)
-  return fmt('%.0f', x)
+-- decide is take with Force: a forced request that does not fit is
+-- recorded anyway, and reported denied with the state it leaves. It
+-- returns whether the request is forced, the next state and the Result.
+local function decide(alg, a, b, c, p, now, cost, force)
+  local f = ALGS[alg]
+  local na, nb, nc, allowed, remaining, retry, reset, delay = take(f, a, b, c, p, now, cost)
+  local forced = force and cost > 0
+  if forced and not allowed then
+    na, nb, nc = apply(alg, a, b, c, p, now, cost)
+    reset = select(7, f(na, nb, nc, p, now, 0))
+    remaining, delay = 0, 0
+  end
+  return forced, na, nb, nc, allowed, remaining, retry, reset, delay
 end
 
+-- load_state returns the three numbers of an O(1) state, or nil and an
+-- error.
 local function load_state(key)
   local v = rpcall('GET', key)
   if type(v) == 'table' and v.err then
-    return v
+    return nil, v.err
   end
   if not v then
-    return {0, 0, 0}
+    return 0, 0, 0
   end
   -- The state is three little-endian doubles: exact for integers below
   -- 2^53, and cheaper to pack and unpack than text.
   if #v ~= 24 then
-    return {err = 'sluice: key ' .. key .. ' holds a value sluice did not write'}
+    return nil, 'sluice: key ' .. key .. ' holds a value sluice did not write'
   end
-  local a, b, c = unpack('<d<d<d', v)
-  return {a, b, c}
+  return unpack('<d<d<d', v)
 end
 
 local function load_log(key)
@@ -75,7 +88,11 @@ local function load_log(key)
 end
 
 local function ttl_ms(reset)
-  return int(ceil(reset / 1000) + TTL_MARGIN_MS)
+  return ceil(reset / 1000) + TTL_MARGIN_MS
+end
+
+local function int(x)
+  return fmt('%.0f', x)
 end
 
 -- params returns the params of a limit given as argument strings. Requests
@@ -90,9 +107,46 @@ local function params(rate, period, burst)
   return last_params
 end
 
+-- put appends a Result's five fields to out, which holds n values, and
+-- returns the new count.
+local function put(out, n, allowed, remaining, retry, reset, delay)
+  out[n + 1] = allowed and 1 or 0
+  out[n + 2] = remaining
+  out[n + 3] = retry
+  out[n + 4] = reset
+  out[n + 5] = delay
+  return n + 5
+end
+
+-- fail appends the error of a group of g requests.
+local function fail(out, n, g, err)
+  for _ = 1, g do
+    n = put(out, n, false, err, 0, 0, 0)
+    out[n - 4] = -1
+  end
+  return n
+end
+
+-- one decides a group of one request on an O(1) state, without an
+-- idempotency key: most calls. It is group without the tables that a
+-- group must keep between deciding and writing.
+local function one(key, argv, o, now, out, n)
+  local alg, p, cost = num(argv[o]), params(argv[o + 1], argv[o + 2], argv[o + 3]), num(argv[o + 4])
+  local a, b, c = load_state(key)
+  if not a then
+    return fail(out, n, 1, b)
+  end
+  local forced, na, nb, nc, allowed, remaining, retry, reset, delay = decide(alg, a, b, c, p, now, cost, argv[o + 5] == '1')
+  if cost > 0 and (allowed or forced) then
+    rcall('SET', key, pack('<d<d<d', na, nb, nc), 'PX', ttl_ms(reset))
+  end
+  return put(out, n, allowed, remaining, retry, reset, delay)
+end
+
 -- group decides the g requests starting at keys[ki] and argv[ai], appending
--- five values per request to out. idkey, if set, makes it idempotent.
-local function group(keys, argv, ki, ai, g, idkey, now, out)
+-- five values per request to out, which holds n, and returns the new
+-- count. idkey, if set, makes it idempotent.
+local function group(keys, argv, ki, ai, g, idkey, now, out, n)
   -- A group seen before (a retry after a lost reply) is only reported.
   local replay = idkey and not rcall('SET', idkey, '1', 'NX', 'PX', ID_TTL_MS)
   local reqs, all = {}, true
@@ -105,48 +159,35 @@ local function group(keys, argv, ki, ai, g, idkey, now, out)
       alg = num(argv[o]),
       p = params(argv[o + 1], argv[o + 2], argv[o + 3]),
       cost = num(argv[o + 4]),
-      force = argv[o + 5] == '1',
-      forced = false, old = false, new = false, res = false,
-      log = false, drop = 0, at = 0,
+      forced = false, log = false, drop = 0, at = 0,
+      a = 0, b = 0, c = 0, na = 0, nb = 0, nc = 0,
+      allowed = false, remaining = 0, retry = 0, reset = 0, delay = 0,
     }
     if replay then
       q.cost = 0
     end
-    local err
+    local force = argv[o + 5] == '1'
     if q.alg == LOG then
-      q.log = load_log(q.key)
-      err = q.log.err
-      if not err then
-        q.drop, q.res, q.at = take_log(q.log, q.p, now, q.cost)
-        q.forced = q.force and q.cost > 0
-        if q.forced and not q.res.allowed then
-          q.res = {allowed = false, remaining = 0, retry = q.res.retry, reset = q.at + q.p.P - now, delay = 0}
-        end
+      local log = load_log(q.key)
+      if log.err then
+        return fail(out, n, g, log.err)
+      end
+      q.log = log
+      q.drop, q.at, q.allowed, q.remaining, q.retry, q.reset, q.delay = take_log(log, q.p, now, q.cost)
+      q.forced = force and q.cost > 0
+      if q.forced and not q.allowed then
+        q.remaining, q.reset, q.delay = 0, q.at + q.p.P - now, 0
       end
     else
-      q.old = load_state(q.key)
-      err = q.old.err
-      if not err then
-        q.new, q.res = take(ALGS[q.alg], q.old, q.p, now, q.cost)
-        q.forced = q.force and q.cost > 0
-        if q.forced and not q.res.allowed then
-          q.new = apply(q.alg, q.old, q.p, now, q.cost)
-          local after = select(2, ALGS[q.alg](q.new, q.p, now, 0))
-          q.res = {allowed = false, remaining = 0, retry = q.res.retry, reset = after.reset, delay = 0}
-        end
+      local a, b, c = load_state(q.key)
+      if not a then
+        return fail(out, n, g, b)
       end
+      q.a, q.b, q.c = a, b, c
+      q.forced, q.na, q.nb, q.nc, q.allowed, q.remaining, q.retry, q.reset, q.delay =
+        decide(q.alg, a, b, c, q.p, now, q.cost, force)
     end
-    if err then
-      for _ = 1, g do
-        out[#out + 1] = -1
-        out[#out + 1] = err
-        out[#out + 1] = 0
-        out[#out + 1] = 0
-        out[#out + 1] = 0
-      end
-      return
-    end
-    all = all and (q.res.allowed or q.forced)
+    all = all and (q.allowed or q.forced)
     reqs[i] = q
   end
   for i = 1, g do
@@ -157,31 +198,28 @@ local function group(keys, argv, ki, ai, g, idkey, now, out)
         if q.drop > 0 then
           rcall('LTRIM', key, q.drop, -1)
         end
-        local n = #q.log
-        if n > q.drop and q.log[n][1] == q.at then
-          rcall('LSET', key, -1, int(q.at) .. ':' .. int(q.log[n][2] + q.cost))
+        local log, nl = q.log, #q.log
+        if nl > q.drop and log[nl][1] == q.at then
+          rcall('LSET', key, -1, int(q.at) .. ':' .. int(log[nl][2] + q.cost))
         else
           rcall('RPUSH', key, int(q.at) .. ':' .. int(q.cost))
         end
-        rcall('PEXPIRE', key, ttl_ms(q.res.reset))
+        rcall('PEXPIRE', key, ttl_ms(q.reset))
       else
-        rcall('SET', key, pack('<d<d<d', q.new[1], q.new[2], q.new[3]), 'PX', ttl_ms(q.res.reset))
+        rcall('SET', key, pack('<d<d<d', q.na, q.nb, q.nc), 'PX', ttl_ms(q.reset))
       end
-    elseif not all and q.res.allowed then
+    elseif not all and q.allowed then
       -- Denied group: report the unchanged state of the limits that allowed.
       if q.alg == LOG then
-        q.res = select(2, sliding_log(q.log, q.p, now, 0))
+        q.drop, q.at, q.allowed, q.remaining, q.retry, q.reset, q.delay = sliding_log(q.log, q.p, now, 0)
       else
-        q.res = select(2, ALGS[q.alg](q.old, q.p, now, 0))
+        local _
+        _, _, _, q.allowed, q.remaining, q.retry, q.reset, q.delay = ALGS[q.alg](q.a, q.b, q.c, q.p, now, 0)
       end
     end
-    local r = q.res
-    out[#out + 1] = r.allowed and 1 or 0
-    out[#out + 1] = r.remaining
-    out[#out + 1] = r.retry
-    out[#out + 1] = r.reset
-    out[#out + 1] = r.delay
+    n = put(out, n, q.allowed, q.remaining, q.retry, q.reset, q.delay)
   end
+  return n
 end
 
 -- take_all is the entry point: take_all(KEYS, ARGV) as a script, the
@@ -192,14 +230,18 @@ local function take_all(keys, argv)
     local t = rcall('TIME')
     now = num(t[1]) * 1000000 + num(t[2])
   end
-  local out, ki, ai = {}, 1, 2
+  local out, n, ki, ai = {}, 0, 1, 2
   while ai <= #argv do
     local g, hasid = num(argv[ai]), argv[ai + 1] == '1'
-    local idkey
-    if hasid then
-      idkey = keys[ki + g]
+    if g == 1 and not hasid and num(argv[ai + 2]) ~= LOG then
+      n = one(keys[ki], argv, ai + 2, now, out, n)
+    else
+      local idkey
+      if hasid then
+        idkey = keys[ki + g]
+      end
+      n = group(keys, argv, ki, ai + 2, g, idkey, now, out, n)
     end
-    group(keys, argv, ki, ai + 2, g, idkey, now, out)
     ki, ai = ki + g + (hasid and 1 or 0), ai + 2 + NARGS * g
   end
   return out

@@ -1,13 +1,12 @@
 -- Token bucket: the twin of algorithm/tokenbucket.go.
--- State: {deficit in whole tokens, time of the last refill, carry}.
+-- State: deficit in whole tokens, time of the last refill, carry.
 
 local function refill_time(need, carry, p)
   local q, r = muldiv(need, p.P, p.R)
   return q + ceildiv(r - carry, p.R)
 end
 
-local function token_bucket(s, p, now, cost)
-  local deficit, last, carry = s[1], s[2], s[3]
+local function token_bucket(deficit, last, carry, p, now, cost)
   if now > last then
     if deficit > 0 then
       local q, r = muldiv(now - last, p.R, p.P)
@@ -24,16 +23,15 @@ local function token_bucket(s, p, now, cost)
     last = now
   end
   local behind = last - now
-  local res = result()
+  local allowed, retry, reset = false, 0, 0
   if deficit + cost <= p.B then
-    res.allowed = true
+    allowed = true
     deficit = deficit + cost
   else
-    res.retry = behind + refill_time(deficit + cost - p.B, carry, p)
+    retry = behind + refill_time(deficit + cost - p.B, carry, p)
   end
-  res.remaining = max(p.B - deficit, 0)
   if deficit > 0 then
-    res.reset = behind + refill_time(deficit, carry, p)
+    reset = behind + refill_time(deficit, carry, p)
   end
-  return {deficit, last, carry}, res
+  return deficit, last, carry, allowed, max(p.B - deficit, 0), retry, reset, 0
 end
