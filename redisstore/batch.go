@@ -14,18 +14,17 @@ import (
 )
 
 const (
-	maxInFlight  = 2                // script calls running at once per store: few, so batches stay large
+	maxInFlight  = 4                // script calls running at once per store: few, so batches stay large
 	maxBatch     = 64               // calls coalesced into one script call
 	flushTimeout = 10 * time.Second // bounds a script call no caller waits for
 )
 
-// call is one TakeAll: its keys and its group's arguments (size first), and
-// where its decisions go.
+// call is one TakeAll: its requests, their keys (then the idempotency key,
+// if the requests carry an ID), and where its decisions go.
 type call struct {
 	reqs []sluice.Request
 	dst  []sluice.Decision
 	keys []string
-	args []string
 	err  error
 	done chan struct{}
 }
@@ -102,18 +101,18 @@ func (s *Store) flush(client rueidis.Client, batch []*call) {
 // run executes calls in one call of the decision function and sets each
 // call's decisions or error.
 func (s *Store) run(ctx context.Context, client rueidis.Client, now string, calls []*call) {
-	var keys, args []string
-	if len(calls) == 1 {
-		keys = calls[0].keys
-		args = append([]string{now}, calls[0].args...)
-	} else {
-		args = []string{now}
+	keys := calls[0].keys
+	if len(calls) > 1 {
+		n := 0
+		for _, c := range calls {
+			n += len(c.keys)
+		}
+		keys = make([]string, 0, n)
 		for _, c := range calls {
 			keys = append(keys, c.keys...)
-			args = append(args, c.args...)
 		}
 	}
-	vals, err := s.exec(ctx, client, keys, args)
+	vals, err := s.exec(ctx, client, keys, s.encode(now, calls))
 	want := 0
 	for _, c := range calls {
 		want += 5 * len(c.reqs)
@@ -132,6 +131,56 @@ func (s *Store) run(ctx context.Context, client rueidis.Client, now string, call
 		c.err = decode(vals[:5*len(c.reqs)], c.reqs, c.dst)
 		vals = vals[5*len(c.reqs):]
 	}
+}
+
+// encode returns the arguments of calls, as scripts/take.lua reads them:
+// now, the limits, then per call its size (negated when it has an
+// idempotency key) and per request its limit's index and its cost (negated
+// when forced).
+func (s *Store) encode(now string, calls []*call) []string {
+	var seen [4]sluice.Limit
+	limits, n := seen[:0], 0
+	for _, c := range calls {
+		for i := range c.reqs {
+			if limitIndex(limits, c.reqs[i].Limit) == 0 {
+				limits = append(limits, c.reqs[i].Limit)
+			}
+		}
+		n += len(c.reqs)
+	}
+	args := make([]string, 0, 2+4*len(limits)+len(calls)+2*n)
+	args = append(args, now, intArg(int64(len(limits))))
+	for _, l := range limits {
+		la := s.limitArgs(l)
+		args = append(args, la[:]...)
+	}
+	for _, c := range calls {
+		size := int64(len(c.reqs))
+		if len(c.keys) > len(c.reqs) {
+			size = -size
+		}
+		args = append(args, intArg(size))
+		for i := range c.reqs {
+			r := &c.reqs[i]
+			cost := r.Cost
+			if r.Force && cost > 0 {
+				cost = -cost
+			}
+			args = append(args, intArg(int64(limitIndex(limits, r.Limit))), intArg(cost))
+		}
+	}
+	return args
+}
+
+// limitIndex returns the 1-based index of l in limits, or 0. A call holds
+// few limits.
+func limitIndex(limits []sluice.Limit, l sluice.Limit) int {
+	for i := range limits {
+		if limits[i] == l {
+			return i + 1
+		}
+	}
+	return 0
 }
 
 // decode reads five values per request.

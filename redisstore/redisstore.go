@@ -196,8 +196,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice
 	if err != nil {
 		return err
 	}
-	c := &call{reqs: reqs, dst: dst, keys: make([]string, len(reqs)), args: make([]string, 2, 2+6*len(reqs))}
-	c.args[0], c.args[1] = strconv.Itoa(len(reqs)), "0"
+	c := &call{reqs: reqs, dst: dst, keys: make([]string, len(reqs), len(reqs)+1)}
 	for i := range reqs {
 		r := &reqs[i]
 		if err := r.Validate(); err != nil {
@@ -215,13 +214,10 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice
 		if cluster && slot(c.keys[i]) != slot(c.keys[0]) {
 			return fmt.Errorf("%w: %q and %q", ErrCrossSlot, reqs[0].Key, r.Key)
 		}
-		la := s.limitArgs(r.Limit)
-		c.args = append(c.args, la[0], la[1], la[2], la[3], costArg(r.Cost), boolArg(r.Force))
 	}
 	if id := reqs[0].ID; id != "" {
 		// In the first key's slot, so that Cluster runs the group on one node.
 		c.keys = append(c.keys, s.prefix+"{"+keyEscaper.Replace(reqs[0].Key)+"}:id:"+id)
-		c.args[1] = "1"
 	}
 	if cluster || !reqs[0].Now.IsZero() {
 		now := "-1"
@@ -255,12 +251,12 @@ func (s *Store) limitArgs(l sluice.Limit) [4]string {
 
 const maxCachedLimits = 1024
 
-// costArg formats a cost, without allocating for the usual small ones.
-func costArg(c int64) string {
-	if c >= 0 && c < int64(len(smallInts)) {
-		return smallInts[c]
+// intArg formats n, without allocating for the usual small ones.
+func intArg(n int64) string {
+	if n >= 0 && n < int64(len(smallInts)) {
+		return smallInts[n]
 	}
-	return strconv.FormatInt(c, 10)
+	return strconv.FormatInt(n, 10)
 }
 
 var smallInts = func() (s [64]string) {
@@ -269,13 +265,6 @@ var smallInts = func() (s [64]string) {
 	}
 	return s
 }()
-
-func boolArg(b bool) string {
-	if b {
-		return "1"
-	}
-	return "0"
-}
 
 // Reset deletes the state of key under limit.
 func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error {

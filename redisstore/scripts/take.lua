@@ -1,10 +1,14 @@
 -- take decides groups of requests, each group all-or-nothing: the twin of a
 -- memory store TakeAll. Groups are independent: several callers' batches
 -- share one call.
--- keys: one per request, in order. argv[1]: now in µs, or -1 for Redis
--- TIME; then per group: its size g, a flag f (1: the group's last key is its
--- idempotency key, after its g request keys), and per request: algorithm
--- code, rate, period (µs), burst, cost, force (1/0).
+-- keys: one per request, in order, and after a group's requests its
+-- idempotency key if it has one.
+-- argv: now in µs, or -1 for Redis TIME; the number of limits L; per
+-- limit: algorithm code, rate, period (µs), burst; then per group: its
+-- number of requests g, negated when it has an idempotency key; then per
+-- request: its limit (1 to L) and its cost, negated when forced (Force with
+-- cost 0 is no force). Few arguments, because each costs Redis and Lua
+-- time: a lone request is five, key included.
 -- Returns per request: allowed (1/0), remaining, retry, reset, delay (µs);
 -- for every request of a group that failed: -1, the error, 0, 0, 0.
 
@@ -12,7 +16,6 @@ local ALGS = {[1] = fixed_window, [3] = sliding_window, [4] = token_bucket, [5] 
 local LOG = 2
 local TTL_MARGIN_MS = 1000
 local ID_TTL_MS = 60000
-local NARGS = 6
 
 -- apply records cost on an O(1) state whether or not it fits (Go: Apply).
 local function apply(alg, a, b, c, p, now, cost)
@@ -95,16 +98,23 @@ local function int(x)
   return fmt('%.0f', x)
 end
 
--- params returns the params of a limit given as argument strings. Requests
--- mostly share a limit: the last one is kept (as a function, from one call
--- to the next).
-local last_rate, last_period, last_burst, last_params
-local function params(rate, period, burst)
-  if rate ~= last_rate or period ~= last_period or burst ~= last_burst then
-    last_rate, last_period, last_burst = rate, period, burst
-    last_params = newparams(num(rate), num(period), num(burst))
+-- params returns the params of a limit given as argument strings, with
+-- its algorithm code as alg. They are cached: as a function, from one call
+-- to the next, up to MAX_CACHED limits.
+local MAX_CACHED = 1000
+local cache, cached = {}, 0
+local function params(alg, rate, period, burst)
+  local id = alg .. ' ' .. rate .. ' ' .. period .. ' ' .. burst
+  local p = cache[id]
+  if not p then
+    if cached >= MAX_CACHED then
+      cache, cached = {}, 0
+    end
+    p = newparams(num(rate), num(period), num(burst))
+    p.alg = num(alg)
+    cache[id], cached = p, cached + 1
   end
-  return last_params
+  return p
 end
 
 -- put appends a Result's five fields to out, which holds n values, and
@@ -127,38 +137,38 @@ local function fail(out, n, g, err)
   return n
 end
 
--- one decides a group of one request on an O(1) state, without an
--- idempotency key: most calls. It is group without the tables that a
--- group must keep between deciding and writing.
-local function one(key, argv, o, now, out, n)
-  local alg, p, cost = num(argv[o]), params(argv[o + 1], argv[o + 2], argv[o + 3]), num(argv[o + 4])
+-- one decides a group of one request of cost and force on an O(1) state,
+-- without an idempotency key: most calls. It is group without the tables
+-- that a group must keep between deciding and writing.
+local function one(key, p, cost, force, now, out, n)
   local a, b, c = load_state(key)
   if not a then
     return fail(out, n, 1, b)
   end
-  local forced, na, nb, nc, allowed, remaining, retry, reset, delay = decide(alg, a, b, c, p, now, cost, argv[o + 5] == '1')
+  local forced, na, nb, nc, allowed, remaining, retry, reset, delay = decide(p.alg, a, b, c, p, now, cost, force)
   if cost > 0 and (allowed or forced) then
     rcall('SET', key, pack('<d<d<d', na, nb, nc), 'PX', ttl_ms(reset))
   end
   return put(out, n, allowed, remaining, retry, reset, delay)
 end
 
--- group decides the g requests starting at keys[ki] and argv[ai], appending
--- five values per request to out, which holds n, and returns the new
--- count. idkey, if set, makes it idempotent.
-local function group(keys, argv, ki, ai, g, idkey, now, out, n)
+-- group decides the g requests starting at keys[ki] and argv[ai], of
+-- limits, appending five values per request to out, which holds n, and
+-- returns the new count. idkey, if set, makes it idempotent.
+local function group(keys, argv, limits, ki, ai, g, idkey, now, out, n)
   -- A group seen before (a retry after a lost reply) is only reported.
   local replay = idkey and not rcall('SET', idkey, '1', 'NX', 'PX', ID_TTL_MS)
   local reqs, all = {}, true
   for i = 1, g do
-    local o = ai + (i - 1) * NARGS
+    local o = ai + 2 * (i - 1)
+    local p, cost = limits[num(argv[o])], num(argv[o + 1])
     -- Every field the request will hold, in one constructor: a table
     -- that grows field by field is rehashed.
     local q = {
       key = keys[ki + i - 1],
-      alg = num(argv[o]),
-      p = params(argv[o + 1], argv[o + 2], argv[o + 3]),
-      cost = num(argv[o + 4]),
+      alg = p.alg,
+      p = p,
+      cost = abs(cost),
       forced = false, log = false, drop = 0, at = 0,
       a = 0, b = 0, c = 0, na = 0, nb = 0, nc = 0,
       allowed = false, remaining = 0, retry = 0, reset = 0, delay = 0,
@@ -166,7 +176,7 @@ local function group(keys, argv, ki, ai, g, idkey, now, out, n)
     if replay then
       q.cost = 0
     end
-    local force = argv[o + 5] == '1'
+    local force = cost < 0
     if q.alg == LOG then
       local log = load_log(q.key)
       if log.err then
@@ -230,19 +240,31 @@ local function take_all(keys, argv)
     local t = rcall('TIME')
     now = num(t[1]) * 1000000 + num(t[2])
   end
-  local out, n, ki, ai = {}, 0, 1, 2
+  local limits = {}
+  local ai = 3
+  for i = 1, num(argv[2]) do
+    limits[i] = params(argv[ai], argv[ai + 1], argv[ai + 2], argv[ai + 3])
+    ai = ai + 4
+  end
+  local out, n, ki = {}, 0, 1
   while ai <= #argv do
-    local g, hasid = num(argv[ai]), argv[ai + 1] == '1'
-    if g == 1 and not hasid and num(argv[ai + 2]) ~= LOG then
-      n = one(keys[ki], argv, ai + 2, now, out, n)
+    local g = num(argv[ai])
+    local hasid = g < 0
+    if hasid then
+      g = -g
+    end
+    local p = limits[num(argv[ai + 1])]
+    if g == 1 and not hasid and p.alg ~= LOG then
+      local cost = num(argv[ai + 2])
+      n = one(keys[ki], p, abs(cost), cost < 0, now, out, n)
     else
       local idkey
       if hasid then
         idkey = keys[ki + g]
       end
-      n = group(keys, argv, ki, ai + 2, g, idkey, now, out, n)
+      n = group(keys, argv, limits, ki, ai + 1, g, idkey, now, out, n)
     end
-    ki, ai = ki + g + (hasid and 1 or 0), ai + 2 + NARGS * g
+    ki, ai = ki + g + (hasid and 1 or 0), ai + 1 + 2 * g
   end
   return out
 end
