@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -27,7 +28,19 @@ type call struct {
 	keys []string
 	err  error
 	done chan struct{}
+
+	// one holds a Take's request, decision and keys, so that a Take
+	// allocates the call and nothing else for them.
+	one struct {
+		req  [1]sluice.Request
+		dst  [1]sluice.Decision
+		keys [2]string
+	}
 }
+
+// owned reports whether c's requests and decisions are c's own, not its
+// caller's.
+func (c *call) owned() bool { return &c.dst[0] == &c.one.dst[0] }
 
 // batcher coalesces concurrent calls. Its fields are guarded by mu.
 type batcher struct {
@@ -41,7 +54,8 @@ type batcher struct {
 // that finds fewer running goes alone, on its caller's goroutine and under
 // its ctx (no hand-off, which is most of a lone call's latency here). A
 // queued call goes with the others queued, on a flushing goroutine, and
-// still runs when its caller gives up.
+// still runs when its caller gives up: so it works on copies of the
+// caller's requests and decisions.
 func (s *Store) coalesce(ctx context.Context, client rueidis.Client, c *call) error {
 	b := &s.batch
 	b.mu.Lock()
@@ -59,11 +73,17 @@ func (s *Store) coalesce(ctx context.Context, client rueidis.Client, c *call) er
 		b.mu.Unlock()
 		return c.err
 	}
+	dst := c.dst
+	if !c.owned() {
+		c.reqs = slices.Clone(c.reqs)
+		c.dst = make([]sluice.Decision, len(c.reqs))
+	}
 	c.done = make(chan struct{})
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 	select {
 	case <-c.done:
+		copy(dst, c.dst)
 		return c.err
 	case <-ctx.Done():
 		return fmt.Errorf("redisstore: %w", ctx.Err())

@@ -12,17 +12,15 @@ var keyEscaper = strings.NewReplacer(`\`, `\\`, `{`, `\(`, `}`, `\)`)
 
 // redisKey returns the Redis key of key under limit.
 func (s *Store) redisKey(key string, limit sluice.Limit) string {
-	var b strings.Builder
-	esc := keyEscaper.Replace(key)
-	b.Grow(len(s.prefix) + len(esc) + 32)
-	b.WriteString(s.prefix)
-	b.WriteByte('{')
-	b.WriteString(esc)
-	b.WriteString("}:")
-	b.WriteString(limit.Algorithm.Resolved().String())
-	b.WriteByte(':')
-	b.WriteString(strconv.FormatInt(int64(limit.Period/time.Microsecond), 10))
-	return b.String()
+	var stack [96]byte // most keys: one allocation, the string's
+	b := append(stack[:0], s.prefix...)
+	b = append(b, '{')
+	b = append(b, keyEscaper.Replace(key)...)
+	b = append(b, "}:"...)
+	b = append(b, limit.Algorithm.Resolved().String()...)
+	b = append(b, ':')
+	b = strconv.AppendInt(b, int64(limit.Period/time.Microsecond), 10)
+	return string(b)
 }
 
 // slot returns the Redis Cluster slot of a key: CRC16 (XMODEM) of its hash

@@ -171,9 +171,13 @@ func (s *Store) Close() {
 
 // Take decides one request in one script call.
 func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
-	var d [1]sluice.Decision
-	err := s.TakeAll(ctx, []sluice.Request{req}, d[:])
-	return d[0], err
+	c := new(call)
+	c.one.req[0] = req
+	c.reqs, c.dst, c.keys = c.one.req[:], c.one.dst[:], c.one.keys[:1]
+	if err := s.take(ctx, c); err != nil {
+		return sluice.Decision{}, err
+	}
+	return c.dst[0], nil
 }
 
 // TakeAll decides reqs all-or-nothing in one script call. On Cluster, keys
@@ -192,11 +196,16 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice
 	if len(reqs) == 0 {
 		return nil
 	}
+	return s.take(ctx, &call{reqs: reqs, dst: dst, keys: make([]string, len(reqs), len(reqs)+1)})
+}
+
+// take decides c's requests into c's decisions.
+func (s *Store) take(ctx context.Context, c *call) error {
 	client, cluster, err := s.conn()
 	if err != nil {
 		return err
 	}
-	c := &call{reqs: reqs, dst: dst, keys: make([]string, len(reqs), len(reqs)+1)}
+	reqs := c.reqs
 	for i := range reqs {
 		r := &reqs[i]
 		if err := r.Validate(); err != nil {
