@@ -75,34 +75,53 @@ func load(callers, n int, op func(key string) error) (time.Duration, []time.Dura
 }
 
 // scriptTime resets Redis's command statistics and returns a function
-// that reports the time Redis spent in scripts and functions (EVALSHA, EVAL
-// and FCALL, their
-// inner commands included) per decision: the server's cost of one
-// decision, which bounds throughput once Redis's one thread is busy.
+// that reports the time Redis spent in scripts and functions (EVALSHA,
+// EVAL and FCALL, their inner commands included) per decision, the
+// server's cost of one decision; and the CPU Redis used in all (reading,
+// parsing and replying included) per decision and in cores: how close
+// its one thread came to being the bottleneck.
 func scriptTime(b *testing.B, rc rueidis.Client) func() {
 	ctx := context.Background()
 	if err := rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error(); err != nil {
 		b.Fatal(err)
 	}
-	return func() {
-		info, err := rc.Do(ctx, rc.B().Info().Section("commandstats").Build()).ToString()
+	info := func(section string) map[string]string {
+		text, err := rc.Do(ctx, rc.B().Info().Section(section).Build()).ToString()
 		if err != nil {
 			b.Fatal(err)
 		}
+		fields := map[string]string{}
+		for _, line := range strings.Split(text, "\n") {
+			if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+				fields[k] = v
+			}
+		}
+		return fields
+	}
+	cpu := func() float64 {
+		f := info("cpu")
+		user, _ := strconv.ParseFloat(f["used_cpu_user_main_thread"], 64)
+		sys, _ := strconv.ParseFloat(f["used_cpu_sys_main_thread"], 64)
+		return user + sys
+	}
+	cpu0, t0 := cpu(), time.Now()
+	return func() {
+		cpuUsed, wall := cpu()-cpu0, time.Since(t0).Seconds()
 		var usec float64
-		for _, line := range strings.Split(info, "\n") {
-			for _, cmd := range []string{"cmdstat_evalsha:", "cmdstat_eval:", "cmdstat_fcall:"} {
-				if rest, ok := strings.CutPrefix(strings.TrimSpace(line), cmd); ok {
-					for _, f := range strings.Split(rest, ",") {
-						if v, ok := strings.CutPrefix(f, "usec="); ok {
-							n, _ := strconv.ParseFloat(v, 64)
-							usec += n
-						}
-					}
+		for cmd, stats := range info("commandstats") {
+			if cmd != "cmdstat_evalsha" && cmd != "cmdstat_eval" && cmd != "cmdstat_fcall" {
+				continue
+			}
+			for _, f := range strings.Split(stats, ",") {
+				if v, ok := strings.CutPrefix(f, "usec="); ok {
+					n, _ := strconv.ParseFloat(v, 64)
+					usec += n
 				}
 			}
 		}
 		b.ReportMetric(usec/float64(b.N), "redis-µs/decision")
+		b.ReportMetric(cpuUsed*1e6/float64(b.N), "redis-cpu-µs/decision")
+		b.ReportMetric(cpuUsed/wall, "redis-cores")
 	}
 }
 

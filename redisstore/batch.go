@@ -27,7 +27,11 @@ type call struct {
 	dst  []sluice.Decision
 	keys []string
 	err  error
-	done chan struct{}
+	done chan struct{} // a queued call's completion: one value, never closed
+
+	// abandoned is set when the caller gave up waiting: the call may
+	// still be in a batch, so it is not reused.
+	abandoned bool
 
 	// one holds a Take's request, decision and keys, so that a Take
 	// allocates the call and nothing else for them.
@@ -78,7 +82,9 @@ func (s *Store) coalesce(ctx context.Context, client rueidis.Client, c *call) er
 		c.reqs = slices.Clone(c.reqs)
 		c.dst = make([]sluice.Decision, len(c.reqs))
 	}
-	c.done = make(chan struct{})
+	if c.done == nil {
+		c.done = make(chan struct{}, 1)
+	}
 	b.queue = append(b.queue, c)
 	b.mu.Unlock()
 	select {
@@ -86,6 +92,7 @@ func (s *Store) coalesce(ctx context.Context, client rueidis.Client, c *call) er
 		copy(dst, c.dst)
 		return c.err
 	case <-ctx.Done():
+		c.abandoned = true
 		return fmt.Errorf("redisstore: %w", ctx.Err())
 	}
 }
@@ -105,7 +112,7 @@ func (s *Store) flush(client rueidis.Client, batch []*call) {
 		s.run(ctx, client, "-1", batch)
 		cancel()
 		for _, c := range batch {
-			close(c.done)
+			c.done <- struct{}{}
 		}
 		b.mu.Lock()
 		if len(b.queue) == 0 {

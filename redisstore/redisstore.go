@@ -171,14 +171,24 @@ func (s *Store) Close() {
 
 // Take decides one request in one script call.
 func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
-	c := new(call)
+	c := calls.Get().(*call)
 	c.one.req[0] = req
 	c.reqs, c.dst, c.keys = c.one.req[:], c.one.dst[:], c.one.keys[:1]
-	if err := s.take(ctx, c); err != nil {
+	err := s.take(ctx, c)
+	if c.abandoned {
+		return sluice.Decision{}, err // c may still be written: not reused
+	}
+	d := c.dst[0]
+	*c = call{done: c.done}
+	calls.Put(c)
+	if err != nil {
 		return sluice.Decision{}, err
 	}
-	return c.dst[0], nil
+	return d, nil
 }
+
+// calls recycles Take's calls, which most Takes would otherwise allocate.
+var calls = sync.Pool{New: func() any { return new(call) }}
 
 // TakeAll decides reqs all-or-nothing in one script call. On Cluster, keys
 // of different slots are refused with ErrCrossSlot; two requests with the
