@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -144,4 +145,48 @@ func TestConformanceScriptsWhenFunctionsDenied(t *testing.T) {
 		t.Error("no EVALSHA: calls did not fall back to the script")
 	}
 	assertEveryKeyHasTTL(t, srv)
+}
+
+// Callers that give up while their call is queued (deadlines of 0 to 2
+// ms) and reuse their requests and decisions at once must not
+// race with the batch that still runs their call (run under -race), and
+// every call that did return a decision counted exactly once.
+func TestGivingUpWhileQueued(t *testing.T) {
+	srv := redistest.Standalone(t)
+	store := redisstore.New(client(t, srv.Addr), redisstore.Options{Prefix: uniquePrefix(t)})
+	limit := sluice.Limit{Rate: 1_000_000, Period: time.Hour, Algorithm: sluice.FixedWindow}
+	var allowed atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 32 {
+		wg.Go(func() {
+			reqs := make([]sluice.Request, 2)
+			dst := make([]sluice.Decision, 2)
+			for i := range 200 {
+				ctx, cancel := context.WithTimeout(context.Background(), time.Duration(i%50)*40*time.Microsecond)
+				if g%2 == 0 {
+					if d, err := store.Take(ctx, sluice.Request{Key: "hot", Limit: limit, Cost: 1}); err == nil && d.Allowed {
+						allowed.Add(1)
+					}
+				} else {
+					reqs[0] = sluice.Request{Key: fmt.Sprint("a", g), Limit: limit, Cost: 1}
+					reqs[1] = sluice.Request{Key: fmt.Sprint("b", g), Limit: limit, Cost: 1}
+					_ = store.TakeAll(ctx, reqs, dst)
+					reqs[0], reqs[1] = sluice.Request{}, sluice.Request{} // reused at once
+					dst[0], dst[1] = sluice.Decision{}, sluice.Decision{}
+				}
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	// Calls whose callers gave up may still have counted; none counted twice.
+	d, err := store.Take(context.Background(), sluice.Request{Key: "hot", Limit: limit, Cost: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := limit.Rate - d.Remaining
+	if used < allowed.Load() || used > 16*200 {
+		t.Errorf("hot key used %d, callers saw %d allowed of %d calls", used, allowed.Load(), 16*200)
+	}
+	t.Logf("%d of %d hot-key calls returned a decision; %d counted", allowed.Load(), 16*200, used)
 }
