@@ -24,23 +24,29 @@ func Admit(a sluice.Algorithm, s State, p *Params, now, cost int64) (next State,
 }
 
 // Admitted returns the Result of a request that Admit admitted from s to
-// next, without deciding again.
-func Admitted(a sluice.Algorithm, s, next State, p *Params, now int64) Result {
-	var r Result
+// next, without deciding again: Remaining, ResetAfter and Delay (Allowed
+// is true, RetryAfter 0).
+//
+// It returns scalars, not a Result: a Result has five fields, too many for
+// the compiler to keep in registers, and every copy of one is a store and
+// a reload in pieces that the processor cannot forward, which costs a
+// decision more than its arithmetic.
+func Admitted(a sluice.Algorithm, s, next State, p *Params, now int64) (remaining, resetAfter, delay int64) {
 	switch a.Resolved() {
 	case sluice.FixedWindow:
-		r = fixedReport(next, p, now)
+		remaining, resetAfter = fixedReport(next, p, now)
 	case sluice.SlidingWindow:
-		r = slidingReport(next, p, now)
+		remaining, resetAfter = slidingReport(next, p, now)
 	case sluice.TokenBucket:
-		r = tokenReport(next, p, now)
+		remaining, resetAfter = tokenReport(next, p, now)
 	case sluice.LeakyBucket:
-		return gcraReport(s, next, p, now, true)
+		remaining, resetAfter = gcraReport(next, p, now)
+		dq, dr := tatAt(s, now)
+		delay = tatDelay(dq, dr, now)
 	case sluice.GCRA:
-		return gcraReport(s, next, p, now, false)
+		remaining, resetAfter = gcraReport(next, p, now)
 	default:
 		panic("algorithm: Admitted called with " + a.String())
 	}
-	r.Allowed = true
-	return r
+	return remaining, resetAfter, delay
 }

@@ -31,6 +31,8 @@ type Params struct {
 
 	tq, tr int64 // emission interval Period/Rate: whole µs and remainder over Rate
 	bq, br int64 // Burst × Period/Rate, likewise
+
+	byRate, byPeriod divisor // division by Rate and by Period without a divide instruction
 }
 
 // NewParams returns the Params of rate events per period (µs) with capacity
@@ -39,6 +41,7 @@ func NewParams(rate, period, burst int64) Params {
 	p := Params{Rate: rate, Period: period, Burst: burst}
 	p.tq, p.tr = mulDiv(1, period, rate)
 	p.bq, p.br = mulDiv(burst, period, rate)
+	p.byRate, p.byPeriod = newDivisor(uint64(rate)), newDivisor(uint64(period))
 	return p
 }
 

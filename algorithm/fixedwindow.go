@@ -8,11 +8,12 @@ package algorithm
 // State: A the start of the current window, B its count.
 func FixedWindow(s State, p *Params, now, cost int64) (State, Result) {
 	next, allowed := fixedAdmit(s, p, now, cost)
-	r := fixedReport(next, p, now)
-	if r.Allowed = allowed; !allowed {
-		r.RetryAfter = next.A + p.Period - now
+	remaining, reset := fixedReport(next, p, now)
+	var retry int64
+	if !allowed {
+		retry = next.A + p.Period - now
 	}
-	return next, r
+	return next, Result{Allowed: allowed, Remaining: remaining, RetryAfter: retry, ResetAfter: reset}
 }
 
 // fixedAdmit is FixedWindow's admission: the window rolled to now, with
@@ -32,10 +33,9 @@ func fixedAdmit(s State, p *Params, now, cost int64) (State, bool) {
 }
 
 // fixedReport returns Remaining and ResetAfter of the window s at now.
-func fixedReport(s State, p *Params, now int64) Result {
-	r := Result{Remaining: max(p.Rate-s.B, 0)} // a forced cost can overfill the window
+func fixedReport(s State, p *Params, now int64) (remaining, reset int64) {
 	if s.B > 0 {
-		r.ResetAfter = s.A + p.Period - now
+		reset = s.A + p.Period - now
 	}
-	return r
+	return max(p.Rate-s.B, 0), reset // a forced cost can overfill the window
 }

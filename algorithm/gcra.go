@@ -16,7 +16,8 @@ package algorithm
 func GCRA(s State, p *Params, now, cost int64) (State, Result) {
 	next, allowed := gcraAdmit(s, p, now, cost)
 	if allowed {
-		return next, gcraReport(s, next, p, now, false)
+		remaining, reset := gcraReport(next, p, now)
+		return next, Result{Allowed: true, Remaining: remaining, ResetAfter: reset}
 	}
 	s.A, s.B = tatAt(s, now)
 	return s, Result{
@@ -36,17 +37,8 @@ func gcraAdmit(s State, p *Params, now, cost int64) (next State, allowed bool) {
 
 // gcraReport returns the Result of a request of cost above 0 admitted from
 // s to next: GCRA's or, with queue set, LeakyBucket's.
-func gcraReport(s, next State, p *Params, now int64, queue bool) Result {
-	res := Result{
-		Allowed:    true,
-		Remaining:  tatRemaining(next.A, next.B, now, p),
-		ResetAfter: tatDelay(next.A, next.B, now),
-	}
-	if queue {
-		dq, dr := tatAt(s, now)
-		res.Delay = tatDelay(dq, dr, now)
-	}
-	return res
+func gcraReport(next State, p *Params, now int64) (remaining, reset int64) {
+	return tatRemaining(next.A, next.B, now, p), tatDelay(next.A, next.B, now)
 }
 
 // tatAt returns max(TAT, now) as whole and remainder.
@@ -84,7 +76,7 @@ func overBurst(nq, nr, now int64, p *Params) int64 {
 // tatRemaining returns Burst − ceil((TAT − now)/T), at least 0: how many
 // events of cost 1 fit now.
 func tatRemaining(tq, tr, now int64, p *Params) int64 {
-	used, mr := mulDiv(tq-now, p.Rate, p.Period)
+	used, mr := mulDivBy(tq-now, p.Rate, &p.byPeriod)
 	// + ceil((mr + tr)/Period), with 0 ≤ mr < Period, 0 ≤ tr < Rate: most
 	// often 0 or 1, found without dividing.
 	switch x := mr + tr; {

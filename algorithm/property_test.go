@@ -320,7 +320,8 @@ func TestAdmitThenAdmittedMatchesStatus(t *testing.T) {
 				if next != want {
 					t.Fatalf("Admit's state %+v, the algorithm's %+v", next, want)
 				}
-				if got := algorithm.Admitted(alg, s, next, &p, now); got != res {
+				remaining, reset, delay := algorithm.Admitted(alg, s, next, &p, now)
+				if got := (algorithm.Result{Allowed: true, Remaining: remaining, ResetAfter: reset, Delay: delay}); got != res {
 					t.Fatalf("Admitted %+v, the algorithm %+v", got, res)
 				}
 			})

@@ -12,11 +12,12 @@ package algorithm
 // window's count.
 func SlidingWindow(s State, p *Params, now, cost int64) (State, Result) {
 	next, allowed := slidingAdmit(s, p, now, cost)
-	r := slidingReport(next, p, now)
-	if r.Allowed = allowed; !allowed {
-		r.RetryAfter = slidingRetry(next.C, next.B, cost, p, next.A, now)
+	remaining, reset := slidingReport(next, p, now)
+	var retry int64
+	if !allowed {
+		retry = slidingRetry(next.C, next.B, cost, p, next.A, now)
 	}
-	return next, r
+	return next, Result{Allowed: allowed, Remaining: remaining, RetryAfter: retry, ResetAfter: reset}
 }
 
 // slidingAdmit is SlidingWindow's admission: the windows rolled to now,
@@ -42,22 +43,21 @@ func slidingAdmit(s State, p *Params, now, cost int64) (State, bool) {
 }
 
 // slidingReport returns Remaining and ResetAfter of the windows s at now.
-func slidingReport(s State, p *Params, now int64) Result {
+func slidingReport(s State, p *Params, now int64) (remaining, reset int64) {
 	start, curr, prev := s.A, s.B, s.C
 	P := p.Period
 	e := max(now-start, 0)
-	wq, wr := mulDiv(prev, P-e, P)
+	wq, wr := mulDivBy(prev, P-e, &p.byPeriod)
 	if wr > 0 {
 		wq++
 	}
-	r := Result{Remaining: max(p.Rate-curr-wq, 0)}
 	switch {
 	case curr > 0:
-		r.ResetAfter = start + 2*P - now
+		reset = start + 2*P - now
 	case prev > 0:
-		r.ResetAfter = start + P - now
+		reset = start + P - now
 	}
-	return r
+	return max(p.Rate-curr-wq, 0), reset
 }
 
 // prevFits reports whether prev × left ≤ k × P.

@@ -12,12 +12,12 @@ package algorithm
 // the carry.
 func TokenBucket(s State, p *Params, now, cost int64) (State, Result) {
 	next, allowed := tokenAdmit(s, p, now, cost)
-	res := tokenReport(next, p, now)
-	if res.Allowed = allowed; allowed {
-		return next, res
+	remaining, reset := tokenReport(next, p, now)
+	var retry int64
+	if !allowed {
+		retry = next.B - now + refillTime(next.A+cost-p.Burst, next.C, p)
 	}
-	res.RetryAfter = next.B - now + refillTime(next.A+cost-p.Burst, next.C, p)
-	return next, res
+	return next, Result{Allowed: allowed, Remaining: remaining, RetryAfter: retry, ResetAfter: reset}
 }
 
 // tokenAdmit is TokenBucket's admission: the bucket refilled to now and,
@@ -26,7 +26,7 @@ func tokenAdmit(s State, p *Params, now, cost int64) (next State, allowed bool) 
 	deficit, last, carry := s.A, s.B, s.C
 	if now > last {
 		if deficit > 0 {
-			q, r := mulDiv(now-last, p.Rate, p.Period)
+			q, r := mulDivBy(now-last, p.Rate, &p.byPeriod)
 			if r += carry; r >= p.Period {
 				q, r = q+1, r-p.Period
 			}
@@ -47,18 +47,17 @@ func tokenAdmit(s State, p *Params, now, cost int64) (next State, allowed bool) 
 }
 
 // tokenReport returns Remaining and ResetAfter of the bucket next at now.
-func tokenReport(next State, p *Params, now int64) Result {
+func tokenReport(next State, p *Params, now int64) (remaining, reset int64) {
 	deficit, behind := next.A, next.B-now
-	res := Result{Remaining: max(p.Burst-deficit, 0)} // a forced cost can leave a debt
 	if deficit > 0 {
-		res.ResetAfter = behind + refillTime(deficit, next.C, p)
+		reset = behind + refillTime(deficit, next.C, p)
 	}
-	return res
+	return max(p.Burst-deficit, 0), reset // a forced cost can leave a debt
 }
 
 // refillTime returns how long until need whole tokens have been refilled,
 // carry/Period of the first being there already: ceil((need×P − carry)/R).
 func refillTime(need, carry int64, p *Params) int64 {
-	q, r := mulDiv(need, p.Period, p.Rate)
+	q, r := mulDivBy(need, p.Period, &p.byRate)
 	return q + ceilDiv(r-carry, p.Rate)
 }

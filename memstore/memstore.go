@@ -25,6 +25,7 @@ import (
 	"context"
 	"fmt"
 	"hash/maphash"
+	"runtime"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -37,7 +38,9 @@ import (
 // Options configures a Store. The zero value is ready to use.
 type Options struct {
 	// Shards is the number of independently locked shards, rounded up to a
-	// power of two. Default 256.
+	// power of two. Default: 8 per GOMAXPROCS, at least 16. A Take on an
+	// existing key locks no shard, so shards only spread new keys,
+	// sweeping and eviction; fewer shards keep their tables in cache.
 	Shards int
 	// MaxKeys bounds the number of keys held. When a new key would exceed
 	// its shard's share, the store evicts a key already back to full (which
@@ -74,12 +77,13 @@ const (
 
 // New returns a Store configured by opts.
 func New(opts Options) *Store {
-	n := 256
-	if opts.Shards > 0 {
-		n = 1
-		for n < opts.Shards {
-			n <<= 1
-		}
+	want := opts.Shards
+	if want <= 0 {
+		want = max(8*runtime.GOMAXPROCS(0), 16)
+	}
+	n := 1
+	for n < want {
+		n <<= 1
 	}
 	maxKeys := opts.MaxKeys
 	if maxKeys <= 0 {
@@ -129,24 +133,32 @@ func (s *Store) now(t time.Time) int64 {
 // Take decides one request. On an existing key of an O(1) algorithm it
 // locks that key alone; a new key, a new limit and the sliding log take
 // the key's shard lock.
-func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Decision, error) {
+func (s *Store) Take(_ context.Context, req sluice.Request) (d sluice.Decision, err error) {
 	if err := req.CheckKeyAndCost(); err != nil {
 		return sluice.Decision{}, err // the limit is checked once per table and limit
 	}
 	// The clock is read before any lock: the algorithms never admit more
 	// when a caller's time is behind the state's.
 	now := s.now(req.Now)
-	p := pending{h: s.hash(req.Key)}
-	sh := &s.shards[p.h&s.mask]
-	if e, c := sh.lookup(&req, p.h); e != nil {
-		if takeExisting(e, c, &req, now, &p) {
-			return p.res.Decision(req.Limit), nil
+	h := s.hash(req.Key)
+	sh := &s.shards[h&s.mask]
+	if e, c := sh.lookup(&req, h); e != nil {
+		if o, ok := takeExisting(e, c, &req, now); ok {
+			o.fill(&d, req.Limit) // not returned whole: see outcome
+			return d, nil
 		}
 	}
+	return s.takeLocked(sh, &req, h, now)
+}
+
+// takeLocked is Take under the shard lock: for a new key, a new limit, a
+// sliding log, or an entry removed while it was found.
+func (s *Store) takeLocked(sh *shard, req *sluice.Request, h uint64, now int64) (sluice.Decision, error) {
+	p := pending{h: h}
 	sh.mu.Lock()
-	err := sh.decide(&req, now, &p)
-	if err == nil && p.writes(&req) {
-		sh.commit(s, &req, now, &p)
+	err := sh.decide(req, now, &p)
+	if err == nil && p.writes(req) {
+		sh.commit(s, req, now, &p)
 	}
 	if p.e != nil {
 		p.e.unlock(p.keep, p.t.swaps)
@@ -158,11 +170,47 @@ func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Decision, er
 	return p.res.Decision(req.Limit), nil
 }
 
+// outcome is an algorithm.Result in four fields, which the compiler keeps
+// in registers; a five-field Result is copied through memory in pieces the
+// processor cannot forward, which cost this path a quarter of its time.
+// wait is RetryAfter when denied, Delay when allowed (never both).
+type outcome struct {
+	allowed                bool
+	remaining, wait, reset int64
+}
+
+func outcomeOf(r algorithm.Result) outcome {
+	wait := r.RetryAfter
+	if r.Allowed {
+		wait = r.Delay
+	}
+	return outcome{r.Allowed, r.Remaining, wait, r.ResetAfter}
+}
+
+func admitted(remaining, reset, delay int64) outcome {
+	return outcome{true, remaining, delay, reset}
+}
+
+// fill sets every field of d, one by one.
+func (o outcome) fill(d *sluice.Decision, l sluice.Limit) {
+	var retry, delay int64
+	if o.allowed {
+		delay = o.wait
+	} else {
+		retry = o.wait
+	}
+	d.Allowed = o.allowed
+	d.Limit = l
+	d.Remaining = o.remaining
+	d.RetryAfter = time.Duration(retry) * time.Microsecond
+	d.ResetAfter = time.Duration(o.reset) * time.Microsecond
+	d.Delay = time.Duration(delay) * time.Microsecond
+}
+
 // takeExisting decides req on e, an existing key found without the shard
-// lock, with its limit's config c, into p.res. It reports false when e
-// turned out dead (removed meanwhile): the caller then looks again under
-// the shard lock.
-func takeExisting(e *entry, c *config, req *sluice.Request, now int64, p *pending) bool {
+// lock, with its limit's config c. It reports false when e turned out dead
+// (removed meanwhile): the caller then looks again under the shard lock.
+func takeExisting(e *entry, c *config, req *sluice.Request, now int64) (outcome, bool) {
 	alg := req.Limit.Algorithm.Resolved()
 	swaps := swaps(alg)
 	for swaps {
@@ -173,49 +221,51 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64, p *pendin
 		if a < 0 || a&hasB != 0 {
 			break // locked, dead, or two words
 		}
-		p.old = algorithm.State{A: a}
+		old := algorithm.State{A: a}
 		if req.Cost == 0 {
-			decideState(alg, req, &c.params, now, p) // a peek writes nothing
-			return true
+			return outcomeOf(report(alg, req, &c.params, now, old)), true // a peek writes nothing
 		}
-		next, ok := algorithm.Admit(alg, p.old, &c.params, now, req.Cost)
+		next, ok := algorithm.Admit(alg, old, &c.params, now, req.Cost)
 		if !ok && !req.Force {
 			// A denial writes nothing: reported on the state it saw.
-			decideState(alg, req, &c.params, now, p)
-			return true
+			return outcomeOf(report(alg, req, &c.params, now, old)), true
 		}
 		if !ok || next.B != 0 {
 			break // forced past the burst, or two words: under the lock
 		}
 		if atomic.CompareAndSwapInt64(&e.a, a, next.A) {
-			p.res = algorithm.Admitted(alg, p.old, next, &c.params, now)
-			return true
+			return admitted(algorithm.Admitted(alg, old, next, &c.params, now)), true
 		}
 	}
 	st, ok := e.lock(swaps)
 	if !ok {
-		return false
+		return outcome{}, false
 	}
 	if req.Cost > 0 && !req.Force {
 		// Hold the lock for the admission alone, and report after.
 		next, allowed := algorithm.Admit(alg, st, &c.params, now, req.Cost)
 		if !allowed {
 			e.unlock(st, swaps)
-			p.old = st
-			decideState(alg, req, &c.params, now, p) // the denial's report, on the state it saw
-			return true
+			return outcomeOf(report(alg, req, &c.params, now, st)), true // the denial's, on the state it saw
 		}
 		e.unlock(next, swaps)
-		p.res = algorithm.Admitted(alg, st, next, &c.params, now)
-		return true
+		return admitted(algorithm.Admitted(alg, st, next, &c.params, now)), true
 	}
-	p.old = st
-	decideState(alg, req, &c.params, now, p)
+	p := pending{old: st}
+	decideState(alg, req, &c.params, now, &p)
 	if p.writes(req) {
 		st = p.s
 	}
 	e.unlock(st, swaps)
-	return true
+	return outcomeOf(p.res), true
+}
+
+// report is the Result of req on old that writes nothing: a peek or a
+// denial.
+func report(alg sluice.Algorithm, req *sluice.Request, params *algorithm.Params, now int64, old algorithm.State) algorithm.Result {
+	p := pending{old: old}
+	decideState(alg, req, params, now, &p)
+	return p.res
 }
 
 // TakeAll decides reqs all-or-nothing: the shards of every key are locked in
