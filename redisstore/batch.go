@@ -175,11 +175,10 @@ func (s *Store) encode(now string, calls []*call) []string {
 		}
 		n += len(c.reqs)
 	}
-	args := make([]string, 0, 2+4*len(limits)+len(calls)+2*n)
+	args := make([]string, 0, 2+len(limits)+len(calls)+2*n)
 	args = append(args, now, intArg(int64(len(limits))))
 	for _, l := range limits {
-		la := s.limitArgs(l)
-		args = append(args, la[:]...)
+		args = append(args, s.limitArg(l))
 	}
 	for _, c := range calls {
 		size := int64(len(c.reqs))

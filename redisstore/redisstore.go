@@ -51,7 +51,7 @@ type Store struct {
 
 	batch batcher
 	fn    functions
-	args  sync.Map     // sluice.Limit → [4]string, see limitArgs
+	args  sync.Map     // sluice.Limit → string, see limitArg
 	nargs atomic.Int64 // limits cached
 }
 
@@ -249,19 +249,16 @@ func (s *Store) take(ctx context.Context, c *call) error {
 	return s.coalesce(ctx, client, c)
 }
 
-// limitArgs returns the script arguments of limit (algorithm code, rate,
-// period µs, burst), formatted once per limit: a service sees few limits.
-func (s *Store) limitArgs(l sluice.Limit) [4]string {
+// limitArg returns the argument of limit: its algorithm code, rate,
+// period (µs) and burst, separated by spaces, which the script also uses as
+// the key of its params cache. Formatted once per limit: a service sees
+// few limits.
+func (s *Store) limitArg(l sluice.Limit) string {
 	if v, ok := s.args.Load(l); ok {
-		return v.([4]string)
+		return v.(string)
 	}
 	p := algorithm.ParamsOf(l)
-	a := [4]string{
-		strconv.Itoa(int(l.Algorithm.Resolved())),
-		strconv.FormatInt(p.Rate, 10),
-		strconv.FormatInt(p.Period, 10),
-		strconv.FormatInt(p.Burst, 10),
-	}
+	a := fmt.Sprintf("%d %d %d %d", l.Algorithm.Resolved(), p.Rate, p.Period, p.Burst)
 	if s.nargs.Add(1) <= maxCachedLimits { // bounded: limits may come from callers
 		s.args.Store(l, a)
 	}

@@ -4,11 +4,12 @@
 -- keys: one per request, in order, and after a group's requests its
 -- idempotency key if it has one.
 -- argv: now in µs, or -1 for Redis TIME; the number of limits L; per
--- limit: algorithm code, rate, period (µs), burst; then per group: its
--- number of requests g, negated when it has an idempotency key; then per
--- request: its limit (1 to L) and its cost, negated when forced (Force with
--- cost 0 is no force). Few arguments, because each costs Redis and Lua
--- time: a lone request is five, key included.
+-- limit, one string: algorithm code, rate, period (µs) and burst separated
+-- by spaces; then per group: its number of requests g, negated when it has
+-- an idempotency key; then per request: its limit (1 to L) and its cost,
+-- negated when forced (Force with cost 0 is no force). Few arguments,
+-- because each costs Redis and Lua time: a lone request is six, key
+-- included.
 -- Returns per request: allowed (1/0), remaining, retry, reset, delay (µs);
 -- for every request of a group that failed: -1, the error, 0, 0, 0.
 
@@ -98,15 +99,19 @@ local function int(x)
   return fmt('%.0f', x)
 end
 
--- params returns the params of a limit given as argument strings, with
--- its algorithm code as alg. They are cached: as a function, from one call
--- to the next, up to MAX_CACHED limits.
+-- params returns the params of a limit given as its argument string, with
+-- its algorithm code as alg, or nil for a string that is not one. They are
+-- cached by that string: as a function, from one call to the next, up to
+-- MAX_CACHED limits, so that a call allocates nothing for its limits.
 local MAX_CACHED = 1000
 local cache, cached = {}, 0
-local function params(alg, rate, period, burst)
-  local id = alg .. ' ' .. rate .. ' ' .. period .. ' ' .. burst
+local function params(id)
   local p = cache[id]
   if not p then
+    local alg, rate, period, burst = string.match(id, '^(%d+) (%d+) (%d+) (%d+)$')
+    if not alg then
+      return nil
+    end
     if cached >= MAX_CACHED then
       cache, cached = {}, 0
     end
@@ -137,19 +142,20 @@ local function fail(out, n, g, err)
   return n
 end
 
--- one decides a group of one request of cost and force on an O(1) state,
--- without an idempotency key: most calls. It is group without the tables
--- that a group must keep between deciding and writing.
-local function one(key, p, cost, force, now, out, n)
+-- one decides a group of one request on an O(1) state, without an
+-- idempotency key: most calls. It is group without the tables that a
+-- group must keep between deciding and writing. cost is negated when
+-- forced. It returns the Result's five fields, or nil and an error.
+local function one(key, p, cost, now)
   local a, b, c = load_state(key)
   if not a then
-    return fail(out, n, 1, b)
+    return nil, b
   end
-  local forced, na, nb, nc, allowed, remaining, retry, reset, delay = decide(p.alg, a, b, c, p, now, cost, force)
-  if cost > 0 and (allowed or forced) then
+  local forced, na, nb, nc, allowed, remaining, retry, reset, delay = decide(p.alg, a, b, c, p, now, abs(cost), cost < 0)
+  if cost ~= 0 and (allowed or forced) then
     rcall('SET', key, pack('<d<d<d', na, nb, nc), 'PX', ttl_ms(reset))
   end
-  return put(out, n, allowed, remaining, retry, reset, delay)
+  return allowed, remaining, retry, reset, delay
 end
 
 -- group decides the g requests starting at keys[ki] and argv[ai], of
@@ -232,6 +238,8 @@ local function group(keys, argv, limits, ki, ai, g, idkey, now, out, n)
   return n
 end
 
+local limits, nlimits = {}, 0
+
 -- take_all is the entry point: take_all(KEYS, ARGV) as a script, the
 -- registered function as a library (see script.go).
 local function take_all(keys, argv)
@@ -240,12 +248,28 @@ local function take_all(keys, argv)
     local t = rcall('TIME')
     now = num(t[1]) * 1000000 + num(t[2])
   end
-  local limits = {}
-  local ai = 3
-  for i = 1, num(argv[2]) do
-    limits[i] = params(argv[ai], argv[ai + 1], argv[ai + 2], argv[ai + 3])
-    ai = ai + 4
+  -- Reused from call to call, as a function: only limits[1..L] are read.
+  local nl = num(argv[2])
+  for i = 1, nl do
+    local p = params(argv[2 + i])
+    if not p then
+      return redis.error_reply('sluice: malformed limit argument ' .. argv[2 + i])
+    end
+    limits[i] = p
   end
+  for i = nl + 1, nlimits do
+    limits[i] = nil -- an index past L is an error, not another call's limit
+  end
+  nlimits = nl
+  -- A call of one request (a caller alone): its reply in one constructor.
+  if nl == 1 and argv[4] == '1' and argv[7] == nil and limits[1].alg ~= LOG then
+    local allowed, remaining, retry, reset, delay = one(keys[1], limits[1], num(argv[6]), now)
+    if allowed == nil then
+      return {-1, remaining, 0, 0, 0}
+    end
+    return {allowed and 1 or 0, remaining, retry, reset, delay}
+  end
+  local ai = 3 + nl
   local out, n, ki = {}, 0, 1
   while ai <= #argv do
     local g = num(argv[ai])
@@ -255,8 +279,12 @@ local function take_all(keys, argv)
     end
     local p = limits[num(argv[ai + 1])]
     if g == 1 and not hasid and p.alg ~= LOG then
-      local cost = num(argv[ai + 2])
-      n = one(keys[ki], p, abs(cost), cost < 0, now, out, n)
+      local allowed, remaining, retry, reset, delay = one(keys[ki], p, num(argv[ai + 2]), now)
+      if allowed == nil then
+        n = fail(out, n, 1, remaining)
+      else
+        n = put(out, n, allowed, remaining, retry, reset, delay)
+      end
     else
       local idkey
       if hasid then
