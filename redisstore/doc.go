@@ -2,11 +2,16 @@
 // Lua script, on the server's clock, against standalone Redis, Sentinel or
 // Redis Cluster (and Valkey).
 //
-// Each Take or TakeAll is one script call: the whole batch is loaded,
-// decided and written inside Redis, all-or-nothing, exactly as the memory
-// store decides it (scripts/*.lua are line-by-line twins of package
-// algorithm, in integer microseconds). The script runs by SHA, falling back
-// to EVAL when Redis answers NOSCRIPT after a restart or failover. Time comes
+// Each Take or TakeAll is one call of one Lua function: the whole batch is
+// loaded, decided and written inside Redis, all-or-nothing, exactly as the
+// memory store decides it (scripts/*.lua are line-by-line twins of package
+// algorithm, in integer microseconds). On Redis 7 and later the code is a
+// Redis Functions library, loaded on first use and again whenever a call
+// finds it missing (a restart, a failover, a FUNCTION FLUSH), and called by
+// FCALL: its definitions then run once per server, not once per call.
+// Where functions are unavailable (Redis 6, or an ACL that forbids FUNCTION
+// LOAD) the same code runs as a script by EVALSHA, falling back to EVAL
+// when Redis answers NOSCRIPT. Time comes
 // from Redis TIME unless the Request carries Now, so app servers' clocks
 // cannot skew decisions. Every key written gets a TTL one second longer than
 // its state's life.
