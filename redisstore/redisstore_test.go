@@ -127,11 +127,17 @@ func TestFunctionReloadedWhenMissing(t *testing.T) {
 	}
 }
 
-// A user whose ACL forbids FUNCTION LOAD gets the same decisions, by
-// EVALSHA.
+// A user whose ACL forbids FUNCTION LOAD, or FCALL, gets the same
+// decisions, by EVALSHA.
 func TestConformanceScriptsWhenFunctionsDenied(t *testing.T) {
+	for _, denied := range []string{"-function", "-fcall"} {
+		t.Run(denied, func(t *testing.T) { conformanceAsUser(t, denied) })
+	}
+}
+
+func conformanceAsUser(t *testing.T, denied string) {
 	srv := redistest.Standalone(t)
-	srv.Do("ACL", "SETUSER", "nofunc", "on", ">pw", "~*", "+@all", "-function")
+	srv.Do("ACL", "SETUSER", "nofunc", "on", ">pw", "~*", "+@all", denied)
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, Username: "nofunc", Password: "pw"})
 	if err != nil {
 		t.Fatal(err)
