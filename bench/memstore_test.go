@@ -162,6 +162,22 @@ func BenchmarkMemstore(b *testing.B) {
 			}
 		})
 	})
+	// The same without the clock: the cost of the line's trips alone.
+	b.Run("cas-only/1key", func(b *testing.B) {
+		var word struct {
+			_ [64]byte
+			v atomic.Int64
+			_ [56]byte
+		}
+		parallel(b, keySets[0].keys, func(string) {
+			for {
+				old := word.v.Load()
+				if word.v.CompareAndSwap(old, old+1) {
+					return
+				}
+			}
+		})
+	})
 	b.Run("uber-ratelimit/1key", func(b *testing.B) {
 		rl := ratelimit.New(benchRate, ratelimit.WithoutSlack)
 		parallel(b, keySets[0].keys, func(string) { rl.Take() })
