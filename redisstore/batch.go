@@ -15,7 +15,7 @@ import (
 )
 
 const (
-	maxInFlight  = 4                // script calls running at once per store: few, so batches stay large
+	maxInFlight  = 4                // calls running at once per store: few, so batches stay large
 	maxBatch     = 64               // calls coalesced into one script call
 	flushTimeout = 10 * time.Second // bounds a script call no caller waits for
 )
