@@ -127,6 +127,35 @@ func TestFunctionReloadedWhenMissing(t *testing.T) {
 	}
 }
 
+// On Cluster the library is loaded on every primary: a flush of all of
+// them mid-run loses nothing, whichever node each key lives on.
+func TestFunctionReloadedOnCluster(t *testing.T) {
+	nodes := redistest.Cluster(t)
+	store := redisstore.New(client(t, addrsOf(nodes)...), redisstore.Options{Prefix: uniquePrefix(t)})
+	limit := sluice.Limit{Rate: 3, Period: time.Minute, Algorithm: sluice.FixedWindow}
+	ctx := context.Background()
+	for round := range 4 {
+		if round > 0 {
+			for _, n := range nodes {
+				n.Do("FUNCTION", "FLUSH")
+			}
+		}
+		for k := range 30 { // keys on every node
+			d, err := store.Take(ctx, sluice.Request{Key: fmt.Sprint("k", k), Limit: limit, Cost: 1})
+			want := round < 3
+			if err != nil || d.Allowed != want {
+				t.Fatalf("round %d key %d: %+v, %v; want allowed=%v", round, k, d, err, want)
+			}
+		}
+	}
+	_, name := redisstore.Library()
+	for _, n := range nodes {
+		if !strings.Contains(n.Do("FUNCTION", "LIST"), name) {
+			t.Errorf("%s: library %s not loaded", n.Addr, name)
+		}
+	}
+}
+
 // A user whose ACL forbids FUNCTION LOAD, or FCALL, gets the same
 // decisions, by EVALSHA.
 func TestConformanceScriptsWhenFunctionsDenied(t *testing.T) {
