@@ -142,10 +142,10 @@ func (s *Store) run(ctx context.Context, client rueidis.Client, now string, call
 	vals, err := s.exec(ctx, client, keys, s.encode(now, calls))
 	want := 0
 	for _, c := range calls {
-		want += 5 * len(c.reqs)
+		want += 3 * len(c.reqs)
 	}
 	if err == nil && len(vals) != want {
-		err = fmt.Errorf("script answered %d values for %d requests", len(vals), want/5)
+		err = fmt.Errorf("script answered %d values for %d requests", len(vals), want/3)
 	}
 	if err != nil {
 		err = fmt.Errorf("redisstore: %w", err)
@@ -155,8 +155,8 @@ func (s *Store) run(ctx context.Context, client rueidis.Client, now string, call
 		return
 	}
 	for _, c := range calls {
-		c.err = decode(vals[:5*len(c.reqs)], c.reqs, c.dst)
-		vals = vals[5*len(c.reqs):]
+		c.err = decode(vals[:3*len(c.reqs)], c.reqs, c.dst)
+		vals = vals[3*len(c.reqs):]
 	}
 }
 
@@ -209,28 +209,32 @@ func limitIndex(limits []sluice.Limit, l sluice.Limit) int {
 	return 0
 }
 
-// decode reads five values per request.
+// decode reads three values per request (scripts/take.lua): remaining,
+// negated minus one when denied; Delay when allowed, RetryAfter when
+// denied; ResetAfter. A string in the first place is the error of the
+// request's group.
 func decode(vals []rueidis.RedisMessage, reqs []sluice.Request, dst []sluice.Decision) error {
 	for i := range reqs {
-		var v [5]int64
-		for j := range v {
-			n, err := vals[5*i+j].AsInt64()
-			if err != nil {
-				if j == 1 {
-					if msg, serr := vals[5*i+j].ToString(); serr == nil {
-						return errors.New("redisstore: " + msg)
-					}
-				}
-				return fmt.Errorf("redisstore: unexpected reply: %w", err)
+		r, err := vals[3*i].AsInt64()
+		if err != nil {
+			if msg, serr := vals[3*i].ToString(); serr == nil {
+				return errors.New("redisstore: " + msg)
 			}
-			v[j] = n
+			return fmt.Errorf("redisstore: unexpected reply: %w", err)
 		}
-		if v[0] == -1 {
-			return errors.New("redisstore: script failed")
+		wait, err := vals[3*i+1].AsInt64()
+		if err != nil {
+			return fmt.Errorf("redisstore: unexpected reply: %w", err)
 		}
-		dst[i] = algorithm.Result{
-			Allowed: v[0] == 1, Remaining: v[1], RetryAfter: v[2], ResetAfter: v[3], Delay: v[4],
-		}.Decision(reqs[i].Limit)
+		reset, err := vals[3*i+2].AsInt64()
+		if err != nil {
+			return fmt.Errorf("redisstore: unexpected reply: %w", err)
+		}
+		res := algorithm.Result{Allowed: r >= 0, Remaining: r, Delay: wait, ResetAfter: reset}
+		if !res.Allowed {
+			res.Remaining, res.RetryAfter, res.Delay = -1-r, wait, 0
+		}
+		dst[i] = res.Decision(reqs[i].Limit)
 	}
 	return nil
 }

@@ -10,8 +10,10 @@
 -- negated when forced (Force with cost 0 is no force). Few arguments,
 -- because each costs Redis and Lua time: a lone request is six, key
 -- included.
--- Returns per request: allowed (1/0), remaining, retry, reset, delay (µs);
--- for every request of a group that failed: -1, the error, 0, 0, 0.
+-- Returns three values per request (each costs Redis a conversion and the
+-- client a parse): remaining when allowed, -1 - remaining when denied;
+-- Delay when allowed, RetryAfter when denied (never both); ResetAfter
+-- (µs). For every request of a group that failed: the error, 0, 0.
 
 local ALGS = {[1] = fixed_window, [3] = sliding_window, [4] = token_bucket, [5] = leaky_bucket, [6] = gcra}
 local LOG = 2
@@ -122,22 +124,23 @@ local function params(id)
   return p
 end
 
--- put appends a Result's five fields to out, which holds n values, and
--- returns the new count.
+-- put appends a Result to out, which holds n values, as three values (see
+-- the top), and returns the new count.
 local function put(out, n, allowed, remaining, retry, reset, delay)
-  out[n + 1] = allowed and 1 or 0
-  out[n + 2] = remaining
-  out[n + 3] = retry
-  out[n + 4] = reset
-  out[n + 5] = delay
-  return n + 5
+  if allowed then
+    out[n + 1], out[n + 2] = remaining, delay
+  else
+    out[n + 1], out[n + 2] = -1 - remaining, retry
+  end
+  out[n + 3] = reset
+  return n + 3
 end
 
 -- fail appends the error of a group of g requests.
 local function fail(out, n, g, err)
   for _ = 1, g do
-    n = put(out, n, false, err, 0, 0, 0)
-    out[n - 4] = -1
+    out[n + 1], out[n + 2], out[n + 3] = err, 0, 0
+    n = n + 3
   end
   return n
 end
@@ -265,9 +268,12 @@ local function take_all(keys, argv)
   if nl == 1 and argv[4] == '1' and argv[7] == nil and limits[1].alg ~= LOG then
     local allowed, remaining, retry, reset, delay = one(keys[1], limits[1], num(argv[6]), now)
     if allowed == nil then
-      return {-1, remaining, 0, 0, 0}
+      return {remaining, 0, 0}
     end
-    return {allowed and 1 or 0, remaining, retry, reset, delay}
+    if allowed then
+      return {remaining, delay, reset}
+    end
+    return {-1 - remaining, retry, reset}
   end
   local ai = 3 + nl
   local out, n, ki = {}, 0, 1
