@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
@@ -29,6 +31,18 @@ type peer struct {
 	mu       sync.Mutex
 	pending  []*forward
 	inFlight int
+
+	// Streams not in use by a running batch, opened on demand and dropped
+	// after a failure; unary once the peer turned out not to serve them.
+	// Guarded by mu.
+	idle  []*peerStream
+	unary bool
+}
+
+// peerStream is one stream to a peer, used by one batch at a time.
+type peerStream struct {
+	stream grpc.ClientStream
+	cancel context.CancelFunc
 }
 
 const maxInFlight = 1
@@ -97,7 +111,8 @@ func (p *peer) run(batch []*forward) {
 	}
 }
 
-// send makes one gRPC call for batch, bounded by the timeout.
+// send sends batch and sets each forward's result or error, bounded by
+// the timeout.
 func (p *peer) send(batch []*forward) {
 	defer func() {
 		for _, f := range batch {
@@ -109,13 +124,33 @@ func (p *peer) send(batch []*forward) {
 		calls[i] = f.call
 	}
 	body := appendCalls(nil, calls)
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
-	defer cancel()
-	out := new(wrapperspb.BytesValue)
-	err := p.conn.Invoke(ctx, takeMethod, wrapperspb.Bytes(body), out)
+	p.mu.Lock()
+	unary := p.unary
+	var ps *peerStream
+	if n := len(p.idle); n > 0 && !unary {
+		ps, p.idle = p.idle[n-1], p.idle[:n-1]
+	}
+	p.mu.Unlock()
+	var value []byte
+	var err error
+	if !unary {
+		value, ps, err = p.sendStream(ps, body)
+		if status.Code(err) == codes.Unimplemented {
+			unary = true // a peer from before the stream: nothing was run
+		}
+	}
+	if unary {
+		value, err = p.sendUnary(body)
+	}
+	p.mu.Lock()
+	p.unary = p.unary || unary
+	if ps != nil {
+		p.idle = append(p.idle, ps)
+	}
+	p.mu.Unlock()
 	var results []wireResult
 	if err == nil {
-		results, err = decodeResults(out.Value)
+		results, err = decodeResults(value)
 	}
 	if err == nil && len(results) != len(batch) {
 		err = fmt.Errorf("peer answered %d results for %d calls", len(results), len(batch))
@@ -127,6 +162,50 @@ func (p *peer) send(batch []*forward) {
 		}
 		f.res = results[i]
 	}
+}
+
+// sendStream sends one batch on ps, or on a new stream when ps is nil, and
+// reads its answer; it returns the stream if it can be used again. A batch
+// not answered within the timeout, or any failure, ends the stream.
+func (p *peer) sendStream(ps *peerStream, body []byte) ([]byte, *peerStream, error) {
+	if ps == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		st, err := p.conn.NewStream(ctx, &takeStreamDesc, takeStreamMethod)
+		if err != nil {
+			cancel()
+			return nil, nil, err
+		}
+		ps = &peerStream{stream: st, cancel: cancel}
+	}
+	timer := time.AfterFunc(p.timeout, ps.cancel)
+	out := new(wrapperspb.BytesValue)
+	err := ps.stream.SendMsg(wrapperspb.Bytes(body))
+	if err == nil {
+		err = ps.stream.RecvMsg(out)
+	}
+	fired := !timer.Stop() // then the stream is cancelled, answered or not
+	if fired || err != nil {
+		ps.cancel()
+		if err != nil && fired {
+			err = fmt.Errorf("no answer within %v", p.timeout)
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		return out.Value, nil, nil
+	}
+	return out.Value, ps, nil
+}
+
+// sendUnary sends one batch as a unary call.
+func (p *peer) sendUnary(body []byte) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	out := new(wrapperspb.BytesValue)
+	if err := p.conn.Invoke(ctx, takeMethod, wrapperspb.Bytes(body), out); err != nil {
+		return nil, err
+	}
+	return out.Value, nil
 }
 
 func (p *peer) close() { p.conn.Close() }

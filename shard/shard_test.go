@@ -2,6 +2,7 @@ package shard_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -64,6 +65,13 @@ type node struct {
 
 func startNodes(t *testing.T, n int) []*node {
 	t.Helper()
+	return startNodesWith(t, n, func(int) func(*grpc.Server, sluice.Store) { return shard.Register })
+}
+
+// startNodesWith starts n nodes, node i serving the peer service with
+// register(i).
+func startNodesWith(t *testing.T, n int, register func(i int) func(*grpc.Server, sluice.Store)) []*node {
+	t.Helper()
 	var lis []net.Listener
 	var addrs []string
 	for range n {
@@ -78,7 +86,7 @@ func startNodes(t *testing.T, n int) []*node {
 	for i := range n {
 		local := memstore.New(memstore.Options{})
 		srv := grpc.NewServer()
-		shard.Register(srv, local)
+		register(i)(srv, local)
 		healthpb.RegisterHealthServer(srv, health.NewServer())
 		go srv.Serve(lis[i])
 		s, err := shard.New(shard.Options{
@@ -108,7 +116,22 @@ func startNodes(t *testing.T, n int) []*node {
 // Each key's decisions are exact across the three: the same admitted count
 // as one memory store would give, with forwarding in between.
 func TestExactAcrossInstances(t *testing.T) {
-	nodes := startNodes(t, 3)
+	exactAcross(t, startNodes(t, 3))
+}
+
+// A peer from before the stream (the unary method alone) is forwarded to
+// by unary calls, with the same exact counts: a rolling upgrade works.
+func TestExactWithAPeerWithoutTheStream(t *testing.T) {
+	exactAcross(t, startNodesWith(t, 3, func(i int) func(*grpc.Server, sluice.Store) {
+		if i == 0 {
+			return shard.RegisterUnaryOnly
+		}
+		return shard.Register
+	}))
+}
+
+func exactAcross(t *testing.T, nodes []*node) {
+	t.Helper()
 	limit := sluice.Limit{Rate: 50, Period: time.Hour}
 	var admitted [20]atomic.Int64
 	var wg sync.WaitGroup
@@ -230,5 +253,53 @@ func TestSplitBrainIsBoundedByOwners(t *testing.T) {
 	}
 	if admitted != 20 {
 		t.Fatalf("admitted %d with two owners of a limit of 10; want 2 × 10", admitted)
+	}
+}
+
+// A peer that takes a batch and never answers fails each forward within
+// the timeout, and the next forward, on a new stream, fails in time too.
+func TestHungPeerFailsWithinTimeout(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hung := grpc.NewServer()
+	hung.RegisterService(&grpc.ServiceDesc{
+		ServiceName: "sluice.shard.v1.Peer",
+		HandlerType: (*any)(nil),
+		Streams: []grpc.StreamDesc{{
+			StreamName: "TakeStream", ServerStreams: true, ClientStreams: true,
+			Handler: func(_ any, ss grpc.ServerStream) error {
+				<-ss.Context().Done() // reads nothing, answers nothing
+				return nil
+			},
+		}},
+	}, nil)
+	go hung.Serve(l)
+	t.Cleanup(hung.Stop)
+	self := "127.0.0.1:1" // never dialled: every key below is the hung peer's
+	s, err := shard.New(shard.Options{
+		Self: self, Local: memstore.New(memstore.Options{}), Timeout: 150 * time.Millisecond,
+		Members: fixedMembers{self, l.Addr().String()}, Interval: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	var keys []string
+	for i := 0; len(keys) < 2; i++ {
+		if k := fmt.Sprint("k", i); s.Owner(k) != self {
+			keys = append(keys, k)
+		}
+	}
+	for _, k := range keys {
+		start := time.Now()
+		_, err := s.Take(context.Background(), sluice.Request{Key: k, Limit: sluice.PerSecond(10), Cost: 1})
+		if !errors.Is(err, shard.ErrPeer) {
+			t.Fatalf("%s: err %v, want ErrPeer", k, err)
+		}
+		if el := time.Since(start); el > time.Second {
+			t.Errorf("%s: failed after %v, timeout 150ms", k, el)
+		}
 	}
 }

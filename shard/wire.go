@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"io"
 	"time"
 
 	"google.golang.org/grpc"
@@ -12,11 +13,20 @@ import (
 	"github.com/sluicehq/sluice"
 )
 
-// The peer protocol: one gRPC method, /sluice.shard.v1.Peer/Take, whose
-// request and response are google.protobuf.BytesValue holding a batch of
-// calls, each a TakeAll, and their results in order (codec.go). Batching concurrent forwards
-// to one peer into one call is what makes forwarding cheap.
-const takeMethod = "/sluice.shard.v1.Peer/Take"
+// The peer protocol: /sluice.shard.v1.Peer/TakeStream, a bidirectional
+// stream on which each message is a google.protobuf.BytesValue holding a
+// batch of calls, each a TakeAll, answered by one message of their results
+// in order (codec.go); and /sluice.shard.v1.Peer/Take, the same for one
+// batch as a unary call, for peers that predate the stream. Batching
+// concurrent forwards to one peer is what makes forwarding cheap, and a
+// stream spares each batch a call's setup (headers, a new HTTP/2 stream),
+// which cost more than the batch itself when batches are small.
+const (
+	takeMethod       = "/sluice.shard.v1.Peer/Take"
+	takeStreamMethod = "/sluice.shard.v1.Peer/TakeStream"
+)
+
+var takeStreamDesc = grpc.StreamDesc{StreamName: "TakeStream", ServerStreams: true, ClientStreams: true}
 
 type wireRequest struct {
 	Key       string
@@ -63,7 +73,34 @@ func (w wireRequest) request() sluice.Request {
 
 // Register adds the peer service, deciding with local, to a gRPC server.
 func Register(s *grpc.Server, local sluice.Store) {
-	s.RegisterService(&grpc.ServiceDesc{
+	desc := unaryService(local)
+	stream := takeStreamDesc
+	stream.Handler = func(_ any, ss grpc.ServerStream) error {
+		for {
+			in := new(wrapperspb.BytesValue)
+			if err := ss.RecvMsg(in); err != nil {
+				if err == io.EOF {
+					return nil
+				}
+				return err
+			}
+			out, err := serve(ss.Context(), local, in.Value)
+			if err != nil {
+				return err
+			}
+			if err := ss.SendMsg(wrapperspb.Bytes(out)); err != nil {
+				return err
+			}
+		}
+	}
+	desc.Streams = []grpc.StreamDesc{stream}
+	s.RegisterService(desc, nil)
+}
+
+// unaryService is the peer service with the unary method alone, as peers
+// that predate the stream serve it.
+func unaryService(local sluice.Store) *grpc.ServiceDesc {
+	return &grpc.ServiceDesc{
 		ServiceName: "sluice.shard.v1.Peer",
 		HandlerType: (*any)(nil),
 		Methods: []grpc.MethodDesc{{
@@ -80,7 +117,7 @@ func Register(s *grpc.Server, local sluice.Store) {
 				return wrapperspb.Bytes(out), nil
 			},
 		}},
-	}, nil)
+	}
 }
 
 // maxBatch bounds the calls in one peer request.
