@@ -73,11 +73,24 @@ func (p *peer) do(ctx context.Context, call wireCall) (wireResult, error) {
 	f.call = call
 	p.mu.Lock()
 	p.pending = append(p.pending, f)
-	if p.inFlight < maxInFlight {
+	if p.inFlight < maxInFlight { // and so f is the only one pending
+		// Sent on the caller's goroutine, under its ctx: no hand-off to
+		// another goroutine and back, which is most of a lone forward's
+		// latency here. Forwards that queue meanwhile go on a goroutine.
 		p.inFlight++
-		go p.run(p.takeLocked())
+		batch := p.takeLocked()
+		p.mu.Unlock()
+		p.send(ctx, batch)
+		p.mu.Lock()
+		if len(p.pending) > 0 {
+			go p.run(p.takeLocked())
+		} else {
+			p.inFlight--
+		}
+		p.mu.Unlock()
+	} else {
+		p.mu.Unlock()
 	}
-	p.mu.Unlock()
 	select {
 	case <-f.done:
 		res, err := f.res, f.err
@@ -99,7 +112,7 @@ func (p *peer) takeLocked() []*forward {
 // run sends batches until none are waiting.
 func (p *peer) run(batch []*forward) {
 	for {
-		p.send(batch)
+		p.send(context.Background(), batch)
 		p.mu.Lock()
 		if len(p.pending) == 0 {
 			p.inFlight--
@@ -112,8 +125,8 @@ func (p *peer) run(batch []*forward) {
 }
 
 // send sends batch and sets each forward's result or error, bounded by
-// the timeout.
-func (p *peer) send(batch []*forward) {
+// the timeout and by ctx.
+func (p *peer) send(ctx context.Context, batch []*forward) {
 	defer func() {
 		for _, f := range batch {
 			f.done <- struct{}{}
@@ -134,13 +147,13 @@ func (p *peer) send(batch []*forward) {
 	var value []byte
 	var err error
 	if !unary {
-		value, ps, err = p.sendStream(ps, body)
+		value, ps, err = p.sendStream(ctx, ps, body)
 		if status.Code(err) == codes.Unimplemented {
 			unary = true // a peer from before the stream: nothing was run
 		}
 	}
 	if unary {
-		value, err = p.sendUnary(body)
+		value, err = p.sendUnary(ctx, body)
 	}
 	p.mu.Lock()
 	p.unary = p.unary || unary
@@ -167,7 +180,7 @@ func (p *peer) send(batch []*forward) {
 // sendStream sends one batch on ps, or on a new stream when ps is nil, and
 // reads its answer; it returns the stream if it can be used again. A batch
 // not answered within the timeout, or any failure, ends the stream.
-func (p *peer) sendStream(ps *peerStream, body []byte) ([]byte, *peerStream, error) {
+func (p *peer) sendStream(ctx context.Context, ps *peerStream, body []byte) ([]byte, *peerStream, error) {
 	if ps == nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		st, err := p.conn.NewStream(ctx, &takeStreamDesc, takeStreamMethod)
@@ -178,16 +191,22 @@ func (p *peer) sendStream(ps *peerStream, body []byte) ([]byte, *peerStream, err
 		ps = &peerStream{stream: st, cancel: cancel}
 	}
 	timer := time.AfterFunc(p.timeout, ps.cancel)
+	stop := context.AfterFunc(ctx, ps.cancel) // the caller's deadline, on its own goroutine
 	out := new(wrapperspb.BytesValue)
 	err := ps.stream.SendMsg(wrapperspb.Bytes(body))
 	if err == nil {
 		err = ps.stream.RecvMsg(out)
 	}
-	fired := !timer.Stop() // then the stream is cancelled, answered or not
+	timerFired, ctxFired := !timer.Stop(), !stop()
+	fired := timerFired || ctxFired // then the stream is cancelled, answered or not
 	if fired || err != nil {
 		ps.cancel()
 		if err != nil && fired {
-			err = fmt.Errorf("no answer within %v", p.timeout)
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			} else {
+				err = fmt.Errorf("no answer within %v", p.timeout)
+			}
 		}
 		if err != nil {
 			return nil, nil, err
@@ -198,8 +217,8 @@ func (p *peer) sendStream(ps *peerStream, body []byte) ([]byte, *peerStream, err
 }
 
 // sendUnary sends one batch as a unary call.
-func (p *peer) sendUnary(body []byte) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+func (p *peer) sendUnary(ctx context.Context, body []byte) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, p.timeout)
 	defer cancel()
 	out := new(wrapperspb.BytesValue)
 	if err := p.conn.Invoke(ctx, takeMethod, wrapperspb.Bytes(body), out); err != nil {

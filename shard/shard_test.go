@@ -302,4 +302,22 @@ func TestHungPeerFailsWithinTimeout(t *testing.T) {
 			t.Errorf("%s: failed after %v, timeout 150ms", k, el)
 		}
 	}
+	// A caller's deadline shorter than the timeout is kept too.
+	slow, err := shard.New(shard.Options{
+		Self: self, Local: memstore.New(memstore.Options{}), Timeout: 5 * time.Second,
+		Members: fixedMembers{self, l.Addr().String()}, Interval: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(slow.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if _, err := slow.Take(ctx, sluice.Request{Key: keys[0], Limit: sluice.PerSecond(10), Cost: 1}); err == nil {
+		t.Fatal("a hung owner answered")
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Errorf("failed after %v: the caller's 100ms deadline was not kept", el)
+	}
 }
