@@ -124,9 +124,10 @@ func (r *reader) fail() {
 func decodeCalls(b []byte) ([]wireCall, error) {
 	r := &reader{b: b}
 	calls := make([]wireCall, r.uvarint(maxBatch))
+	slab := make([]wireRequest, 0, len(calls)) // most calls are one request
 	for i := range calls {
 		calls[i].Reset = r.byte() == 1
-		reqs := make([]wireRequest, r.uvarint(maxCallReqs))
+		reqs := carve(&slab, int(r.uvarint(maxCallReqs)))
 		for j := range reqs {
 			q := &reqs[j]
 			q.Key = r.bytes(maxKeyBytes)
@@ -145,9 +146,10 @@ func decodeCalls(b []byte) ([]wireCall, error) {
 func decodeResults(b []byte) ([]wireResult, error) {
 	r := &reader{b: b}
 	results := make([]wireResult, r.uvarint(maxBatch))
+	slab := make([]wireDecision, 0, len(results)) // most calls are one request
 	for i := range results {
 		results[i].Err = strings.Clone(r.bytes(1 << 16)) // kept past the message
-		ds := make([]wireDecision, r.uvarint(maxCallReqs))
+		ds := carve(&slab, int(r.uvarint(maxCallReqs)))
 		for j := range ds {
 			ds[j].Allowed = r.byte() == 1
 			ds[j].Remaining, ds[j].RetryAfter, ds[j].ResetAfter, ds[j].Delay = r.varint(), time.Duration(r.varint()), time.Duration(r.varint()), time.Duration(r.varint())
@@ -158,4 +160,14 @@ func decodeResults(b []byte) ([]wireResult, error) {
 		}
 	}
 	return results, r.err
+}
+
+// carve returns n elements from the spare capacity of *slab, or new ones
+// when it has too few: a batch's calls share one allocation.
+func carve[T any](slab *[]T, n int) []T {
+	if s := *slab; cap(s)-len(s) >= n {
+		*slab = s[:len(s)+n]
+		return s[len(s) : len(s)+n : len(s)+n]
+	}
+	return make([]T, n)
 }

@@ -51,7 +51,8 @@ type forward struct {
 	call wireCall
 	res  wireResult
 	err  error
-	done chan struct{} // one value when answered
+	done chan struct{}  // one value when answered
+	one  [1]wireRequest // a one-request call's request, without a slice of its own
 }
 
 // forwards recycles forward structs, whose channels cost an allocation
@@ -71,6 +72,19 @@ func newPeer(addr string, size int, timeout time.Duration) (*peer, error) {
 func (p *peer) do(ctx context.Context, call wireCall) (wireResult, error) {
 	f := forwards.Get().(*forward)
 	f.call = call
+	return p.wait(ctx, f)
+}
+
+// doOne is do for a call of one request.
+func (p *peer) doOne(ctx context.Context, req wireRequest) (wireResult, error) {
+	f := forwards.Get().(*forward)
+	f.one[0] = req
+	f.call = wireCall{Reqs: f.one[:]}
+	return p.wait(ctx, f)
+}
+
+// wait sends f in the next batch and waits for its result or ctx.
+func (p *peer) wait(ctx context.Context, f *forward) (wireResult, error) {
 	p.mu.Lock()
 	p.pending = append(p.pending, f)
 	if p.inFlight < maxInFlight { // and so f is the only one pending
@@ -133,10 +147,14 @@ func (p *peer) send(ctx context.Context, batch []*forward) {
 		}
 	}()
 	calls := make([]wireCall, len(batch))
+	size := 8
 	for i, f := range batch {
 		calls[i] = f.call
+		for _, r := range f.call.Reqs {
+			size += len(r.Key) + 40 // the key, its length and seven numbers
+		}
 	}
-	body := appendCalls(nil, calls)
+	body := appendCalls(make([]byte, 0, size), calls)
 	p.mu.Lock()
 	unary := p.unary
 	var ps *peerStream

@@ -177,7 +177,7 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Decision, 
 		return sluice.Decision{}, fmt.Errorf("%w: %s: %w", ErrPeer, owner, err)
 	}
 	s.forwarded.Add(1)
-	res, err := p.do(ctx, wireCall{Reqs: []wireRequest{toWire(req)}})
+	res, err := p.doOne(ctx, toWire(req))
 	if err != nil {
 		return sluice.Decision{}, err
 	}

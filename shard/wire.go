@@ -129,13 +129,15 @@ func serve(ctx context.Context, local sluice.Store, body []byte) ([]byte, error)
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	results := make([]wireResult, len(calls))
+	one := make([]wireDecision, len(calls)) // the decisions of one-request calls
 	for i, c := range calls {
-		results[i] = serveCall(ctx, local, c)
+		results[i] = serveCall(ctx, local, c, one[i:i+1:i+1])
 	}
 	return appendResults(nil, results), nil
 }
 
-func serveCall(ctx context.Context, local sluice.Store, c wireCall) wireResult {
+// serveCall decides c; a one-request call's decision goes in one.
+func serveCall(ctx context.Context, local sluice.Store, c wireCall, one []wireDecision) wireResult {
 	if len(c.Reqs) == 0 || len(c.Reqs) > 64 {
 		return wireResult{Err: "shard: a call holds 1 to 64 requests"}
 	}
@@ -144,7 +146,8 @@ func serveCall(ctx context.Context, local sluice.Store, c wireCall) wireResult {
 		if err != nil {
 			return wireResult{Err: err.Error()}
 		}
-		return wireResult{Decisions: []wireDecision{{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Delay: d.Delay}}}
+		one[0] = wireDecision{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Delay: d.Delay}
+		return wireResult{Decisions: one}
 	}
 	reqs := make([]sluice.Request, len(c.Reqs))
 	for i, w := range c.Reqs {
