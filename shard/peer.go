@@ -197,41 +197,58 @@ func (p *peer) send(ctx context.Context, batch []*forward) {
 
 // sendStream sends one batch on ps, or on a new stream when ps is nil, and
 // reads its answer; it returns the stream if it can be used again. A batch
-// not answered within the timeout, or any failure, ends the stream.
+// not answered within the timeout or ctx, or any failure, ends the stream.
 func (p *peer) sendStream(ctx context.Context, ps *peerStream, body []byte) ([]byte, *peerStream, error) {
-	if ps == nil {
-		ctx, cancel := context.WithCancel(context.Background())
-		st, err := p.conn.NewStream(ctx, &takeStreamDesc, takeStreamMethod)
-		if err != nil {
-			cancel()
-			return nil, nil, err
+	msg := wrapperspb.Bytes(body)
+	if ps != nil {
+		value, next, unsent, err := p.exchange(ctx, ps, msg)
+		if !unsent {
+			return value, next, err
 		}
-		ps = &peerStream{stream: st, cancel: cancel}
+		// The stream had ended while idle (the peer restarted, the
+		// connection dropped): the batch never left, so a new stream
+		// sends it.
 	}
+	sctx, cancel := context.WithCancel(context.Background())
+	st, err := p.conn.NewStream(sctx, &takeStreamDesc, takeStreamMethod)
+	if err != nil {
+		cancel()
+		return nil, nil, err
+	}
+	value, next, _, err := p.exchange(ctx, &peerStream{stream: st, cancel: cancel}, msg)
+	return value, next, err
+}
+
+// exchange sends msg on ps and reads the answer, within the timeout and
+// ctx, and returns the stream if it can be used again. unsent reports that
+// the stream had already ended when msg was to be sent: msg never reached
+// the peer.
+func (p *peer) exchange(ctx context.Context, ps *peerStream, msg *wrapperspb.BytesValue) (value []byte, next *peerStream, unsent bool, err error) {
 	timer := time.AfterFunc(p.timeout, ps.cancel)
 	stop := context.AfterFunc(ctx, ps.cancel) // the caller's deadline, on its own goroutine
 	out := new(wrapperspb.BytesValue)
-	err := ps.stream.SendMsg(wrapperspb.Bytes(body))
+	err = ps.stream.SendMsg(msg)
+	sendFailed := err != nil
 	if err == nil {
 		err = ps.stream.RecvMsg(out)
 	}
 	timerFired, ctxFired := !timer.Stop(), !stop()
 	fired := timerFired || ctxFired // then the stream is cancelled, answered or not
-	if fired || err != nil {
+	switch {
+	case err == nil && !fired:
+		return out.Value, ps, false, nil
+	case err == nil:
 		ps.cancel()
-		if err != nil && fired {
-			if ctx.Err() != nil {
-				err = ctx.Err()
-			} else {
-				err = fmt.Errorf("no answer within %v", p.timeout)
-			}
-		}
-		if err != nil {
-			return nil, nil, err
-		}
-		return out.Value, nil, nil
+		return out.Value, nil, false, nil
 	}
-	return out.Value, ps, nil
+	ps.cancel()
+	switch {
+	case ctxFired:
+		err = ctx.Err()
+	case timerFired:
+		err = fmt.Errorf("no answer within %v", p.timeout)
+	}
+	return nil, nil, sendFailed && !fired, err
 }
 
 // sendUnary sends one batch as a unary call.

@@ -321,3 +321,53 @@ func TestHungPeerFailsWithinTimeout(t *testing.T) {
 		t.Errorf("failed after %v: the caller's 100ms deadline was not kept", el)
 	}
 }
+
+// A peer that restarts on the same address leaves its old stream dead; the
+// next forward, sent after the restart, is answered, not failed.
+func TestForwardAfterPeerRestart(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	local := memstore.New(memstore.Options{})
+	srv := grpc.NewServer()
+	shard.Register(srv, local)
+	go srv.Serve(l)
+	self := "127.0.0.1:1"
+	s, err := shard.New(shard.Options{
+		Self: self, Local: memstore.New(memstore.Options{}), Timeout: time.Second,
+		Members: fixedMembers{self, addr}, Interval: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	key := ""
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprint("k", i); s.Owner(k) == addr {
+			key = k
+		}
+	}
+	limit := sluice.Limit{Rate: 100, Period: time.Hour}
+	if _, err := s.Take(context.Background(), sluice.Request{Key: key, Limit: limit, Cost: 1}); err != nil {
+		t.Fatal(err)
+	}
+	srv.Stop() // the peer goes away, and comes back on the same address
+	l2, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("could not listen again on %s: %v", addr, err)
+	}
+	srv2 := grpc.NewServer()
+	shard.Register(srv2, local)
+	go srv2.Serve(l2)
+	t.Cleanup(srv2.Stop)
+	time.Sleep(100 * time.Millisecond) // the client notices the old connection is gone
+	d, err := s.Take(context.Background(), sluice.Request{Key: key, Limit: limit, Cost: 1})
+	if err != nil {
+		t.Fatalf("forward after the peer restarted: %v", err)
+	}
+	if d.Remaining != 98 {
+		t.Errorf("remaining %d, want 98: counted once each", d.Remaining)
+	}
+}
