@@ -55,10 +55,11 @@ type LimiterOptions struct {
 // Limiter applies one Limit to many keys through a Store, with a policy for
 // store failures. It is safe for concurrent use.
 type Limiter struct {
-	store  Store
-	limit  Limit
-	opts   LimiterOptions
-	denied *denyCache
+	store    Store
+	limit    Limit
+	capacity int64 // limit.Capacity()
+	opts     LimiterOptions
+	denied   *denyCache
 }
 
 // NewLimiter returns a Limiter enforcing limit through store. It returns an
@@ -73,7 +74,7 @@ func NewLimiter(store Store, limit Limit, opts LimiterOptions) (*Limiter, error)
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
-	l := &Limiter{store: store, limit: limit, opts: opts}
+	l := &Limiter{store: store, limit: limit, opts: opts, capacity: limit.Capacity()}
 	if opts.DenyCacheSize > 0 {
 		l.denied = newDenyCache(opts.DenyCacheSize)
 	}
@@ -95,21 +96,36 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // The error is non-nil for invalid input (the request is then not counted)
 // and, under FailClosed, when the store fails: the Decision is then a denial
 // and the error wraps ErrStoreUnavailable.
-func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (Decision, error) {
+func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, err error) {
+	if l.denied == nil && l.opts.Timeout <= 0 {
+		// The usual case, kept to one call with the Request built in
+		// place: a Request or Decision copied whole costs more than the
+		// rest of this function.
+		if err := checkKeyAndCost(key, n, l.capacity); err != nil {
+			return Decision{Limit: l.limit}, err
+		}
+		d, err = l.store.Take(ctx, Request{Key: key, Limit: l.limit, Cost: n})
+		if err != nil {
+			return l.failed(ctx, Request{Key: key, Limit: l.limit, Cost: n}, err)
+		}
+		return d, nil
+	}
 	req := Request{Key: key, Limit: l.limit, Cost: n}
-	if err := req.Validate(); err != nil {
+	if err := req.CheckKeyAndCost(); err != nil { // the limit was validated by NewLimiter
 		return Decision{Limit: l.limit}, err
 	}
-	return l.take(ctx, req)
+	err = l.take(ctx, &req, &d)
+	return d, err
 }
 
 // Peek reports key's decision for one event without taking it.
-func (l *Limiter) Peek(ctx context.Context, key string) (Decision, error) {
+func (l *Limiter) Peek(ctx context.Context, key string) (d Decision, err error) {
 	req := Request{Key: key, Limit: l.limit}
-	if err := req.Validate(); err != nil {
+	if err := req.CheckKeyAndCost(); err != nil {
 		return Decision{Limit: l.limit}, err
 	}
-	return l.take(ctx, req)
+	err = l.take(ctx, &req, &d)
+	return d, err
 }
 
 // Reset forgets key's state, giving it full capacity.
@@ -170,32 +186,40 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // take asks the store, applying the deny cache, timeout and fail mode.
-func (l *Limiter) take(ctx context.Context, req Request) (Decision, error) {
+// take decides req into *d. The Decision is written in place, not
+// returned through each layer: it has nine fields, more than the compiler
+// keeps in registers, and every whole copy is a store and reloads that the
+// processor cannot forward.
+func (l *Limiter) take(ctx context.Context, req *Request, d *Decision) error {
 	var now time.Time
 	if l.denied != nil {
 		now = l.opts.Clock()
-		if d, ok := l.denied.lookup(req.Key, req.Cost, now); ok {
-			d.Limit = l.limit
-			return d, nil
+		if c, ok := l.denied.lookup(req.Key, req.Cost, now); ok {
+			c.Limit = l.limit
+			*d = c
+			return nil
 		}
 	}
-	d, err := l.call(ctx, req)
+	var err error
+	if l.opts.Timeout <= 0 {
+		*d, err = l.store.Take(ctx, *req)
+	} else {
+		*d, err = l.takeWithin(ctx, req)
+	}
 	if err != nil {
-		return l.failed(ctx, req, err)
+		*d, err = l.failed(ctx, *req, err)
+		return err
 	}
 	if l.denied != nil && !d.Allowed {
-		l.denied.add(req.Key, req.Cost, now, d)
+		l.denied.add(req.Key, req.Cost, now, *d)
 	}
-	return d, nil
+	return nil
 }
 
-func (l *Limiter) call(ctx context.Context, req Request) (Decision, error) {
-	if l.opts.Timeout <= 0 {
-		return l.store.Take(ctx, req)
-	}
+func (l *Limiter) takeWithin(ctx context.Context, req *Request) (Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.opts.Timeout)
 	defer cancel()
-	return l.store.Take(ctx, req)
+	return l.store.Take(ctx, *req)
 }
 
 func (l *Limiter) failed(ctx context.Context, req Request, err error) (Decision, error) {

@@ -76,17 +76,38 @@ func (r *Request) Validate() error {
 // CheckKeyAndCost is Validate without validating the Limit itself, for
 // stores that cache a limit's validation. The Limit must be valid.
 func (r *Request) CheckKeyAndCost() error {
-	switch {
-	case r.Key == "":
-		return ErrEmptyKey
-	case len(r.Key) > MaxKeyLen:
-		return fmt.Errorf("%w: %d bytes, the maximum is %d", ErrKeyTooLong, len(r.Key), MaxKeyLen)
-	case r.Cost < 0:
-		return fmt.Errorf("%w: %d", ErrNegativeCost, r.Cost)
-	case !r.Now.IsZero() && (r.Now.Before(time.Unix(0, 0)) || r.Now.After(MaxTime)):
+	if err := checkKey(r.Key, r.Cost); err != nil {
+		return err
+	}
+	if !r.Now.IsZero() && (r.Now.Before(time.Unix(0, 0)) || r.Now.After(MaxTime)) {
 		return fmt.Errorf("%w: %v is outside 1970..%v", ErrInvalidTime, r.Now, MaxTime.Year())
-	case r.Cost > r.Limit.Capacity():
-		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsBurst, r.Cost, r.Limit.Capacity())
+	}
+	return checkCost(r.Cost, r.Limit.Capacity())
+}
+
+// checkKeyAndCost is CheckKeyAndCost for a Request without Now.
+func checkKeyAndCost(key string, cost, capacity int64) error {
+	if err := checkKey(key, cost); err != nil {
+		return err
+	}
+	return checkCost(cost, capacity)
+}
+
+func checkKey(key string, cost int64) error {
+	switch {
+	case key == "":
+		return ErrEmptyKey
+	case len(key) > MaxKeyLen:
+		return fmt.Errorf("%w: %d bytes, the maximum is %d", ErrKeyTooLong, len(key), MaxKeyLen)
+	case cost < 0:
+		return fmt.Errorf("%w: %d", ErrNegativeCost, cost)
+	}
+	return nil
+}
+
+func checkCost(cost, capacity int64) error {
+	if cost > capacity {
+		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsBurst, cost, capacity)
 	}
 	return nil
 }

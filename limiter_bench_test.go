@@ -1,0 +1,39 @@
+package sluice_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// BenchmarkLimiterAllow is the cost of the Limiter over its store: Allow on
+// one existing key against the store's Take of the same request.
+func BenchmarkLimiterAllow(b *testing.B) {
+	limit := sluice.Limit{Rate: 1000, Period: time.Hour, Burst: 100_000_000, Algorithm: sluice.GCRA}
+	store := memstore.New(memstore.Options{})
+	l, err := sluice.NewLimiter(store, limit, sluice.LimiterOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	const key = "key-00000000001"
+	b.Run("limiter", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if d, err := l.Allow(ctx, key); err != nil || !d.Allowed {
+				b.Fatal(d, err)
+			}
+		}
+	})
+	b.Run("store", func(b *testing.B) {
+		b.ReportAllocs()
+		for range b.N {
+			if d, err := store.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 1}); err != nil || !d.Allowed {
+				b.Fatal(d, err)
+			}
+		}
+	})
+}
