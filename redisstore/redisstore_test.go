@@ -156,6 +156,34 @@ func TestFunctionReloadedOnCluster(t *testing.T) {
 	}
 }
 
+// A user whose ACL forbids some keys gets a clear error for them, and
+// keeps FCALL for the keys it may use: a refused key does not turn
+// functions off.
+func TestForbiddenKeyKeepsFunctions(t *testing.T) {
+	srv := redistest.Standalone(t)
+	srv.Do("ACL", "SETUSER", "somekeys", "on", ">pw", "~p:{a*", "+@all")
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, Username: "somekeys", Password: "pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	store := redisstore.New(c, redisstore.Options{Prefix: "p:"})
+	limit := sluice.Limit{Rate: 10, Period: time.Minute}
+	ctx := context.Background()
+	srv.Do("CONFIG", "RESETSTAT")
+	if _, err := store.Take(ctx, sluice.Request{Key: "b", Limit: limit, Cost: 1}); err == nil || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("forbidden key: err %v, want NOPERM", err)
+	}
+	for i := range 3 {
+		if d, err := store.Take(ctx, sluice.Request{Key: "a", Limit: limit, Cost: 1}); err != nil || d.Remaining != int64(9-i) {
+			t.Fatalf("allowed key, take %d: %+v, %v", i, d, err)
+		}
+	}
+	if n := commandCalls(t, srv, "evalsha") + commandCalls(t, srv, "eval"); n != 0 {
+		t.Errorf("%d script calls after a forbidden key, want every call by FCALL", n)
+	}
+}
+
 // A user whose ACL forbids FUNCTION LOAD, or FCALL, gets the same
 // decisions, by EVALSHA.
 func TestConformanceScriptsWhenFunctionsDenied(t *testing.T) {

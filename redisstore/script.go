@@ -145,16 +145,19 @@ func (s *Store) exec(ctx context.Context, client rueidis.Client, keys, args []st
 	if s.fn.usable() {
 		vals, err := fcall(ctx, client, keys, args)
 		switch {
-		case !hasPrefix(err, "Function not found") && !hasPrefix(err, "unknown command") && !hasPrefix(err, "NOPERM"):
-			return vals, err
-		case hasPrefix(err, "unknown command"), hasPrefix(err, "NOPERM"):
-			// Redis 6, a renamed command, or an ACL without FCALL.
-			s.fn.off.Store(math.MaxInt64)
-		case s.fn.load(ctx, client):
-			vals, err = fcall(ctx, client, keys, args)
-			if !hasPrefix(err, "Function not found") {
-				return vals, err
+		case hasPrefix(err, "Function not found"):
+			if s.fn.load(ctx, client) {
+				vals, err = fcall(ctx, client, keys, args)
+				if !hasPrefix(err, "Function not found") {
+					return vals, err
+				}
 			}
+		case hasPrefix(err, "unknown command"), hasPrefix(err, "NOPERM") && strings.Contains(err.Error(), "'fcall'"):
+			// Redis 6, a renamed command, or an ACL without FCALL (not one
+			// that forbids a key: the script is refused it too).
+			s.fn.off.Store(math.MaxInt64)
+		default:
+			return vals, err
 		}
 	}
 	return takeScript.Exec(ctx, client, keys, args).ToArray()
