@@ -55,11 +55,10 @@ type LimiterOptions struct {
 // Limiter applies one Limit to many keys through a Store, with a policy for
 // store failures. It is safe for concurrent use.
 type Limiter struct {
-	store    Store
-	limit    Limit
-	capacity int64 // limit.Capacity()
-	opts     LimiterOptions
-	denied   *denyCache
+	store  Store
+	limit  Limit
+	opts   LimiterOptions
+	denied *denyCache
 }
 
 // NewLimiter returns a Limiter enforcing limit through store. It returns an
@@ -74,7 +73,7 @@ func NewLimiter(store Store, limit Limit, opts LimiterOptions) (*Limiter, error)
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
-	l := &Limiter{store: store, limit: limit, opts: opts, capacity: limit.Capacity()}
+	l := &Limiter{store: store, limit: limit, opts: opts}
 	if opts.DenyCacheSize > 0 {
 		l.denied = newDenyCache(opts.DenyCacheSize)
 	}
@@ -97,34 +96,19 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // and, under FailClosed, when the store fails: the Decision is then a denial
 // and the error wraps ErrStoreUnavailable.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, err error) {
-	if l.denied == nil && l.opts.Timeout <= 0 {
-		// The usual case, kept to one call with the Request built in
-		// place: a Request or Decision copied whole costs more than the
-		// rest of this function.
-		if err := checkKeyAndCost(key, n, l.capacity); err != nil {
-			return Decision{Limit: l.limit}, err
-		}
-		d, err = l.store.Take(ctx, Request{Key: key, Limit: l.limit, Cost: n})
-		if err != nil {
-			return l.failed(ctx, Request{Key: key, Limit: l.limit, Cost: n}, err)
-		}
-		return d, nil
-	}
-	req := Request{Key: key, Limit: l.limit, Cost: n}
-	if err := req.CheckKeyAndCost(); err != nil { // the limit was validated by NewLimiter
+	if err := checkKeyAndCost(key, n, l.limit.Capacity()); err != nil { // NewLimiter validated the limit
 		return Decision{Limit: l.limit}, err
 	}
-	err = l.take(ctx, &req, &d)
+	err = l.take(ctx, key, n, &d)
 	return d, err
 }
 
 // Peek reports key's decision for one event without taking it.
 func (l *Limiter) Peek(ctx context.Context, key string) (d Decision, err error) {
-	req := Request{Key: key, Limit: l.limit}
-	if err := req.CheckKeyAndCost(); err != nil {
+	if err := checkKeyAndCost(key, 0, l.limit.Capacity()); err != nil {
 		return Decision{Limit: l.limit}, err
 	}
-	err = l.take(ctx, &req, &d)
+	err = l.take(ctx, key, 0, &d)
 	return d, err
 }
 
@@ -185,16 +169,17 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// take asks the store, applying the deny cache, timeout and fail mode.
-// take decides req into *d. The Decision is written in place, not
-// returned through each layer: it has nine fields, more than the compiler
-// keeps in registers, and every whole copy is a store and reloads that the
-// processor cannot forward.
-func (l *Limiter) take(ctx context.Context, req *Request, d *Decision) error {
+// take asks the store for cost events of key into *d, applying the deny
+// cache, timeout and fail mode. The Request is built in the store call and
+// the Decision written in place, never copied whole from layer to layer:
+// each has more fields than the compiler keeps in registers, and a whole
+// copy is stores and reloads that the processor cannot forward, which cost
+// Allow more than the rest of this function.
+func (l *Limiter) take(ctx context.Context, key string, cost int64, d *Decision) error {
 	var now time.Time
 	if l.denied != nil {
 		now = l.opts.Clock()
-		if c, ok := l.denied.lookup(req.Key, req.Cost, now); ok {
+		if c, ok := l.denied.lookup(key, cost, now); ok {
 			c.Limit = l.limit
 			*d = c
 			return nil
@@ -202,35 +187,35 @@ func (l *Limiter) take(ctx context.Context, req *Request, d *Decision) error {
 	}
 	var err error
 	if l.opts.Timeout <= 0 {
-		*d, err = l.store.Take(ctx, *req)
+		*d, err = l.store.Take(ctx, Request{Key: key, Limit: l.limit, Cost: cost})
 	} else {
-		*d, err = l.takeWithin(ctx, req)
+		*d, err = l.takeWithin(ctx, key, cost)
 	}
 	if err != nil {
-		*d, err = l.failed(ctx, *req, err)
+		*d, err = l.failed(ctx, key, cost, err)
 		return err
 	}
 	if l.denied != nil && !d.Allowed {
-		l.denied.add(req.Key, req.Cost, now, *d)
+		l.denied.add(key, cost, now, *d)
 	}
 	return nil
 }
 
-func (l *Limiter) takeWithin(ctx context.Context, req *Request) (Decision, error) {
+func (l *Limiter) takeWithin(ctx context.Context, key string, cost int64) (Decision, error) {
 	ctx, cancel := context.WithTimeout(ctx, l.opts.Timeout)
 	defer cancel()
-	return l.store.Take(ctx, *req)
+	return l.store.Take(ctx, Request{Key: key, Limit: l.limit, Cost: cost})
 }
 
-func (l *Limiter) failed(ctx context.Context, req Request, err error) (Decision, error) {
+func (l *Limiter) failed(ctx context.Context, key string, cost int64, err error) (Decision, error) {
 	if l.opts.OnStoreError != nil {
 		l.opts.OnStoreError(err)
 	}
 	if l.opts.Fallback != nil {
-		return l.opts.Fallback.AllowN(ctx, req.Key, req.Cost)
+		return l.opts.Fallback.AllowN(ctx, key, cost)
 	}
 	if l.opts.FailMode == FailOpen {
-		return Decision{Allowed: true, Limit: l.limit, Remaining: l.limit.Capacity() - req.Cost}, nil
+		return Decision{Allowed: true, Limit: l.limit, Remaining: l.limit.Capacity() - cost}, nil
 	}
 	return Decision{Limit: l.limit, RetryAfter: time.Second},
 		fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
