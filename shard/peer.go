@@ -32,11 +32,11 @@ type peer struct {
 	pending  []*forward
 	inFlight int
 
-	// Streams not in use by a running batch, opened on demand and dropped
-	// after a failure; unary once the peer turned out not to serve them.
-	// Guarded by mu.
-	idle  []*peerStream
-	unary bool
+	// The stream batches go on while none is in flight (maxInFlight is 1),
+	// opened on demand and dropped after a failure; unary once the peer
+	// turned out not to serve streams. Guarded by mu.
+	stream *peerStream
+	unary  bool
 }
 
 // peerStream is one stream to a peer, used by one batch at a time.
@@ -156,11 +156,8 @@ func (p *peer) send(ctx context.Context, batch []*forward) {
 	}
 	body := appendCalls(make([]byte, 0, size), calls)
 	p.mu.Lock()
-	unary := p.unary
-	var ps *peerStream
-	if n := len(p.idle); n > 0 && !unary {
-		ps, p.idle = p.idle[n-1], p.idle[:n-1]
-	}
+	unary, ps := p.unary, p.stream
+	p.stream = nil
 	p.mu.Unlock()
 	var value []byte
 	var err error
@@ -175,9 +172,7 @@ func (p *peer) send(ctx context.Context, batch []*forward) {
 	}
 	p.mu.Lock()
 	p.unary = p.unary || unary
-	if ps != nil {
-		p.idle = append(p.idle, ps)
-	}
+	p.stream = ps
 	p.mu.Unlock()
 	var results []wireResult
 	if err == nil {
