@@ -260,12 +260,11 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64) (outcome,
 	return outcomeOf(p.res), true
 }
 
-// report is the Result of req on old that writes nothing: a peek or a
-// denial.
+// report is the Result of req on old that writes nothing: a peek, or a
+// denial that is not forced.
 func report(alg sluice.Algorithm, req *sluice.Request, params *algorithm.Params, now int64, old algorithm.State) algorithm.Result {
-	p := pending{old: old}
-	decideState(alg, req, params, now, &p)
-	return p.res
+	_, r := algorithm.Take(alg, old, params, now, req.Cost)
+	return r
 }
 
 // TakeAll decides reqs all-or-nothing: the shards of every key are locked in
