@@ -74,32 +74,56 @@ func load(callers, n int, op func(key string) error) (time.Duration, []time.Dura
 	return el, all, nil
 }
 
-// scriptTime resets Redis's command statistics and returns a function
-// that reports the time Redis spent in scripts and functions (EVALSHA,
-// EVAL and FCALL, their inner commands included) per decision, the
-// server's cost of one decision; and the CPU Redis used in all (reading,
-// parsing and replying included) per decision and in cores: how close
-// its one thread came to being the bottleneck.
-func scriptTime(b *testing.B, rc rueidis.Client) func() {
-	ctx := context.Background()
-	if err := rc.Do(ctx, rc.B().ConfigResetstat().Build()).Error(); err != nil {
+// resetStats resets Redis's command statistics.
+func resetStats(b *testing.B, rc rueidis.Client) {
+	if err := rc.Do(context.Background(), rc.B().ConfigResetstat().Build()).Error(); err != nil {
 		b.Fatal(err)
 	}
-	info := func(section string) map[string]string {
-		text, err := rc.Do(ctx, rc.B().Info().Section(section).Build()).ToString()
-		if err != nil {
-			b.Fatal(err)
+}
+
+// redisInfo returns the fields of one INFO section.
+func redisInfo(b *testing.B, rc rueidis.Client, section string) map[string]string {
+	text, err := rc.Do(context.Background(), rc.B().Info().Section(section).Build()).ToString()
+	if err != nil {
+		b.Fatal(err)
+	}
+	fields := map[string]string{}
+	for _, line := range strings.Split(text, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			fields[k] = v
 		}
-		fields := map[string]string{}
-		for _, line := range strings.Split(text, "\n") {
-			if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-				fields[k] = v
+	}
+	return fields
+}
+
+// scriptUsec returns the µs Redis spent in scripts and functions (EVALSHA,
+// EVAL and FCALL, their inner commands included) since its statistics
+// were reset.
+func scriptUsec(b *testing.B, rc rueidis.Client) float64 {
+	var usec float64
+	for cmd, stats := range redisInfo(b, rc, "commandstats") {
+		if cmd != "cmdstat_evalsha" && cmd != "cmdstat_eval" && cmd != "cmdstat_fcall" {
+			continue
+		}
+		for _, f := range strings.Split(stats, ",") {
+			if v, ok := strings.CutPrefix(f, "usec="); ok {
+				n, _ := strconv.ParseFloat(v, 64)
+				usec += n
 			}
 		}
-		return fields
 	}
+	return usec
+}
+
+// scriptTime resets Redis's command statistics and returns a function
+// that reports the time Redis spent in scripts and functions per decision,
+// the server's cost of one decision; and the CPU Redis used in all
+// (reading, parsing and replying included) per decision and in cores: how
+// close its one thread came to being the bottleneck.
+func scriptTime(b *testing.B, rc rueidis.Client) func() {
+	resetStats(b, rc)
 	cpu := func() float64 {
-		f := info("cpu")
+		f := redisInfo(b, rc, "cpu")
 		user, _ := strconv.ParseFloat(f["used_cpu_user_main_thread"], 64)
 		sys, _ := strconv.ParseFloat(f["used_cpu_sys_main_thread"], 64)
 		return user + sys
@@ -107,19 +131,7 @@ func scriptTime(b *testing.B, rc rueidis.Client) func() {
 	cpu0, t0 := cpu(), time.Now()
 	return func() {
 		cpuUsed, wall := cpu()-cpu0, time.Since(t0).Seconds()
-		var usec float64
-		for cmd, stats := range info("commandstats") {
-			if cmd != "cmdstat_evalsha" && cmd != "cmdstat_eval" && cmd != "cmdstat_fcall" {
-				continue
-			}
-			for _, f := range strings.Split(stats, ",") {
-				if v, ok := strings.CutPrefix(f, "usec="); ok {
-					n, _ := strconv.ParseFloat(v, 64)
-					usec += n
-				}
-			}
-		}
-		b.ReportMetric(usec/float64(b.N), "redis-µs/decision")
+		b.ReportMetric(scriptUsec(b, rc)/float64(b.N), "redis-µs/decision")
 		b.ReportMetric(cpuUsed*1e6/float64(b.N), "redis-cpu-µs/decision")
 		b.ReportMetric(cpuUsed/wall, "redis-cores")
 	}
@@ -182,8 +194,9 @@ func BenchmarkRedis(b *testing.B) {
 	}
 	b.Run("redis-benchmark-c1-p50", func(b *testing.B) {
 		// One connection, no pipelining: the p50 round trip of a PING, of a
-		// script doing only GET, TIME and SET, and of sluice's script. The
-		// second is the floor any atomic read-modify-write script has here.
+		// script doing only GET, TIME and SET, and of sluice's function,
+		// and the time Redis spends in each script call. The second is the
+		// floor any atomic read-modify-write script has here.
 		fn := loadLibrary(b, srv)
 		bare := srv.Do("SCRIPT", "LOAD", "redis.call('GET', KEYS[1]); redis.call('TIME'); redis.call('SET', KEYS[1], 'x', 'PX', 1000); return 1")
 		period := strconv.FormatInt(int64(benchLimit.Period/time.Microsecond), 10)
@@ -196,7 +209,11 @@ func BenchmarkRedis(b *testing.B) {
 			{"sluice-function", []string{"FCALL", fn, "1", "bench:{key-__rand_int__}:gcra:" + period,
 				"-1", "1", "6 " + strconv.FormatInt(benchLimit.Rate, 10) + " " + period + " " + strconv.FormatInt(benchLimit.Burst, 10), "1", "1", "1"}},
 		} {
+			resetStats(b, rc)
 			b.ReportMetric(redisBenchmark(b, srv, 20_000, 1, 1, c.args).p50, c.name+"-p50-µs")
+			if c.name != "ping" {
+				b.ReportMetric(scriptUsec(b, rc)/20_000, c.name+"-redis-µs")
+			}
 		}
 		b.ReportMetric(0, "ns/op")
 	})
