@@ -277,21 +277,7 @@ func TestHungPeerFailsWithinTimeout(t *testing.T) {
 	}, nil)
 	go hung.Serve(l)
 	t.Cleanup(hung.Stop)
-	self := "127.0.0.1:1" // never dialled: every key below is the hung peer's
-	s, err := shard.New(shard.Options{
-		Self: self, Local: memstore.New(memstore.Options{}), Timeout: 150 * time.Millisecond,
-		Members: fixedMembers{self, l.Addr().String()}, Interval: time.Hour,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	var keys []string
-	for i := 0; len(keys) < 2; i++ {
-		if k := fmt.Sprint("k", i); s.Owner(k) != self {
-			keys = append(keys, k)
-		}
-	}
+	s, keys := front(t, l.Addr().String(), 150*time.Millisecond, 2)
 	for _, k := range keys {
 		start := time.Now()
 		_, err := s.Take(context.Background(), sluice.Request{Key: k, Limit: sluice.PerSecond(10), Cost: 1})
@@ -303,14 +289,7 @@ func TestHungPeerFailsWithinTimeout(t *testing.T) {
 		}
 	}
 	// A caller's deadline shorter than the timeout is kept too.
-	slow, err := shard.New(shard.Options{
-		Self: self, Local: memstore.New(memstore.Options{}), Timeout: 5 * time.Second,
-		Members: fixedMembers{self, l.Addr().String()}, Interval: time.Hour,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(slow.Close)
+	slow, _ := front(t, l.Addr().String(), 5*time.Second, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -334,21 +313,8 @@ func TestForwardAfterPeerRestart(t *testing.T) {
 	srv := grpc.NewServer()
 	shard.Register(srv, local)
 	go srv.Serve(l)
-	self := "127.0.0.1:1"
-	s, err := shard.New(shard.Options{
-		Self: self, Local: memstore.New(memstore.Options{}), Timeout: time.Second,
-		Members: fixedMembers{self, addr}, Interval: time.Hour,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Close)
-	key := ""
-	for i := 0; key == ""; i++ {
-		if k := fmt.Sprint("k", i); s.Owner(k) == addr {
-			key = k
-		}
-	}
+	s, keys := front(t, addr, time.Second, 1)
+	key := keys[0]
 	limit := sluice.Limit{Rate: 100, Period: time.Hour}
 	if _, err := s.Take(context.Background(), sluice.Request{Key: key, Limit: limit, Cost: 1}); err != nil {
 		t.Fatal(err)
@@ -370,4 +336,26 @@ func TestForwardAfterPeerRestart(t *testing.T) {
 	if d.Remaining != 98 {
 		t.Errorf("remaining %d, want 98: counted once each", d.Remaining)
 	}
+}
+
+// front returns a shard Store of two members, itself (never dialled) and
+// peer, with the forward timeout, and n keys that peer owns.
+func front(t *testing.T, peer string, timeout time.Duration, n int) (*shard.Store, []string) {
+	t.Helper()
+	const self = "127.0.0.1:1"
+	s, err := shard.New(shard.Options{
+		Self: self, Local: memstore.New(memstore.Options{}), Timeout: timeout,
+		Members: fixedMembers{self, peer}, Interval: time.Hour,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
+		if k := fmt.Sprint("k", i); s.Owner(k) == peer {
+			keys = append(keys, k)
+		}
+	}
+	return s, keys
 }
