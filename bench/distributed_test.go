@@ -31,14 +31,7 @@ import (
 // for 3 s (reported as over-% and admitted-% of what the limit allows).
 func BenchmarkDistributed(b *testing.B) {
 	srv := redistest.Standalone(b)
-	newClient := func() rueidis.Client {
-		c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(c.Close)
-		return c
-	}
+	newClient := func() rueidis.Client { return rueidisClient(b, srv.Addr) }
 	ctx := context.Background()
 	limit := benchLimit
 	// 64 callers, and 256: the Redis store is at its ceiling (Redis's one

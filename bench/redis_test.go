@@ -74,6 +74,16 @@ func load(callers, n int, op func(key string) error) (time.Duration, []time.Dura
 	return el, all, nil
 }
 
+// rueidisClient returns a client of the Redis at addr, closed when b ends.
+func rueidisClient(b *testing.B, addr string) rueidis.Client {
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Close)
+	return c
+}
+
 // resetStats resets Redis's command statistics.
 func resetStats(b *testing.B, rc rueidis.Client) {
 	if err := rc.Do(context.Background(), rc.B().ConfigResetstat().Build()).Error(); err != nil {
@@ -144,11 +154,7 @@ func scriptTime(b *testing.B, rc rueidis.Client) func() {
 // ceiling for it.
 func BenchmarkRedis(b *testing.B) {
 	srv := redistest.Standalone(b)
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rc.Close()
+	rc := rueidisClient(b, srv.Addr)
 	gr := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: 128})
 	defer gr.Close()
 	store := redisstore.New(rc, redisstore.Options{Prefix: "bench:"})
@@ -287,12 +293,7 @@ func scriptCeiling(b *testing.B, srv *redistest.Server) float64 {
 // one, as the client's wake-up gets slower). It is why the 1-caller p50 of
 // any decision kept atomic in Redis sits near 1.3× a PING here.
 func BenchmarkRedisLatencyKnee(b *testing.B) {
-	srv := redistest.Standalone(b)
-	rc, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer rc.Close()
+	rc := rueidisClient(b, redistest.Standalone(b).Addr)
 	ctx := context.Background()
 	lib := "#!lua name=knee\nredis.register_function('spin', function(keys, args)\n" +
 		"  local x = 0\n  for i = 1, tonumber(args[1]) do x = x + i end\n  return x\nend)"

@@ -75,12 +75,7 @@ func BenchmarkRLS(b *testing.B) {
 		{"sluice-memory", func(b *testing.B) string { return startSluice(b, "") }},
 		{"sluice-redis", func(b *testing.B) string {
 			srv := redistest.Standalone(b)
-			c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}})
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(c.Close)
-			redis = c
+			redis = rueidisClient(b, srv.Addr)
 			return startSluice(b, "redis://"+srv.Addr)
 		}},
 	}
