@@ -4,49 +4,39 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
-// FailMode says what a Limiter answers when its store fails.
-type FailMode uint8
-
-const (
-	// FailOpen allows requests while the store is failing: availability
-	// over enforcement. It is the default, as in envoyproxy/ratelimit.
-	FailOpen FailMode = iota
-	// FailClosed denies requests while the store is failing, with an error
-	// wrapping ErrStoreUnavailable so the caller can tell it from a denial.
-	FailClosed
-)
-
-// String returns "open" or "closed".
-func (m FailMode) String() string {
-	if m == FailClosed {
-		return "closed"
-	}
-	return "open"
-}
-
-// LimiterOptions configures a Limiter. The zero value means no timeout, fail
-// open, no fallback and no deny cache.
+// LimiterOptions configures a Limiter. The zero value means the default
+// timeout (DefaultTimeout, not applied to the memory store), FailLocal
+// without a stand-in (so decided as FailOpen), and no deny cache.
 type LimiterOptions struct {
-	// Timeout bounds each store call. Zero means only the caller's context
-	// bounds it.
+	// Guard, if set, is the decision core to share with other Limiters and
+	// front doors on the same store: one breaker and one stand-in for all.
+	// It must decide through the Limiter's store. When set, Timeout, Local,
+	// Instances, Logger and OnStoreError are the Guard's, not these.
+	Guard *Guard
+	// Timeout bounds each store call: zero means DefaultTimeout, negative
+	// means only the caller's context bounds it.
 	Timeout time.Duration
-	// FailMode decides requests while the store fails and there is no
-	// Fallback. Default FailOpen.
+	// FailMode decides requests while the store fails. Default FailLocal.
 	FailMode FailMode
-	// Fallback, if set, decides requests while the store fails: typically
-	// a memory store with the limit divided by the number of instances.
-	Fallback *Limiter
+	// Local is the stand-in FailLocal decides with while the store fails:
+	// a memory store of its own (memstore.New).
+	Local Store
+	// Instances is how many processes share the store; see GuardOptions.
+	Instances int
 	// DenyCacheSize, if positive, keeps up to that many keys known to be
 	// denied until their RetryAfter, answering them without a store call:
 	// an abusive client then costs no round trip. The cache only ever
 	// denies, so it never admits more; it does not see a Reset made through
 	// another Limiter.
 	DenyCacheSize int
-	// OnStoreError, if set, is called with every store failure (for
-	// metrics and logs). It must be safe for concurrent use.
+	// Logger receives the store's health changes and sampled failures.
+	Logger *slog.Logger
+	// OnStoreError, if set, is called with every failed store call (for
+	// metrics). It must be safe for concurrent use.
 	OnStoreError func(error)
 	// Clock is the time source for the deny cache. Default time.Now.
 	Clock func() time.Time
@@ -57,7 +47,9 @@ type LimiterOptions struct {
 type Limiter struct {
 	store  Store
 	limit  Limit
+	label  string // the limit, in logs
 	opts   LimiterOptions
+	guard  *Guard
 	denied *denyCache
 }
 
@@ -73,7 +65,18 @@ func NewLimiter(store Store, limit Limit, opts LimiterOptions) (*Limiter, error)
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
-	l := &Limiter{store: store, limit: limit, opts: opts}
+	g := opts.Guard
+	if g == nil {
+		var err error
+		g, err = NewGuard(store, GuardOptions{Timeout: opts.Timeout, Local: opts.Local, Instances: opts.Instances,
+			Logger: opts.Logger, OnStoreCall: storeErrors(opts.OnStoreError)})
+		if err != nil {
+			return nil, err
+		}
+	} else if g.Store() != store {
+		return nil, errors.New("sluice: NewLimiter: the Guard decides through another store")
+	}
+	l := &Limiter{store: store, limit: limit, label: limit.String(), opts: opts, guard: g}
 	if opts.DenyCacheSize > 0 {
 		l.denied = newDenyCache(opts.DenyCacheSize)
 	}
@@ -94,7 +97,8 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 //
 // The error is non-nil for invalid input (the request is then not counted)
 // and, under FailClosed, when the store fails: the Decision is then a denial
-// and the error wraps ErrStoreUnavailable.
+// and the error wraps ErrStoreUnavailable. Under FailOpen and FailLocal a
+// store failure is decided without an error.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, err error) {
 	if err := checkKeyAndCost(key, n, l.limit.Capacity()); err != nil { // NewLimiter validated the limit
 		return Decision{Limit: l.limit}, err
@@ -169,12 +173,12 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// take asks the store for cost events of key into *d, applying the deny
-// cache, timeout and fail mode. The Request is built in the store call and
-// the Decision written in place, never copied whole from layer to layer:
-// each has more fields than the compiler keeps in registers, and a whole
-// copy is stores and reloads that the processor cannot forward, which cost
-// Allow more than the rest of this function.
+// take asks the Guard for cost events of key into *d, through the deny
+// cache. The Request is built in the call and the Decision written in
+// place, never copied whole from layer to layer: each has more fields than
+// the compiler keeps in registers, and a whole copy is stores and reloads
+// that the processor cannot forward, which cost Allow more than the rest
+// of this function.
 func (l *Limiter) take(ctx context.Context, key string, cost int64, d *Decision) error {
 	var now time.Time
 	if l.denied != nil {
@@ -185,38 +189,26 @@ func (l *Limiter) take(ctx context.Context, key string, cost int64, d *Decision)
 			return nil
 		}
 	}
-	var err error
-	if l.opts.Timeout <= 0 {
-		*d, err = l.store.Take(ctx, Request{Key: key, Limit: l.limit, Cost: cost})
-	} else {
-		*d, err = l.takeWithin(ctx, key, cost)
-	}
-	if err != nil {
-		*d, err = l.failed(ctx, key, cost, err)
-		return err
-	}
-	if l.denied != nil && !d.Allowed {
-		l.denied.add(key, cost, now, *d)
+	v := l.guard.Take(ctx, l.label, Request{Key: key, Limit: l.limit, Cost: cost}, l.opts.FailMode, d)
+	switch v.Outcome {
+	case Invalid, FailedClosed:
+		return v.Err
+	case Denied:
+		if l.denied != nil {
+			l.denied.add(key, cost, now, *d)
+		}
 	}
 	return nil
 }
 
-func (l *Limiter) takeWithin(ctx context.Context, key string, cost int64) (Decision, error) {
-	ctx, cancel := context.WithTimeout(ctx, l.opts.Timeout)
-	defer cancel()
-	return l.store.Take(ctx, Request{Key: key, Limit: l.limit, Cost: cost})
-}
-
-func (l *Limiter) failed(ctx context.Context, key string, cost int64, err error) (Decision, error) {
-	if l.opts.OnStoreError != nil {
-		l.opts.OnStoreError(err)
+// storeErrors adapts an OnStoreError hook to GuardOptions.OnStoreCall.
+func storeErrors(f func(error)) func(time.Duration, error) {
+	if f == nil {
+		return nil
 	}
-	if l.opts.Fallback != nil {
-		return l.opts.Fallback.AllowN(ctx, key, cost)
+	return func(_ time.Duration, err error) {
+		if err != nil {
+			f(err)
+		}
 	}
-	if l.opts.FailMode == FailOpen {
-		return Decision{Allowed: true, Limit: l.limit, Remaining: l.limit.Capacity() - cost}, nil
-	}
-	return Decision{Limit: l.limit, RetryAfter: time.Second},
-		fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 }

@@ -131,7 +131,7 @@ func Parse(file string, data []byte) (*Config, error) {
 		if d := c.domain(doc, ""); d != nil {
 			cfg.Domains[d.Name] = d
 		}
-		cfg.Store = Store{Type: "memory", Timeout: 100 * time.Millisecond}
+		cfg.Store = Store{Type: "memory", Timeout: sluice.DefaultTimeout}
 	} else {
 		m := c.mapping(doc, "", "store", "admin", "policies", "domains", "trusted_proxies")
 		cfg.Store = c.store(m["store"])
@@ -183,7 +183,7 @@ func lineOf(err error) int {
 }
 
 func (c *checker) store(n *yaml.Node) Store {
-	s := Store{Type: "memory", Timeout: 100 * time.Millisecond}
+	s := Store{Type: "memory", Timeout: sluice.DefaultTimeout}
 	m := c.mapping(n, "store", "type", "url", "timeout", "fail_mode", "max_keys", "mode", "sync_interval", "instances", "peers", "self", "member_interval", "gossip")
 	if v := c.str(m["type"], "store.type"); v != "" {
 		if v != "memory" && v != "redis" {
@@ -205,7 +205,11 @@ func (c *checker) store(n *yaml.Node) Store {
 		c.add(m["max_keys"], "store.max_keys", "must be positive")
 	}
 	switch s.Mode = c.str(m["mode"], "store.mode"); s.Mode {
-	case "", "local-sync":
+	case "":
+	case "local-sync":
+		if s.Type != "redis" {
+			c.add(m["mode"], "store.mode", "local-sync syncs local counts with a shared store: use type redis")
+		}
 	case "shard":
 		if s.Type != "memory" {
 			c.add(m["mode"], "store.mode", "shard mode keeps state in each owner's memory: use type memory")
@@ -245,15 +249,11 @@ func (c *checker) admin(n *yaml.Node) Admin {
 }
 
 func (c *checker) failMode(n *yaml.Node, field string) sluice.FailMode {
-	switch v := c.str(n, field); v {
-	case "", "open":
-		return sluice.FailOpen
-	case "closed":
-		return sluice.FailClosed
-	default:
-		c.add(n, field, "%q: want open or closed", v)
+	m, err := sluice.ParseFailMode(c.str(n, field))
+	if err != nil {
+		c.add(n, field, "%q: want local, open or closed", n.Value)
 	}
-	return sluice.FailOpen
+	return m
 }
 
 func (c *checker) policies(n *yaml.Node, cfg *Config) {

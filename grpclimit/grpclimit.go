@@ -5,13 +5,15 @@
 // A denied call fails with codes.ResourceExhausted carrying a RetryInfo
 // detail (google.rpc.RetryInfo) with the retry delay, which gRPC clients and
 // proxies understand, and x-ratelimit-* response headers. A store failure
-// under a fail-closed policy fails with codes.Unavailable.
+// under a fail-closed policy fails with codes.Unavailable; under the
+// default fail-local policy it is decided by an in-memory stand-in.
 package grpclimit
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strconv"
@@ -27,6 +29,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/sample"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 // KeyFunc returns the identity to limit for a call.
@@ -102,7 +106,9 @@ type Policy struct {
 	Key    KeyFunc
 	// Cost per call. Zero means 1.
 	Cost int64
-	// FailMode when the store fails or the key is missing. Default open.
+	// FailMode when the store fails: FailLocal (the default), FailOpen or
+	// FailClosed. A call with no key fails Unavailable under FailClosed
+	// and is not limited by this policy otherwise.
 	FailMode sluice.FailMode
 	// Shadow decides and records but never fails a call.
 	Shadow bool
@@ -120,29 +126,51 @@ func (p *Policy) matches(method string) bool {
 
 // Options configures an Interceptor.
 type Options struct {
-	Store    sluice.Store
+	// Store decides. Required unless Guard is set.
+	Store sluice.Store
+	// Guard, if set, is the decision core to share with the other front
+	// doors on its store; Store and Timeout are then the Guard's. Default: a
+	// Guard of its own, with a memory store as the stand-in of FailLocal
+	// policies.
+	Guard    *sluice.Guard
 	Policies []Policy
-	// Timeout bounds each store call. Default 100ms.
+	// Timeout bounds each store call: zero means sluice.DefaultTimeout,
+	// negative only the call's context. Not applied to the memory store.
 	Timeout time.Duration
 	// OnShadowDenied, if set, is called when a shadow policy would deny.
 	OnShadowDenied func(policy, method string)
+	// OnResult, if set, sees every decided call's verdict (for metrics).
+	OnResult func(method string, v *sluice.Verdict)
+	// Logger receives sampled lines for missing keys and store failures.
+	// Default: none.
+	Logger *slog.Logger
 }
 
 // Interceptor limits gRPC calls. It is safe for concurrent use.
 type Interceptor struct {
 	opts     Options
+	guard    *sluice.Guard
 	policies []Policy
+	logs     *sample.Sampler
 }
 
 // New validates opts and returns an Interceptor.
 func New(opts Options) (*Interceptor, error) {
-	if opts.Store == nil || len(opts.Policies) == 0 {
+	if (opts.Store == nil && opts.Guard == nil) || len(opts.Policies) == 0 {
 		return nil, errors.New("grpclimit: a Store and at least one Policy are required")
 	}
-	if opts.Timeout <= 0 {
-		opts.Timeout = 100 * time.Millisecond
+	i := &Interceptor{opts: opts, guard: opts.Guard, logs: sample.New(1)}
+	if i.guard == nil {
+		var local sluice.Store
+		if ip, ok := opts.Store.(sluice.InProcess); !ok || !ip.InProcess() {
+			local = memstore.New(memstore.Options{MaxKeys: 1 << 20})
+		}
+		g, err := sluice.NewGuard(opts.Store, sluice.GuardOptions{Timeout: opts.Timeout, Local: local, Logger: opts.Logger})
+		if err != nil {
+			return nil, err
+		}
+		i.guard = g
 	}
-	i := &Interceptor{opts: opts}
 	seen := map[string]bool{}
 	for _, p := range opts.Policies {
 		switch {
@@ -188,8 +216,8 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 
 // check decides a call; a non-nil error is the status to fail it with.
 func (i *Interceptor) check(ctx context.Context, method string) error {
-	var enforced, shadow []sluice.Request
-	var names []string
+	var c sluice.Check
+	var shadowNames []string
 	closed := false
 	for _, p := range i.policies {
 		if !p.matches(method) {
@@ -198,6 +226,7 @@ func (i *Interceptor) check(ctx context.Context, method string) error {
 		key, err := p.Key(ctx, method)
 		if err != nil {
 			closed = closed || (p.FailMode == sluice.FailClosed && !p.Shadow)
+			i.note(p.Name, "rate limit key not found", err)
 			continue
 		}
 		r := sluice.Request{Key: p.Name + "\x00" + key, Limit: p.Limit, Cost: p.Cost}
@@ -205,39 +234,46 @@ func (i *Interceptor) check(ctx context.Context, method string) error {
 			// Never let an oversized identity through unlimited.
 			return status.Errorf(codes.InvalidArgument, "rate limit identity of %d bytes exceeds %d", len(r.Key), sluice.MaxKeyLen)
 		}
+		if c.Label == "" {
+			c.Label = p.Name
+		}
 		if p.Shadow {
-			shadow = append(shadow, r)
-			names = append(names, p.Name)
+			c.Shadow, shadowNames = append(c.Shadow, r), append(shadowNames, p.Name)
 			continue
 		}
-		enforced = append(enforced, r)
+		c.Enforced, c.Modes = append(c.Enforced, r), append(c.Modes, p.FailMode)
 	}
-	if len(shadow) > 0 {
-		ds := make([]sluice.Decision, len(shadow))
-		if i.take(ctx, shadow, ds) == nil && i.opts.OnShadowDenied != nil {
-			for j, d := range ds {
-				if !d.Allowed {
-					i.opts.OnShadowDenied(names[j], method)
-				}
-			}
-		}
-	}
-	if len(enforced) == 0 {
+	if len(c.Enforced)+len(c.Shadow) == 0 {
 		if closed {
 			return status.Error(codes.Unavailable, "rate limit key not found")
 		}
 		return nil
 	}
-	ds := make([]sluice.Decision, len(enforced))
-	if err := i.take(ctx, enforced, ds); err != nil {
-		for _, p := range i.policies {
-			if p.matches(method) && !p.Shadow && p.FailMode == sluice.FailClosed {
-				return status.Error(codes.Unavailable, "rate limiter unavailable")
+	ds, sds := make([]sluice.Decision, len(c.Enforced)), make([]sluice.Decision, len(c.Shadow))
+	v := i.guard.Decide(ctx, &c, ds, sds)
+	if i.opts.OnResult != nil {
+		i.opts.OnResult(method, &v)
+	}
+	if v.ShadowDenied && i.opts.OnShadowDenied != nil {
+		for j, d := range sds {
+			if !d.Allowed {
+				i.opts.OnShadowDenied(shadowNames[j], method)
 			}
+		}
+	}
+	switch v.Outcome {
+	case sluice.Invalid:
+		return status.Error(codes.InvalidArgument, v.Err.Error())
+	case sluice.FailedClosed:
+		return status.Error(codes.Unavailable, "rate limiter unavailable")
+	}
+	if v.Closest < 0 {
+		if closed {
+			return status.Error(codes.Unavailable, "rate limit key not found")
 		}
 		return nil
 	}
-	d := ds[sluice.Most(ds)]
+	d := ds[v.Closest]
 	grpc.SetHeader(ctx, metadata.Pairs(
 		"x-ratelimit-limit", strconv.FormatInt(d.Limit.Rate, 10),
 		"x-ratelimit-remaining", strconv.FormatInt(max(d.Remaining, 0), 10),
@@ -256,8 +292,12 @@ func (i *Interceptor) check(ctx context.Context, method string) error {
 	return st.Err()
 }
 
-func (i *Interceptor) take(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
-	ctx, cancel := context.WithTimeout(ctx, i.opts.Timeout)
-	defer cancel()
-	return i.opts.Store.TakeAll(ctx, reqs, ds)
+// note logs a problem with a call, sampled per policy.
+func (i *Interceptor) note(policy, msg string, err error) {
+	if i.opts.Logger == nil {
+		return
+	}
+	if ok, held := i.logs.Allow(policy); ok {
+		i.opts.Logger.Warn(msg, "policy", policy, "error", err.Error(), "suppressed", held)
+	}
 }

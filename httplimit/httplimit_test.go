@@ -152,7 +152,8 @@ func TestShadowNeverBlocksButCounts(t *testing.T) {
 }
 
 // A store that cannot be reached (Redis on a closed port): fail-open lets
-// requests through, fail-closed answers 503 with Retry-After.
+// requests through, fail-closed answers 503 with Retry-After, and
+// fail-local (the default) enforces the limit in memory.
 func TestFailModes(t *testing.T) {
 	down, err := redisstore.Open("redis://127.0.0.1:1", redisstore.Options{})
 	if err != nil {
@@ -163,8 +164,16 @@ func TestFailModes(t *testing.T) {
 	srv := server(t, httplimit.Options{Store: down, Policies: []httplimit.Policy{
 		{Name: "open", Pattern: "/open", Limit: sluice.PerMinute(1), Key: key, FailMode: sluice.FailOpen},
 		{Name: "closed", Pattern: "/closed", Limit: sluice.PerMinute(1), Key: key, FailMode: sluice.FailClosed},
+		{Name: "local", Pattern: "/local", Limit: sluice.PerMinute(2), Key: key},
 	}})
-	for range 3 {
+	for i := range 3 {
+		want := 200
+		if i == 2 {
+			want = 429
+		}
+		if resp := get(t, srv.URL+"/local"); resp.StatusCode != want {
+			t.Fatalf("fail-local, request %d: %d, want %d", i+1, resp.StatusCode, want)
+		}
 		if resp := get(t, srv.URL+"/open"); resp.StatusCode != 200 {
 			t.Fatalf("fail-open: %d", resp.StatusCode)
 		}

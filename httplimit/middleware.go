@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,17 +12,23 @@ import (
 	"unsafe"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 // Options configures a Middleware.
 type Options struct {
-	// Store decides. Required.
+	// Store decides. Required unless Guard is set.
 	Store sluice.Store
+	// Guard, if set, is the decision core to share with the other front
+	// doors on its store (one breaker, one stand-in); Store and Timeout are
+	// then the Guard's. Default: a Guard of its own on Store, with a memory
+	// store as the stand-in of FailLocal policies.
+	Guard *sluice.Guard
 	// Policies are checked in order; every one whose Pattern matches a
 	// request applies to it. Required.
 	Policies []Policy
-	// Timeout, if positive, bounds each store call; set it for a remote
-	// store. Default: only the request's context bounds it.
+	// Timeout bounds each store call: zero means sluice.DefaultTimeout,
+	// negative only the request's context. Not applied to the memory store.
 	Timeout time.Duration
 	// ResetFormat of X-RateLimit-Reset. Default ResetUnix.
 	ResetFormat ResetFormat
@@ -42,9 +47,11 @@ type Options struct {
 
 // Result is the outcome for one request.
 type Result struct {
-	// Policies applied, enforced and shadow, and their decisions.
+	// Policies applied, enforced and then shadow, and their decisions.
 	Policies  []*Policy
 	Decisions []sluice.Decision
+	// Outcome is the check's one result, for metrics.
+	Outcome sluice.Outcome
 	// Closest is the index of the enforced decision closest to its limit,
 	// or -1 when no enforced policy decided.
 	Closest int
@@ -55,12 +62,16 @@ type Result struct {
 	ShadowDenied bool
 	// Err is the store or key error, if any.
 	Err error
+	// MissingKey reports that a policy found no identity for the request
+	// (Err says why); under FailClosed the request was answered 503.
+	MissingKey bool
 }
 
 // Middleware limits HTTP requests by policy. Make it with New; it is safe
 // for concurrent use.
 type Middleware struct {
 	opts     Options
+	guard    *sluice.Guard
 	base     time.Time // wall time at New; now is base plus the monotonic time since
 	policies []*Policy
 	log      *sampler
@@ -69,7 +80,7 @@ type Middleware struct {
 
 // New validates opts and returns a Middleware.
 func New(opts Options) (*Middleware, error) {
-	if opts.Store == nil {
+	if opts.Store == nil && opts.Guard == nil {
 		return nil, errors.New("httplimit: no Store")
 	}
 	if len(opts.Policies) == 0 {
@@ -78,7 +89,15 @@ func New(opts Options) (*Middleware, error) {
 	if opts.LogsPerSecond <= 0 {
 		opts.LogsPerSecond = 1
 	}
-	m := &Middleware{opts: opts, base: time.Now(), log: newSampler(opts.Logger, opts.LogsPerSecond)}
+	m := &Middleware{opts: opts, guard: opts.Guard, base: time.Now(), log: newSampler(opts.Logger, opts.LogsPerSecond)}
+	if m.guard == nil {
+		g, err := sluice.NewGuard(opts.Store, sluice.GuardOptions{Timeout: opts.Timeout, Local: standin(opts.Store),
+			Logger: opts.Logger, LogsPerSecond: opts.LogsPerSecond})
+		if err != nil {
+			return nil, err
+		}
+		m.guard = g
+	}
 	seen := map[string]bool{}
 	for i := range opts.Policies {
 		p := opts.Policies[i] // a copy: the caller's slice stays theirs
@@ -105,13 +124,21 @@ type scratch struct {
 	res      Result
 	policies [8]*Policy
 	reqs     [8]sluice.Request
+	modes    [8]sluice.FailMode
 	ds       [8]sluice.Decision
 	shadow   [8]*Policy
 	sreqs    [8]sluice.Request
 	sds      [8]sluice.Decision
-	keys     []byte // every key of the request, back to back
-	hdr      headerBuf
+	check    sluice.Check
+	// keys holds the keys of this and earlier requests, back to back.
+	// Only the space past them is ever written, so a key handed to a store
+	// is never overwritten; a full buffer is replaced, never reused.
+	keys []byte
+	hdr  headerBuf
 }
+
+// keyArena is the size of a scratch's key buffer.
+const keyArena = 4096
 
 // Handler wraps next: the func(http.Handler) http.Handler form.
 func (m *Middleware) Handler(next http.Handler) http.Handler {
@@ -128,8 +155,11 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // whether the request may proceed.
 func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) bool {
 	enforced, shadow := s.policies[:0], s.shadow[:0]
-	reqs, sreqs := s.reqs[:0], s.sreqs[:0]
-	s.keys = s.keys[:0]
+	reqs, modes, sreqs := s.reqs[:0], s.modes[:0], s.sreqs[:0]
+	if cap(s.keys)-len(s.keys) < 256 {
+		s.keys = make([]byte, 0, keyArena)
+	}
+	s.keys = s.keys[len(s.keys):]
 	res := &s.res
 	*res = Result{Closest: -1}
 	failClosed := false
@@ -143,43 +173,59 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return false
 			}
-			res.Err = err
+			res.Err, res.MissingKey = err, true
 			failClosed = failClosed || (p.FailMode == sluice.FailClosed && !p.Shadow)
-			m.log.note(r.Context(), slog.LevelError, p.Name, "rate limit key not found: check the client IP strategy and trusted proxies", slog.String("error", err.Error()))
+			m.log.note(r.Context(), slog.LevelWarn, p.Name, "rate limit key not found", slog.String("error", err.Error()))
 			continue
 		}
 		if p.Shadow {
 			shadow, sreqs = append(shadow, p), append(sreqs, req)
 		} else {
-			enforced, reqs = append(enforced, p), append(reqs, req)
+			enforced, reqs, modes = append(enforced, p), append(reqs, req), append(modes, p.FailMode)
 		}
 	}
-	ds := s.ds[:len(reqs)]
-	if len(reqs) > len(s.ds) {
+	ds, sds := s.ds[:], s.sds[:]
+	if len(reqs) > len(ds) {
 		ds = make([]sluice.Decision, len(reqs))
 	}
-	if len(reqs) > 0 {
-		if err := m.take(r.Context(), reqs, ds); err != nil {
-			res.Err = err
-			for _, p := range enforced {
-				failClosed = failClosed || p.FailMode == sluice.FailClosed
-			}
-			m.log.note(r.Context(), slog.LevelWarn, enforced[0].Name, "rate limit store failed", slog.String("error", err.Error()))
-			enforced, ds = enforced[:0], ds[:0]
-		}
+	if len(sreqs) > len(sds) {
+		sds = make([]sluice.Decision, len(sreqs))
+	}
+	c := &s.check
+	*c = sluice.Check{Enforced: reqs, Modes: modes, Shadow: sreqs}
+	switch {
+	case len(enforced) > 0:
+		c.Label = enforced[0].Name
+	case len(shadow) > 0:
+		c.Label = shadow[0].Name
+	}
+	v := m.guard.Decide(r.Context(), c, ds, sds)
+	ds, sds = ds[:len(reqs)], sds[:len(sreqs)]
+	res.Outcome, res.ShadowDenied = v.Outcome, v.ShadowDenied
+	if v.Err != nil {
+		res.Err = v.Err
+	}
+	switch v.Outcome {
+	case sluice.Invalid:
+		http.Error(w, v.Err.Error(), http.StatusBadRequest)
+		return false
+	case sluice.FailedClosed:
+		failClosed = true
+		enforced, ds = enforced[:0], ds[:0]
 	}
 	res.Policies, res.Decisions = enforced, ds
-	if i := sluice.Most(ds); i >= 0 {
+	if i := v.Closest; i >= 0 {
 		res.Closest = i
 		s.hdr.set(w.Header(), m.now(), m.opts.ResetFormat, i, enforced, ds)
 		res.Denied = !ds[i].Allowed
 	}
 	if len(sreqs) > 0 {
-		m.shadow(r, shadow, sreqs, s.sds[:0], res)
+		m.noteShadow(r, shadow, sds, res)
 	}
 	switch {
 	case failClosed:
-		res.FailedClosed = true
+		res.FailedClosed, res.Denied = true, false
+		res.Outcome = sluice.FailedClosed
 		m.report(r, res)
 		m.refuse(w, r, res, http.StatusServiceUnavailable, time.Second)
 		return false
@@ -225,7 +271,8 @@ var (
 )
 
 // request builds p's Request for r. Its key is "<policy>\x00<identity>",
-// written into s.keys and not copied: stores do not retain keys.
+// written into s.keys, whose bytes are never written again once a key
+// points into them (see scratch.keys).
 func (m *Middleware) request(r *http.Request, p *Policy, s *scratch) (sluice.Request, error) {
 	start := len(s.keys)
 	keys := append(append(s.keys, p.Name...), 0)
@@ -249,37 +296,26 @@ func (m *Middleware) request(r *http.Request, p *Policy, s *scratch) (sluice.Req
 	return sluice.Request{Key: key, Limit: p.Limit, Cost: cost}, nil
 }
 
-func (m *Middleware) take(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
-	if m.opts.Timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, m.opts.Timeout)
-		defer cancel()
-	}
-	if len(reqs) == 1 {
-		var err error
-		ds[0], err = m.opts.Store.Take(ctx, reqs[0])
-		return err
-	}
-	return m.opts.Store.TakeAll(ctx, reqs, ds)
-}
-
-// shadow decides the shadow policies apart, so that their denials never
-// hold back the enforced ones, and records what they would have done.
-func (m *Middleware) shadow(r *http.Request, policies []*Policy, reqs []sluice.Request, buf []sluice.Decision, res *Result) {
-	ds := append(buf, make([]sluice.Decision, len(reqs))...)
-	if err := m.take(r.Context(), reqs, ds); err != nil {
-		m.log.note(r.Context(), slog.LevelWarn, policies[0].Name, "rate limit store failed (shadow)", slog.String("error", err.Error()))
-		return
-	}
+// noteShadow logs the shadow policies that would have denied and adds
+// them to res.
+func (m *Middleware) noteShadow(r *http.Request, policies []*Policy, ds []sluice.Decision, res *Result) {
 	for i, d := range ds {
 		if !d.Allowed {
-			res.ShadowDenied = true
 			m.log.note(r.Context(), slog.LevelInfo, policies[i].Name, "would rate limit (shadow)",
 				slog.String("method", r.Method), slog.String("path", r.URL.Path))
 		}
 	}
 	res.Policies = append(res.Policies[:len(res.Policies):len(res.Policies)], policies...)
 	res.Decisions = append(res.Decisions[:len(res.Decisions):len(res.Decisions)], ds...)
+}
+
+// standin returns the stand-in of FailLocal policies for store: a memory
+// store of its own, or nil for a store that cannot fail (the memory store).
+func standin(store sluice.Store) sluice.Store {
+	if ip, ok := store.(sluice.InProcess); ok && ip.InProcess() {
+		return nil
+	}
+	return memstore.New(memstore.Options{MaxKeys: 1 << 20})
 }
 
 func (m *Middleware) report(r *http.Request, res *Result) {

@@ -28,6 +28,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -237,6 +238,7 @@ func (s *Store) entryLocked(req sluice.Request, now time.Time) *entry {
 		return nil
 	}
 	e = &entry{limit: req.Limit, remaining: share(req.Limit.Capacity(), s.opts.Instances), resetAt: now}
+	id.key = strings.Clone(id.key) // the Store contract: keep no caller's bytes
 	s.entries[id] = e
 	return e
 }

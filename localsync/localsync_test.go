@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice/localsync"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
+	"github.com/sluicehq/sluice/storetest"
 )
 
 func TestDecidesLocallyAndSyncs(t *testing.T) {
@@ -155,4 +156,17 @@ func TestSharedStoreDownAndBack(t *testing.T) {
 	if d, _ := shared.Take(ctx, sluice.Request{Key: "k", Limit: l}); d.Remaining != 1000-25 {
 		t.Fatalf("after more syncs: %d remaining, want %d", d.Remaining, 1000-25)
 	}
+}
+
+// The store keeps copies of its keys, never the caller's bytes (the leaky
+// bucket is refused: it shapes through one central queue).
+func TestKeysCopied(t *testing.T) {
+	storetest.RunKeysCopied(t, func(t *testing.T) sluice.Store {
+		s, err := localsync.New(localsync.Options{Shared: memstore.New(memstore.Options{}), Interval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}, sluice.FixedWindow, sluice.SlidingLog, sluice.SlidingWindow, sluice.TokenBucket, sluice.GCRA)
 }

@@ -372,3 +372,9 @@ func (s *Store) Reset(_ context.Context, key string, limit sluice.Limit) error {
 	}
 	return nil
 }
+
+// InProcess reports true: the memory store never leaves the process, so a
+// sluice.Guard calls it without a timeout or breaker.
+func (*Store) InProcess() bool { return true }
+
+var _ sluice.InProcess = (*Store)(nil)

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 )
@@ -17,8 +19,10 @@ import (
 // traffic exactly as the sequential reference does; that concurrent callers
 // on one hot key are admitted exactly the capacity, never one more; that a
 // batch is all-or-nothing under concurrency; that Reset restores capacity;
-// and that the store's own clock is used when Request.Now is zero.
+// that the store's own clock is used when Request.Now is zero; and that
+// the store keeps no caller's bytes of a key (the Store contract).
 func RunProperties(t *testing.T, newStore NewStore) {
+	t.Run("keys copied", func(t *testing.T) { RunKeysCopied(t, newStore) })
 	for _, alg := range algorithms {
 		t.Run(alg.String(), func(t *testing.T) {
 			t.Run("matches reference", func(t *testing.T) { matchesReference(t, newStore(t), alg) })
@@ -28,6 +32,19 @@ func RunProperties(t *testing.T, newStore NewStore) {
 			t.Run("reset", func(t *testing.T) { reset(t, newStore(t), alg) })
 			t.Run("store clock", func(t *testing.T) { storeClock(t, newStore(t), alg) })
 		})
+	}
+}
+
+// RunKeysCopied checks, for every algorithm, that the store keeps copies
+// of the keys it holds and never the caller's bytes, as the Store contract
+// says. RunProperties runs it; a store that is not exact (localsync) can
+// run it alone, on the algorithms it takes (none means all).
+func RunKeysCopied(t *testing.T, newStore NewStore, algs ...sluice.Algorithm) {
+	if len(algs) == 0 {
+		algs = algorithms
+	}
+	for _, alg := range algs {
+		t.Run(alg.String(), func(t *testing.T) { keysCopied(t, newStore(t), alg) })
 	}
 }
 
@@ -208,6 +225,32 @@ func reset(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
 	}
 	if d, err := store.Take(ctx, req); err != nil || !d.Allowed || d.Remaining != 0 {
 		t.Fatalf("after Reset: %+v, %v; want allowed with 0 remaining", d, err)
+	}
+}
+
+// keysCopied checks that a store keeps copies of the keys it holds, never
+// the caller's bytes: it exhausts a key whose bytes the caller then
+// overwrites with another key's, and the first key must still be exhausted
+// and the second untouched. Short and long keys, as stores may keep the
+// two apart.
+func keysCopied(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
+	ctx := context.Background()
+	limit := sluice.Limit{Algorithm: alg, Rate: 2, Period: time.Hour}
+	now := Epoch.Add(time.Minute)
+	for _, n := range []int{14, 300} {
+		a, b := strings.Repeat("a", n-1)+"1", strings.Repeat("a", n-1)+"2"
+		buf := []byte(a)
+		key := unsafe.String(&buf[0], len(buf)) // what a caller with a reused buffer hands over
+		if d, err := store.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 2, Now: now}); err != nil || !d.Allowed {
+			t.Fatalf("%d-byte key: first take: %+v, %v", n, d, err)
+		}
+		copy(buf, b) // the caller reuses its buffer
+		if d, err := store.Take(ctx, sluice.Request{Key: a, Limit: limit, Cost: 1, Now: now}); err != nil || d.Allowed {
+			t.Fatalf("%d-byte key: the exhausted key, after its caller's bytes changed: %+v, %v; want denied", n, d, err)
+		}
+		if d, err := store.Take(ctx, sluice.Request{Key: b, Limit: limit, Cost: 1, Now: now}); err != nil || !d.Allowed || d.Remaining != 1 {
+			t.Fatalf("%d-byte key: a fresh key that the caller's bytes now spell: %+v, %v; want allowed, 1 remaining", n, d, err)
+		}
 	}
 }
 

@@ -131,7 +131,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice proxy: store mode shard needs the peer service of `sluice serve`; run the proxy against a local-sync or Redis store, or in front of `sluice serve`")
 		return 2
 	}
-	h, err := proxy.New(srv.Config(), srv.Store(), u, log)
+	h, err := proxy.New(srv.Config(), srv.Guard(), u, log)
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice proxy:", err)
 		return 1

@@ -20,7 +20,7 @@ import (
 // New returns a handler that limits by cfg's policies and forwards what it
 // allows to upstream. Streaming responses are flushed as they come and
 // websocket upgrades pass through (httputil.ReverseProxy).
-func New(cfg *config.Config, store sluice.Store, upstream *url.URL, log *slog.Logger) (http.Handler, error) {
+func New(cfg *config.Config, guard *sluice.Guard, upstream *url.URL, log *slog.Logger) (http.Handler, error) {
 	resolver, err := clientip.RemoteAddr()
 	if err != nil {
 		return nil, err
@@ -49,7 +49,7 @@ func New(cfg *config.Config, store sluice.Store, upstream *url.URL, log *slog.Lo
 			})
 		}
 	}
-	m, err := httplimit.New(httplimit.Options{Store: store, Policies: policies, Timeout: cfg.Store.Timeout, Logger: log})
+	m, err := httplimit.New(httplimit.Options{Guard: guard, Policies: policies, Logger: log})
 	if err != nil {
 		return nil, err
 	}

@@ -34,8 +34,8 @@ type outcome struct {
 	Decisions []sluice.Decision
 	Closest   int
 	Shadow    bool // decided but never denies
-	Failed    bool // the store failed and the fail mode allowed
-	Err       error
+	Result    sluice.Outcome
+	Err       error // an input error, or the store's under fail_mode closed
 }
 
 // allowed reports whether the check passes (a shadow check always does).
@@ -46,16 +46,22 @@ func (o *outcome) allowed() bool {
 	return o.Decisions[o.Closest].Allowed
 }
 
-// decide takes cost from key under limits, all-or-nothing, and records
-// metrics under label.
+// decide takes cost from key under limits, all-or-nothing, through the
+// Guard, and counts the check once under label. A shadow check's limits
+// are decided as enforced ones that fail open, and its denial is reported,
+// never enforced.
 func (s *Server) decide(ctx context.Context, label, key string, limits []sluice.Limit, cost int64, shadow bool, fail sluice.FailMode) outcome {
 	out := outcome{Closest: -1, Shadow: shadow}
 	if len(limits) == 0 {
 		return out
 	}
+	if shadow {
+		fail = sluice.FailOpen
+	}
 	reqs := make([]sluice.Request, len(limits))
+	modes := make([]sluice.FailMode, len(limits))
 	for i, l := range limits {
-		reqs[i] = sluice.Request{Key: key, Limit: l, Cost: cost}
+		reqs[i], modes[i] = sluice.Request{Key: key, Limit: l, Cost: cost}, fail
 		if err := reqs[i].Validate(); err != nil {
 			out.Err = inputError("%v", strings.TrimPrefix(err.Error(), "sluice: "))
 			return out
@@ -63,36 +69,21 @@ func (s *Server) decide(ctx context.Context, label, key string, limits []sluice.
 	}
 	ds := make([]sluice.Decision, len(reqs))
 	start := time.Now()
-	st := s.state()
-	tctx, cancel := context.WithTimeout(ctx, st.cfg.Store.Timeout)
-	err := s.store.TakeAll(tctx, reqs, ds)
-	cancel()
-	s.metrics.storeLatency.Observe(time.Since(start).Seconds())
-	if err != nil {
-		s.metrics.storeErrors.Inc()
-		s.metrics.checks.WithLabelValues(label, "error").Inc()
-		if fail == sluice.FailClosed {
-			out.Err = fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, err)
-			return out
-		}
-		// Fail open: report the limits as untouched.
-		out.Failed = true
-		for i, l := range limits {
-			ds[i] = sluice.Decision{Allowed: true, Limit: l, Remaining: l.Capacity()}
-		}
+	v := s.guard.Decide(ctx, &sluice.Check{Label: label, Enforced: reqs, Modes: modes}, ds, nil)
+	if shadow && v.Outcome == sluice.Denied {
+		v.Outcome = sluice.ShadowDenied
 	}
-	out.Decisions, out.Closest = ds, sluice.Most(ds)
-	result := "allowed"
-	switch {
-	case err != nil:
-		result = "failed_open"
-	case !ds[out.Closest].Allowed && shadow:
-		result = "shadow_denied"
-	case !ds[out.Closest].Allowed:
-		result = "denied"
-	}
-	s.metrics.checks.WithLabelValues(label, result).Inc()
+	out.Result = v.Outcome
+	s.metrics.checks.WithLabelValues(label, v.Outcome.String()).Inc()
 	s.metrics.latency.WithLabelValues(label).Observe(time.Since(start).Seconds())
+	switch v.Outcome {
+	case sluice.Invalid:
+		out.Err = inputError("%v", strings.TrimPrefix(v.Err.Error(), "sluice: "))
+	case sluice.FailedClosed:
+		out.Err = v.Err
+	default:
+		out.Decisions, out.Closest = ds, v.Closest
+	}
 	return out
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -54,8 +55,11 @@ type CheckResult struct {
 	DecisionJSON
 	Shadow bool `json:"shadow,omitempty"`
 	// FailedOpen reports that the store failed and the policy's fail mode
-	// allowed the check without deciding it.
-	FailedOpen bool           `json:"failed_open,omitempty"`
+	// (open) allowed the check without deciding it.
+	FailedOpen bool `json:"failed_open,omitempty"`
+	// Local reports that the store failed and the policy's fail mode
+	// (local) decided the check in this instance's memory.
+	Local      bool           `json:"local,omitempty"`
 	Limits     []DecisionJSON `json:"limits"`
 	Error      string         `json:"error,omitempty"`
 
@@ -115,7 +119,8 @@ func (s *Server) runChecks(ctx context.Context, checks []Check) (CheckResponse, 
 		if errors.Is(out.Err, errInput) {
 			return CheckResponse{}, field, fmt.Errorf("%s: %v", field, out.Err)
 		}
-		res := CheckResult{Policy: c.Policy, Key: c.Key, Shadow: out.Shadow, FailedOpen: out.Failed}
+		res := CheckResult{Policy: c.Policy, Key: c.Key, Shadow: out.Shadow, FailedOpen: out.Result == sluice.FailedOpen,
+			Local: out.Result == sluice.LocalAllowed || out.Result == sluice.LocalDenied}
 		if out.Err != nil {
 			res.Error = out.Err.Error()
 		} else {
@@ -163,15 +168,21 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		return
 	}
-	// The store is reachable when a peek answers.
+	// The store is reachable when a peek answers; an open breaker says it
+	// is not without asking.
+	h := s.guard.Health()
+	if h.Breaker == "open" {
+		http.Error(w, fmt.Sprintf("store failing since %v (breaker open): %s", h.Since.Format(time.RFC3339), h.LastError), http.StatusServiceUnavailable)
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.state().cfg.Store.Timeout)
 	defer cancel()
 	_, err := s.store.Take(ctx, sluice.Request{Key: "sluice:readyz", Limit: sluice.PerSecond(1)})
 	if err != nil {
-		http.Error(w, "store unreachable: "+err.Error(), http.StatusServiceUnavailable)
+		http.Error(w, fmt.Sprintf("store unreachable (breaker %s): %v", h.Breaker, err), http.StatusServiceUnavailable)
 		return
 	}
-	io.WriteString(w, "ready\n")
+	fmt.Fprintf(w, "ready\nstore: %s\nbreaker: %s\n", s.storeType, h.Breaker)
 }
 
 // problem writes an RFC 9457 problem details body.

@@ -54,6 +54,7 @@ type Server struct {
 	log     *slog.Logger
 	cfg     atomic.Pointer[state]
 	store   sluice.Store
+	guard   *sluice.Guard // every front door decides through it
 	closer  func()
 	metrics *metrics
 	ready   atomic.Bool
@@ -91,7 +92,50 @@ func New(opts Options) (*Server, error) {
 	if err := s.openStore(cfg); err != nil {
 		return nil, err
 	}
+	if err := s.openGuard(cfg); err != nil {
+		s.closer()
+		return nil, err
+	}
 	return s, nil
+}
+
+// openGuard makes the decision core on the store: the config's timeout,
+// a memory store as the stand-in of fail_mode local, the store's health
+// in the log and in metrics.
+func (s *Server) openGuard(cfg *config.Config) error {
+	var local sluice.Store
+	if ip, ok := s.store.(sluice.InProcess); !ok || !ip.InProcess() {
+		local = memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
+	}
+	m := s.metrics
+	g, err := sluice.NewGuard(s.store, sluice.GuardOptions{
+		Timeout: cfg.Store.Timeout, Local: local, Instances: cfg.Store.Instances, Logger: s.log,
+		OnStoreCall: func(took time.Duration, err error) {
+			m.storeLatency.Observe(took.Seconds())
+			if err != nil {
+				m.storeErrors.Inc()
+			}
+		},
+	})
+	if err != nil {
+		return err
+	}
+	s.guard = g
+	for _, state := range []string{"closed", "open", "half-open"} {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sluice_store_breaker", Help: "1 for the store breaker's state: closed (calls go to the store), open (checks are decided by fail_mode), half-open (one call probes).",
+			ConstLabels: prometheus.Labels{"state": state}},
+			func() float64 {
+				if g.Health().Breaker == state {
+					return 1
+				}
+				return 0
+			}))
+	}
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "sluice_store_failed_checks_total", Help: "Checks decided by their fail_mode because the store failed."},
+		func() float64 { return float64(g.Health().FailedChecks) }))
+	return nil
 }
 
 func load(path string) (*config.Config, error) {
@@ -283,3 +327,6 @@ func (s *Server) Config() *config.Config { return s.state().cfg }
 
 // Store returns the store the server decides with.
 func (s *Server) Store() sluice.Store { return s.store }
+
+// Guard returns the decision core on the store, for the proxy to share.
+func (s *Server) Guard() *sluice.Guard { return s.guard }

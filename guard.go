@@ -1,0 +1,415 @@
+package sluice
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/sample"
+)
+
+// DefaultTimeout bounds a store call when GuardOptions.Timeout is zero. It
+// is a ceiling for "the store is down", not a latency target: on a 2-core
+// host saturated by the caller and two CPU-bound processes beside it, a
+// healthy local Redis answered 99.9% of calls in far less (see
+// docs/operations.md and bench's BenchmarkStoreTail), and a call past it is
+// decided by the failure policy. The breaker keeps a store that hangs from
+// costing this much per check.
+const DefaultTimeout = time.Second
+
+// Guard is the decision core every front door shares: the Limiter,
+// httplimit, grpclimit, the service's HTTP, gRPC and Envoy APIs and the
+// proxy. For one check it asks the Store for the enforced requests in one
+// all-or-nothing call bounded by a timeout, then for the shadow requests
+// apart, so that a shadow denial never holds the enforced ones back. When
+// the store fails it decides each enforced request by its FailMode, and a
+// circuit breaker stops calling a store that keeps failing, so a hung store
+// costs no timeout per check. Every change of the store's health is logged
+// once, failed checks are logged sampled per label, and each check has one
+// Outcome for metrics.
+//
+// A Guard is safe for concurrent use; one Guard per Store, shared by every
+// front door on it, keeps one breaker and one stand-in.
+type Guard struct {
+	store    Store
+	opts     GuardOptions
+	inproc   bool // the store cannot fail for reasons of its own
+	breaker  breaker
+	standin  *standin // nil without opts.Local
+	logs     *sample.Sampler
+	failures atomic.Int64 // checks decided by the failure policy, ever
+}
+
+// GuardOptions configures a Guard. Every field has a usable zero value.
+type GuardOptions struct {
+	// Timeout bounds each store call. Zero means DefaultTimeout; negative
+	// means only the caller's context bounds it. A store that says it works
+	// in process (InProcess) is called without one.
+	Timeout time.Duration
+	// Local is the stand-in that FailLocal decides with while the store
+	// fails: a memory store (memstore.New) of its own, never the store
+	// itself. Nil makes FailLocal decide as FailOpen.
+	Local Store
+	// Instances is how many processes share the store: while it fails, each
+	// takes 1/Instances of what a key had left. Default 1.
+	Instances int
+	// BreakerFailures is how many store calls in a row must fail to open
+	// the breaker. Default 5.
+	BreakerFailures int
+	// BreakerBackoff is how long an open breaker waits before it lets one
+	// call probe the store; each failed probe doubles it, up to
+	// BreakerMaxBackoff. Defaults 100ms and 500ms, so a store that comes
+	// back is used again within a second.
+	BreakerBackoff, BreakerMaxBackoff time.Duration
+	// Logger receives the store's health changes (Warn and Info) and
+	// sampled lines for failed checks. Default: none.
+	Logger *slog.Logger
+	// LogsPerSecond bounds the failed-check lines per label. Default 1.
+	LogsPerSecond int64
+	// OnStoreCall, if set, is called after every store call with its
+	// duration and its error: nil for an answer, input errors included.
+	// Calls the breaker spared are not made and not reported. It must be
+	// cheap and safe for concurrent use.
+	OnStoreCall func(took time.Duration, err error)
+}
+
+// InProcess is implemented by stores whose calls never leave the process
+// and so never fail for reasons outside the request (the memory store): a
+// Guard calls them without a timeout, breaker or stand-in.
+type InProcess interface {
+	InProcess() bool
+}
+
+// NewGuard returns a Guard deciding through store.
+func NewGuard(store Store, opts GuardOptions) (*Guard, error) {
+	if store == nil {
+		return nil, errors.New("sluice: NewGuard: nil store")
+	}
+	if opts.Local != nil && opts.Local == store {
+		return nil, errors.New("sluice: NewGuard: the Local stand-in must be a store of its own")
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	opts.Instances = max(opts.Instances, 1)
+	g := &Guard{store: store, opts: opts, logs: sample.New(opts.LogsPerSecond)}
+	if ip, ok := store.(InProcess); ok && ip.InProcess() {
+		g.inproc = true
+	}
+	g.breaker.init(opts, g.transition)
+	if opts.Local != nil && !g.inproc {
+		g.standin = newStandin(opts.Local, opts.Instances)
+	}
+	return g, nil
+}
+
+// Store returns the store the Guard decides with.
+func (g *Guard) Store() Store { return g.store }
+
+// A Check is what one request asks of a Guard.
+type Check struct {
+	// Label names the check in logs: a policy or an Envoy domain.
+	Label string
+	// Enforced are decided together, all-or-nothing.
+	Enforced []Request
+	// Modes is each enforced request's FailMode, parallel to Enforced; nil
+	// means FailLocal for all.
+	Modes []FailMode
+	// Shadow are decided after Enforced, apart from them, and never deny.
+	Shadow []Request
+}
+
+// Outcome is a check's one result, for metrics: each check has exactly
+// one.
+type Outcome uint8
+
+// The outcomes of a check.
+const (
+	Allowed      Outcome = iota // the store allowed every enforced request
+	Denied                      // the store denied one
+	ShadowDenied                // allowed, and a shadow request would have been denied
+	LocalAllowed                // the store failed; the stand-in allowed (FailLocal)
+	LocalDenied                 // the store failed; the stand-in denied (FailLocal)
+	FailedOpen                  // the store failed; allowed without deciding (FailOpen)
+	FailedClosed                // the store failed; denied without deciding (FailClosed)
+	Invalid                     // the input is bad: nothing was counted
+)
+
+var outcomeNames = [...]string{"allowed", "denied", "shadow_denied", "local_allowed", "local_denied", "failed_open", "failed_closed", "invalid"}
+
+// String returns the outcome's metric label, such as "failed_open".
+func (o Outcome) String() string { return outcomeNames[o] }
+
+// Failed reports whether the store failed and the failure policy decided.
+func (o Outcome) Failed() bool { return o >= LocalAllowed && o <= FailedClosed }
+
+// Verdict is a Guard's answer to a Check; the decisions themselves are
+// written into the caller's slices.
+type Verdict struct {
+	Outcome Outcome
+	// Closest is the index of the enforced decision closest to its limit,
+	// -1 when there is none (no enforced requests, Invalid, FailedClosed).
+	Closest int
+	// ShadowDenied reports that a shadow request would have been denied,
+	// whatever the Outcome.
+	ShadowDenied bool
+	// Err is the input error for Invalid, and for a failure the store's
+	// error wrapped in ErrStoreUnavailable.
+	Err error
+}
+
+// Allowed reports whether the check may proceed.
+func (v *Verdict) Allowed() bool {
+	switch v.Outcome {
+	case Allowed, ShadowDenied, LocalAllowed, FailedOpen:
+		return true
+	}
+	return false
+}
+
+// Decide decides c: the enforced decisions are written to ds and the shadow
+// ones to sds, each at least as long as its requests. Under FailOpen and
+// FailLocal a failed check is allowed or decided locally with the store's
+// error in Err; under FailClosed its decisions are denials with a RetryAfter
+// of one second.
+func (g *Guard) Decide(ctx context.Context, c *Check, ds, sds []Decision) Verdict {
+	v := Verdict{Closest: -1}
+	if n := len(c.Enforced); n > 0 {
+		ds = ds[:n]
+		err := g.call(ctx, c.Enforced, ds)
+		switch {
+		case err == nil:
+			if g.standin != nil {
+				g.standin.record(c.Enforced, c.Modes, ds)
+			}
+			v.Closest = Most(ds)
+			if !ds[v.Closest].Allowed {
+				v.Outcome = Denied
+			}
+		case IsInputError(err):
+			return Verdict{Outcome: Invalid, Closest: -1, Err: err}
+		default:
+			v = g.failed(ctx, c, ds, err)
+		}
+	}
+	if len(c.Shadow) > 0 {
+		sds = sds[:len(c.Shadow)]
+		if err := g.call(ctx, c.Shadow, sds); err != nil {
+			g.note(ctx, c.Label, "rate limit store failed (shadow)", err)
+		} else if !sds[Most(sds)].Allowed {
+			v.ShadowDenied = true
+			if v.Outcome == Allowed {
+				v.Outcome = ShadowDenied
+			}
+		}
+	}
+	return v
+}
+
+// Take is Decide for a check of one enforced request and no shadow, in
+// the form that does not allocate: the decision is written to *d.
+func (g *Guard) Take(ctx context.Context, label string, req Request, mode FailMode, d *Decision) Verdict {
+	err := g.call1(ctx, req, d)
+	switch {
+	case err == nil:
+		if g.standin != nil && mode == FailLocal {
+			g.standin.record1(&req, d)
+		}
+		if !d.Allowed {
+			return Verdict{Outcome: Denied}
+		}
+		return Verdict{}
+	case IsInputError(err):
+		return Verdict{Outcome: Invalid, Closest: -1, Err: err}
+	}
+	ds := []Decision{{}}
+	v := g.failed(ctx, &Check{Label: label, Enforced: []Request{req}, Modes: []FailMode{mode}}, ds, err)
+	*d = ds[0]
+	return v
+}
+
+// call makes one store call for reqs, through the breaker and the timeout.
+func (g *Guard) call(ctx context.Context, reqs []Request, ds []Decision) error {
+	if g.inproc {
+		return take(ctx, g.store, reqs, ds)
+	}
+	probe, ok := g.breaker.allow()
+	if !ok {
+		return g.breaker.openError()
+	}
+	cctx, cancel, start := g.within(ctx)
+	err := take(cctx, g.store, reqs, ds)
+	g.end(ctx, cancel, start, probe, err)
+	return err
+}
+
+// call1 is call for one request.
+func (g *Guard) call1(ctx context.Context, req Request, d *Decision) (err error) {
+	if g.inproc {
+		*d, err = g.store.Take(ctx, req)
+		return err
+	}
+	probe, ok := g.breaker.allow()
+	if !ok {
+		return g.breaker.openError()
+	}
+	cctx, cancel, start := g.within(ctx)
+	*d, err = g.store.Take(cctx, req)
+	g.end(ctx, cancel, start, probe, err)
+	return err
+}
+
+// within returns the context of a store call, its cancel function (nil
+// for none) and its start time when OnStoreCall wants it.
+func (g *Guard) within(ctx context.Context) (context.Context, context.CancelFunc, time.Time) {
+	var start time.Time
+	if g.opts.OnStoreCall != nil {
+		start = time.Now()
+	}
+	if g.opts.Timeout > 0 {
+		ctx, cancel := context.WithTimeout(ctx, g.opts.Timeout)
+		return ctx, cancel, start
+	}
+	return ctx, nil, start
+}
+
+// end records a store call's result in the breaker.
+func (g *Guard) end(ctx context.Context, cancel context.CancelFunc, start time.Time, probe bool, err error) {
+	if cancel != nil {
+		cancel()
+	}
+	if g.opts.OnStoreCall != nil {
+		if IsInputError(err) {
+			g.opts.OnStoreCall(time.Since(start), nil)
+		} else {
+			g.opts.OnStoreCall(time.Since(start), err)
+		}
+	}
+	switch {
+	case err == nil || IsInputError(err):
+		g.breaker.success(probe)
+	case ctx.Err() != nil:
+		// The caller gave up: that says nothing about the store.
+		g.breaker.release(probe)
+	default:
+		g.breaker.failure(probe, err)
+	}
+}
+
+func take(ctx context.Context, s Store, reqs []Request, ds []Decision) error {
+	if len(reqs) == 1 {
+		var err error
+		ds[0], err = s.Take(ctx, reqs[0])
+		return err
+	}
+	return s.TakeAll(ctx, reqs, ds)
+}
+
+// failed decides c's enforced requests by their fail modes after the store
+// failed with err.
+func (g *Guard) failed(ctx context.Context, c *Check, ds []Decision, err error) Verdict {
+	g.failures.Add(1)
+	err = fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+	v := Verdict{Outcome: FailedOpen, Closest: -1, Err: err}
+	local := false
+	for i := range c.Enforced {
+		switch g.mode(c, i) {
+		case FailClosed:
+			v.Outcome = FailedClosed
+		case FailLocal:
+			local = local || g.standin != nil
+		}
+	}
+	if v.Outcome == FailedClosed {
+		for i, r := range c.Enforced {
+			ds[i] = Decision{Limit: r.Limit, RetryAfter: time.Second}
+		}
+		g.note(ctx, c.Label, "rate limit store failed; denied (fail_mode closed)", err)
+		return v
+	}
+	for i, r := range c.Enforced {
+		ds[i] = Decision{Allowed: true, Limit: r.Limit, Remaining: r.Limit.Capacity() - r.Cost}
+	}
+	if local {
+		if lerr := g.standin.decide(ctx, c, g.breaker.outage(), ds); lerr != nil {
+			g.note(ctx, c.Label, "rate limit stand-in failed; allowed", lerr)
+			return v
+		}
+		v.Outcome = LocalAllowed
+		v.Closest = Most(ds)
+		if !ds[v.Closest].Allowed {
+			v.Outcome = LocalDenied
+		}
+		g.note(ctx, c.Label, "rate limit store failed; decided locally (fail_mode local)", err)
+		return v
+	}
+	v.Closest = Most(ds)
+	g.note(ctx, c.Label, "rate limit store failed; allowed (fail_mode open)", err)
+	return v
+}
+
+func (g *Guard) mode(c *Check, i int) FailMode {
+	if c.Modes == nil {
+		return FailLocal
+	}
+	return c.Modes[i]
+}
+
+// note logs a failed check, sampled per label.
+func (g *Guard) note(ctx context.Context, label, msg string, err error) {
+	if g.opts.Logger == nil || !g.opts.Logger.Enabled(ctx, slog.LevelWarn) {
+		return
+	}
+	if ok, held := g.logs.Allow(label); ok {
+		g.opts.Logger.LogAttrs(ctx, slog.LevelWarn, msg, slog.String("policy", label),
+			slog.String("error", err.Error()), slog.Int64("suppressed", held))
+	}
+}
+
+// Health is a snapshot of the store's health as a Guard sees it.
+type Health struct {
+	// Failing reports that the last store call failed.
+	Failing bool
+	// Breaker is "closed" (calls go to the store), "open" (they don't) or
+	// "half-open" (one call probes the store).
+	Breaker string
+	// Since is when the store started failing, zero while it is healthy.
+	Since time.Time
+	// LastError is the last store failure's message.
+	LastError string
+	// FailedChecks counts the checks decided by the failure policy since
+	// the Guard was made.
+	FailedChecks int64
+}
+
+// Health reports the store's health.
+func (g *Guard) Health() Health {
+	h := g.breaker.health()
+	h.FailedChecks = g.failures.Load()
+	return h
+}
+
+// transition logs a change of the store's health, once.
+func (g *Guard) transition(level slog.Level, msg string, attrs ...slog.Attr) {
+	if g.opts.Logger != nil {
+		attrs = append(attrs, slog.Int64("failed_checks", g.failures.Load()))
+		g.opts.Logger.LogAttrs(context.Background(), level, msg, attrs...)
+	}
+}
+
+// IsInputError reports whether err is a problem with the request itself
+// (an empty or long key, a bad cost, time or limit), which no store and no
+// failure policy can decide.
+func IsInputError(err error) bool {
+	for _, e := range inputErrors {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+var inputErrors = []error{ErrEmptyKey, ErrKeyTooLong, ErrCostExceedsBurst, ErrNegativeCost, ErrInvalidTime, ErrDuplicateRequest, ErrInvalidLimit}
