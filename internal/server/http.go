@@ -59,9 +59,9 @@ type CheckResult struct {
 	FailedOpen bool `json:"failed_open,omitempty"`
 	// Local reports that the store failed and the policy's fail mode
 	// (local) decided the check in this instance's memory.
-	Local      bool           `json:"local,omitempty"`
-	Limits     []DecisionJSON `json:"limits"`
-	Error      string         `json:"error,omitempty"`
+	Local  bool           `json:"local,omitempty"`
+	Limits []DecisionJSON `json:"limits"`
+	Error  string         `json:"error,omitempty"`
 
 	decisions []sluice.Decision // for the gRPC form
 }
