@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -241,7 +242,12 @@ func (g *Guard) call(ctx context.Context, reqs []Request, ds []Decision) error {
 		return g.breaker.openError()
 	}
 	cctx, cancel, start := g.within(ctx)
-	err := take(cctx, g.store, reqs, ds)
+	var err error
+	if probe || g.breaker.failing.Load() {
+		err = bounded(cctx, g.store, reqs, ds)
+	} else {
+		err = take(cctx, g.store, reqs, ds)
+	}
 	g.end(ctx, cancel, start, probe, err)
 	return err
 }
@@ -257,9 +263,41 @@ func (g *Guard) call1(ctx context.Context, req Request, d *Decision) (err error)
 		return g.breaker.openError()
 	}
 	cctx, cancel, start := g.within(ctx)
-	*d, err = g.store.Take(cctx, req)
+	if probe || g.breaker.failing.Load() {
+		ds := [1]Decision{}
+		err = bounded(cctx, g.store, []Request{req}, ds[:])
+		*d = ds[0]
+	} else {
+		*d, err = g.store.Take(cctx, req)
+	}
 	g.end(ctx, cancel, start, probe, err)
 	return err
+}
+
+// bounded is take for a store that is failing: on a goroutine of its own,
+// so that the caller gets its answer when ctx ends even if the store does
+// not honour ctx (a client redialling a hung server may wait out its own
+// dial timeout first). The call works on copies, as it may outlive its
+// caller; the goroutine ends when the store returns.
+func bounded(ctx context.Context, s Store, reqs []Request, ds []Decision) error {
+	type result struct {
+		ds  []Decision
+		err error
+	}
+	done := make(chan result, 1)
+	own := slices.Clone(reqs)
+	go func() {
+		out := make([]Decision, len(own))
+		err := take(ctx, s, own, out)
+		done <- result{out, err}
+	}()
+	select {
+	case r := <-done:
+		copy(ds, r.ds)
+		return r.err
+	case <-ctx.Done():
+		return fmt.Errorf("sluice: store call: %w", ctx.Err())
+	}
 }
 
 // within returns the context of a store call, its cancel function (nil
@@ -291,12 +329,23 @@ func (g *Guard) end(ctx context.Context, cancel context.CancelFunc, start time.T
 	switch {
 	case err == nil || IsInputError(err):
 		g.breaker.success(probe)
-	case ctx.Err() != nil:
+	case callerGone(ctx):
 		// The caller gave up: that says nothing about the store.
 		g.breaker.release(probe)
 	default:
 		g.breaker.failure(probe, err)
 	}
+}
+
+// callerGone reports whether the caller's own context ended: cancelled,
+// or past its deadline (a store may see that deadline pass a moment before
+// the context says so).
+func callerGone(ctx context.Context) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && !time.Now().Before(dl)
 }
 
 func take(ctx context.Context, s Store, reqs []Request, ds []Decision) error {

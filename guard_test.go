@@ -1,0 +1,237 @@
+package sluice_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/faultproxy"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// syncBuffer is a log destination safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// chaos is a Guard on a real redis-server reached through a fault proxy.
+type chaos struct {
+	redis *redistest.Server
+	proxy *faultproxy.Proxy
+	store *redisstore.Store
+	guard *sluice.Guard
+	log   *syncBuffer
+}
+
+func newChaos(t *testing.T, opts sluice.GuardOptions) *chaos {
+	t.Helper()
+	c := &chaos{redis: redistest.Standalone(t), log: &syncBuffer{}}
+	c.proxy = faultproxy.Start(t, c.redis.Addr)
+	s, err := redisstore.Open("redis://"+c.proxy.Addr, redisstore.Options{ReconnectInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Close)
+	c.store = s
+	opts.Logger = slog.New(slog.NewTextHandler(c.log, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	if opts.Local == nil {
+		opts.Local = memstore.New(memstore.Options{})
+	}
+	if c.guard, err = sluice.NewGuard(s, opts); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// take decides one request of key under limit and mode, within bound.
+func (c *chaos) take(t *testing.T, key string, limit sluice.Limit, mode sluice.FailMode, bound time.Duration) (sluice.Verdict, sluice.Decision) {
+	t.Helper()
+	var d sluice.Decision
+	start := time.Now()
+	v := c.guard.Take(context.Background(), "p", sluice.Request{Key: key, Limit: limit, Cost: 1}, mode, &d)
+	if took := time.Since(start); took > bound {
+		t.Fatalf("a check took %v; want at most %v", took, bound)
+	}
+	return v, d
+}
+
+// A hung store under fail_mode local: the stand-in starts each key where
+// the store left it, so the outage admits what the key had left and no
+// more; the breaker opens so checks stop waiting for the timeout; the log
+// says so once; the store decides again within a second of coming back.
+func TestGuardLocalDuringHang(t *testing.T) {
+	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
+	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 5, Period: time.Hour}
+	for range 2 {
+		if v, d := c.take(t, "k", limit, sluice.FailLocal, time.Second); v.Outcome != sluice.Allowed {
+			t.Fatalf("healthy: %v %+v", v.Outcome, d)
+		}
+	}
+	c.proxy.Stall(true)
+	admitted := 0
+	for i := range 20 {
+		v, _ := c.take(t, "k", limit, sluice.FailLocal, 200*time.Millisecond+150*time.Millisecond)
+		if v.Outcome != sluice.LocalAllowed && v.Outcome != sluice.LocalDenied {
+			t.Fatalf("check %d during the hang: %v, want decided locally", i, v.Outcome)
+		}
+		if v.Allowed() {
+			admitted++
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("the hang admitted %d; want 3, what the store had left", admitted)
+	}
+	// A key the store never saw starts at its limit.
+	fresh := 0
+	for range 8 {
+		if v, _ := c.take(t, "new", limit, sluice.FailLocal, 350*time.Millisecond); v.Allowed() {
+			fresh++
+		}
+	}
+	if fresh != 5 {
+		t.Fatalf("a key never seen admitted %d during the hang; want 5", fresh)
+	}
+	if h := c.guard.Health(); !h.Failing || h.Breaker == "closed" {
+		t.Fatalf("health during the hang: %+v; want failing, breaker not closed", h)
+	}
+	// With the breaker open a check costs no timeout.
+	start := time.Now()
+	for range 50 {
+		c.take(t, "other", limit, sluice.FailLocal, 350*time.Millisecond)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("50 checks with the breaker open took %v", took)
+	}
+	c.proxy.Stall(false)
+	back := time.Now()
+	for {
+		v, _ := c.take(t, "k2", limit, sluice.FailLocal, 350*time.Millisecond)
+		if v.Outcome == sluice.Allowed {
+			break
+		}
+		if time.Since(back) > time.Second {
+			t.Fatalf("not decided by the store again 1s after it came back (%v)", v.Outcome)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	log := c.log.String()
+	for _, want := range []string{"rate limit store failing", "breaker open", "half-open", "rate limit store recovered"} {
+		if strings.Count(log, want) < 1 {
+			t.Errorf("the log lacks %q:\n%s", want, log)
+		}
+	}
+	if n := strings.Count(log, "rate limit store failing"); n != 1 {
+		t.Errorf("the store's failure logged %d times; want once", n)
+	}
+}
+
+// Redis down at start, then up: open and closed decide as they say, the
+// store's error is reported, and nothing is charged to the stand-in under
+// open or closed.
+func TestGuardOpenAndClosed(t *testing.T) {
+	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
+	c.proxy.Down()
+	limit := sluice.PerMinute(1)
+	for i := range 3 {
+		v, d := c.take(t, "o", limit, sluice.FailOpen, 350*time.Millisecond)
+		if v.Outcome != sluice.FailedOpen || !d.Allowed || !errors.Is(v.Err, sluice.ErrStoreUnavailable) {
+			t.Fatalf("open, check %d: %v %+v %v", i, v.Outcome, d, v.Err)
+		}
+		v, d = c.take(t, "c", limit, sluice.FailClosed, 350*time.Millisecond)
+		if v.Outcome != sluice.FailedClosed || d.Allowed || d.RetryAfter != time.Second {
+			t.Fatalf("closed, check %d: %v %+v", i, v.Outcome, d)
+		}
+	}
+	if h := c.guard.Health(); h.FailedChecks != 6 || h.LastError == "" {
+		t.Fatalf("health: %+v; want 6 failed checks and the error", h)
+	}
+}
+
+// A batch whose requests have different fail modes: closed wins; local
+// decides the rest all-or-nothing.
+func TestGuardMixedModes(t *testing.T) {
+	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
+	c.proxy.Down()
+	l1, l2 := sluice.PerMinute(1), sluice.Limit{Rate: 10, Period: time.Hour}
+	check := &sluice.Check{Label: "mix", Enforced: []sluice.Request{{Key: "a", Limit: l1, Cost: 1}, {Key: "a", Limit: l2, Cost: 1}},
+		Modes: []sluice.FailMode{sluice.FailLocal, sluice.FailOpen}}
+	ds := make([]sluice.Decision, 2)
+	want := []sluice.Outcome{sluice.LocalAllowed, sluice.LocalDenied}
+	for i, w := range want {
+		if v := c.guard.Decide(context.Background(), check, ds, nil); v.Outcome != w {
+			t.Fatalf("check %d: %v, want %v", i, v.Outcome, w)
+		}
+	}
+	check.Modes[1] = sluice.FailClosed
+	if v := c.guard.Decide(context.Background(), check, ds, nil); v.Outcome != sluice.FailedClosed || v.Allowed() {
+		t.Fatalf("with a closed request: %v", v.Outcome)
+	}
+}
+
+// A caller that gives up says nothing about the store: the breaker stays
+// closed however many do.
+func TestGuardCallerCancelDoesNotTrip(t *testing.T) {
+	c := newChaos(t, sluice.GuardOptions{Timeout: time.Second})
+	c.proxy.SetLatency(100 * time.Millisecond)
+	for range 10 {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+		var d sluice.Decision
+		c.guard.Take(ctx, "p", sluice.Request{Key: "k", Limit: sluice.PerSecond(100), Cost: 1}, sluice.FailLocal, &d)
+		cancel()
+	}
+	if h := c.guard.Health(); h.Breaker != "closed" || h.Failing {
+		t.Fatalf("after callers gave up: %+v; want closed and healthy", h)
+	}
+}
+
+// Many callers while the store hangs: one probe at a time reaches it once
+// the breaker is half-open, and the rest are decided at once.
+func TestGuardOneProbeAtATime(t *testing.T) {
+	c := newChaos(t, sluice.GuardOptions{Timeout: 300 * time.Millisecond, BreakerBackoff: 50 * time.Millisecond, BreakerMaxBackoff: 50 * time.Millisecond})
+	var calls atomic.Int64
+	g, err := sluice.NewGuard(c.store, sluice.GuardOptions{Timeout: 300 * time.Millisecond, BreakerBackoff: 50 * time.Millisecond,
+		BreakerMaxBackoff: 50 * time.Millisecond, Local: memstore.New(memstore.Options{}),
+		OnStoreCall: func(time.Duration, error) { calls.Add(1) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.proxy.Stall(true)
+	var wg sync.WaitGroup
+	stop := time.Now().Add(time.Second)
+	for range 16 {
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				var d sluice.Decision
+				g.Take(context.Background(), "p", sluice.Request{Key: "k", Limit: sluice.PerSecond(100), Cost: 1}, sluice.FailLocal, &d)
+			}
+		})
+	}
+	wg.Wait()
+	// 16 at once, up to 4 more from callers back before the fifth failure
+	// opened the breaker, then at most one probe per backoff plus timeout.
+	if n := calls.Load(); n > 16+4+int64(time.Second/(300*time.Millisecond+50*time.Millisecond))+1 {
+		t.Fatalf("%d store calls in a second of hang; want one probe at a time", n)
+	}
+}

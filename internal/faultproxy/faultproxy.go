@@ -1,0 +1,226 @@
+// Package faultproxy is a TCP proxy for tests that puts faults between a
+// client and a real server: latency each way, stalls (bytes held, as a
+// black hole that accepted the connection and never answers), refused
+// connections, and resets of every open connection. Faults change while
+// traffic flows; the proxy keeps order within a connection.
+package faultproxy
+
+import (
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Proxy forwards connections from Addr to a target address.
+type Proxy struct {
+	Addr   string
+	target string
+	ln     net.Listener
+
+	mu      sync.Mutex
+	cond    *sync.Cond // signalled when stalled turns false or the proxy closes
+	latency time.Duration
+	stalled bool
+	refuse  bool
+	closed  bool
+	conns   map[net.Conn]struct{}
+	wg      sync.WaitGroup
+}
+
+// Start listens on a free loopback port and forwards to target until the
+// test ends.
+func Start(t testing.TB, target string) *Proxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p.cond = sync.NewCond(&p.mu)
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(p.Close)
+	return p
+}
+
+// SetLatency delays every byte by d in each direction (d each way, 2d a
+// round trip), from now on.
+func (p *Proxy) SetLatency(d time.Duration) {
+	p.mu.Lock()
+	p.latency = d
+	p.mu.Unlock()
+}
+
+// Stall holds every byte in both directions while on: the server looks
+// hung (a black hole) to its clients. Held bytes flow again when it is
+// turned off.
+func (p *Proxy) Stall(on bool) {
+	p.mu.Lock()
+	p.stalled = on
+	p.mu.Unlock()
+	p.cond.Broadcast()
+}
+
+// Refuse resets new connections at once while on, as a server that is
+// down does.
+func (p *Proxy) Refuse(on bool) {
+	p.mu.Lock()
+	p.refuse = on
+	p.mu.Unlock()
+}
+
+// Reset resets every open connection (an RST to both sides).
+func (p *Proxy) Reset() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for c := range p.conns {
+		reset(c)
+		delete(p.conns, c)
+	}
+}
+
+// Down refuses new connections and resets the open ones: the server died.
+func (p *Proxy) Down() {
+	p.Refuse(true)
+	p.Reset()
+}
+
+// Up undoes Down, Stall and SetLatency.
+func (p *Proxy) Up() {
+	p.mu.Lock()
+	p.refuse, p.stalled, p.latency = false, false, 0
+	p.mu.Unlock()
+	p.cond.Broadcast()
+}
+
+// Conns returns the number of open connection pairs' sides.
+func (p *Proxy) Conns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.conns)
+}
+
+// Close stops the proxy and closes every connection, and returns when
+// all its goroutines have.
+func (p *Proxy) Close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	p.ln.Close()
+	for c := range p.conns {
+		c.Close()
+	}
+	p.mu.Unlock()
+	p.cond.Broadcast()
+	p.wg.Wait()
+}
+
+func reset(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
+}
+
+func (p *Proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		refuse := p.refuse || p.closed
+		p.mu.Unlock()
+		if refuse {
+			reset(c)
+			continue
+		}
+		s, err := net.DialTimeout("tcp", p.target, time.Second)
+		if err != nil {
+			reset(c)
+			continue
+		}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			c.Close()
+			s.Close()
+			return
+		}
+		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
+		p.mu.Unlock()
+		p.wg.Add(2)
+		go p.pipe(c, s)
+		go p.pipe(s, c)
+	}
+}
+
+// chunk is bytes read from one side, due at the other at due.
+type chunk struct {
+	b   []byte
+	due time.Time
+}
+
+// pipe copies from src to dst through the faults: a reader stamps each
+// chunk with its due time and a writer delivers it then, unless stalled.
+func (p *Proxy) pipe(src, dst net.Conn) {
+	defer p.wg.Done()
+	q := make(chan chunk, 64)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for c := range q {
+			if !p.wait(c.due) {
+				break
+			}
+			if _, err := dst.Write(c.b); err != nil {
+				break
+			}
+		}
+		for range q { // drain so the reader never blocks
+		}
+	}()
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.mu.Lock()
+			due := time.Now().Add(p.latency)
+			p.mu.Unlock()
+			q <- chunk{b: append([]byte(nil), buf[:n]...), due: due}
+		}
+		if err != nil {
+			break
+		}
+	}
+	close(q)
+	<-done
+	// One side ended: end the other, as a proxy does.
+	if tc, ok := dst.(*net.TCPConn); ok {
+		tc.CloseWrite()
+	}
+	p.mu.Lock()
+	delete(p.conns, src)
+	p.mu.Unlock()
+	src.Close()
+	dst.SetReadDeadline(time.Now()) // and the other direction's reader
+}
+
+// wait sleeps until due and while stalled; it reports false once the proxy
+// is closed.
+func (p *Proxy) wait(due time.Time) bool {
+	if d := time.Until(due); d > 0 {
+		time.Sleep(d)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.stalled && !p.closed {
+		p.cond.Wait()
+	}
+	return !p.closed
+}
