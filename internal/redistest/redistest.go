@@ -65,6 +65,7 @@ func start(t testing.TB, extra []string) *Server {
 	s.args = append([]string{
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"),
+		"--enable-debug-command", "local", // DEBUG SLEEP: a hung server, for fault tests
 	}, extra...)
 	s.cmd = exec.Command(bin, s.args...)
 	if err := s.cmd.Start(); err != nil {

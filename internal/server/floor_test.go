@@ -1,0 +1,154 @@
+package server
+
+import (
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// A 4-second Redis hang (DEBUG SLEEP 4) with default settings: a 5/1m key
+// admits between 1 and 5 of the checks made during it, every check is
+// answered within the timeout and a margin, and the log says the store is
+// failing.
+func TestRedisHangDefaultSettings(t *testing.T) {
+	redis := redistest.Standalone(t)
+	r := start(t, "store: {type: redis, url: redis://"+redis.Addr+"}\npolicies:\n  - {name: p, limit: 5/1m}\n", "")
+	if res, _ := r.check(t, "p", "warm"); !res.Allowed {
+		t.Fatalf("healthy: %+v", res)
+	}
+	hung := make(chan struct{})
+	go func() {
+		defer close(hung)
+		redis.Do("DEBUG", "SLEEP", "4")
+	}()
+	time.Sleep(100 * time.Millisecond) // the sleep has begun
+	var admitted, answered atomic.Int64
+	var slowest atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 5 {
+				start := time.Now()
+				res, code := r.check(t, "p", "hung")
+				if code != 200 {
+					t.Errorf("status %d: %s", code, res.Error)
+					return
+				}
+				answered.Add(1)
+				if res.Allowed {
+					admitted.Add(1)
+				}
+				if d := int64(time.Since(start)); d > slowest.Load() {
+					slowest.Store(d)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	select {
+	case <-hung:
+		t.Fatal("the 40 checks outlasted the hang: it did not cover them")
+	default:
+	}
+	if n := admitted.Load(); n < 1 || n > 5 {
+		t.Fatalf("%d of %d checks admitted during the hang; want 1 to 5", n, answered.Load())
+	}
+	if d := time.Duration(slowest.Load()); d > 1500*time.Millisecond {
+		t.Fatalf("the slowest check took %v; want within the 1s timeout and a margin", d)
+	}
+	if !strings.Contains(r.log.String(), "rate limit store failing") {
+		t.Fatalf("no log line says the store is failing:\n%s", r.log)
+	}
+	<-hung
+}
+
+// Redis killed and restarted empty five times under checks: every check is
+// answered, Redis decides again after each restart, and no goroutine is
+// left behind once the server is shut down.
+func TestRedisRestartsLeakNothing(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	redis := redistest.Standalone(t)
+	r := start(t, "store: {type: redis, url: redis://"+redis.Addr+"}\npolicies:\n  - {name: p, limit: 1000/1m}\n", "")
+	for cycle := range 5 {
+		redis.Kill()
+		for range 10 {
+			if res, code := r.check(t, "p", "k"); code != 200 || !res.Allowed || !res.Local {
+				t.Fatalf("cycle %d, Redis down: %d %+v", cycle, code, res)
+			}
+		}
+		redis.Restart()
+		deadline := time.Now().Add(3 * time.Second)
+		for {
+			res, _ := r.check(t, "p", "k")
+			if !res.Local {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("cycle %d: not decided by Redis 3s after its restart", cycle)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	client.CloseIdleConnections()
+	r.Shutdown(t.Context())
+}
+
+// The floor for default settings on a busy host: 64 callers on one hot
+// key, fixed_window 1000/1m, Redis healthy, two CPU-bound processes beside
+// them on the machine: exactly 1,000 admitted, none decided by the failure
+// policy. The race detector makes every check several times slower than
+// it is, so under it the test proves the count at the same concurrency
+// without the two hogs.
+func TestBusyHostDefaultSettingsExact(t *testing.T) {
+	redis := redistest.Standalone(t)
+	r := start(t, "store: {type: redis, url: redis://"+redis.Addr+"}\npolicies:\n  - {name: hot, limit: fixed_window 1000/1m}\n", "")
+	if !raceEnabled {
+		for range 2 {
+			hog := exec.Command("sh", "-c", "while :; do :; done")
+			if err := hog.Start(); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { hog.Process.Kill(); hog.Wait() })
+		}
+	}
+	// The window is aligned to the minute: start in a fresh one.
+	if left := time.Minute - time.Duration(time.Now().UnixNano())%time.Minute; left < 20*time.Second {
+		time.Sleep(left + 100*time.Millisecond)
+	}
+	before := r.checks(t)
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for range 24 {
+				res, code := r.check(t, "hot", "one")
+				if code != 200 {
+					t.Errorf("status %d: %s", code, res.Error)
+					return
+				}
+				if res.Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	after := r.checks(t)
+	t.Logf("store calls: p99.9 under %v, slowest under %v", r.storeQuantile(t, 0.999), r.storeQuantile(t, 1))
+	if n := admitted.Load(); n != 1000 {
+		t.Errorf("admitted %d of %d; want exactly 1000", n, 64*24)
+	}
+	for _, failed := range []string{"local_allowed", "local_denied", "failed_open", "failed_closed"} {
+		if d := after[failed] - before[failed]; d != 0 {
+			t.Errorf("%v checks %s on a healthy Redis (GOMAXPROCS %d)", d, failed, runtime.GOMAXPROCS(0))
+		}
+	}
+}

@@ -1,0 +1,251 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/faultproxy"
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+// syncBuffer is a log destination safe for concurrent writers.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// running is a started Server and its log.
+type running struct {
+	*Server
+	log  *syncBuffer
+	base string // http://host:port
+}
+
+// start runs a Server on free ports with the config text (and redisURL,
+// if set) until the test ends.
+func start(t *testing.T, config, redisURL string) *running {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	buf := &syncBuffer{}
+	s, err := New(Options{Config: path, RedisURL: redisURL, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0",
+		Logger: slog.New(slog.NewTextHandler(buf, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		s.Shutdown(ctx)
+	})
+	return &running{Server: s, log: buf, base: "http://" + s.Addrs().HTTP}
+}
+
+var client = &http.Client{Timeout: 10 * time.Second}
+
+// check posts one check and returns its result and the HTTP status.
+func (r *running) check(t testing.TB, policy, key string) (CheckResult, int) {
+	t.Helper()
+	body, _ := json.Marshal(CheckRequest{Checks: []Check{{Policy: policy, Key: key}}})
+	resp, err := client.Post(r.base+"/v1/check", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out CheckResponse
+	data, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		return CheckResult{Error: string(data)}, resp.StatusCode
+	}
+	if err := json.Unmarshal(data, &out); err != nil || len(out.Results) != 1 {
+		t.Fatalf("response %s: %v", data, err)
+	}
+	return out.Results[0], resp.StatusCode
+}
+
+// checks returns sluice_checks_total by result, summed over policies.
+func (r *running) checks(t testing.TB) map[string]float64 {
+	t.Helper()
+	resp, err := client.Get(r.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	out := map[string]float64{}
+	for _, line := range strings.Split(string(data), "\n") {
+		if !strings.HasPrefix(line, "sluice_checks_total{") {
+			continue
+		}
+		i := strings.Index(line, `result="`)
+		result := line[i+8 : i+8+strings.Index(line[i+8:], `"`)]
+		v, _ := strconv.ParseFloat(line[strings.LastIndex(line, " ")+1:], 64)
+		out[result] += v
+	}
+	return out
+}
+
+func total(m map[string]float64) (n float64) {
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+const redisPolicies = `
+store:
+  type: redis
+  url: redis://127.0.0.1:1
+policies:
+  - name: five
+    limit: fixed_window 5/1h
+  - name: closed
+    limit: 5/1h
+    fail_mode: closed
+  - name: open
+    limit: 5/1h
+    fail_mode: open
+  - name: watch
+    limit: 1/1h
+    shadow: true
+`
+
+// An outage on the service's front door, with default settings: Redis
+// refuses connections. Every check is answered at once by its policy's
+// fail_mode (local by default: the key admits what it had left), counted
+// once, the failure is logged and shown by /readyz, and Redis decides again
+// within a second of coming back.
+func TestOutageOnTheFrontDoor(t *testing.T) {
+	redis := redistest.Standalone(t)
+	proxy := faultproxy.Start(t, redis.Addr)
+	r := start(t, redisPolicies, "redis://"+proxy.Addr)
+	for range 2 {
+		if res, _ := r.check(t, "five", "alice"); !res.Allowed || res.Local {
+			t.Fatalf("healthy: %+v", res)
+		}
+	}
+	before := r.checks(t)
+	proxy.Down()
+	admitted := 0
+	for range 40 {
+		start := time.Now()
+		res, code := r.check(t, "five", "alice")
+		if code != 200 || !res.Local {
+			t.Fatalf("during the outage: %d %+v; want decided locally", code, res)
+		}
+		if took := time.Since(start); took > 1500*time.Millisecond {
+			t.Fatalf("a check took %v during the outage", took)
+		}
+		if res.Allowed {
+			admitted++
+		}
+	}
+	if admitted != 3 {
+		t.Fatalf("the outage admitted %d of alice's checks; want 3, what she had left", admitted)
+	}
+	after := r.checks(t)
+	if d := total(after) - total(before); d != 40 {
+		t.Fatalf("40 checks moved sluice_checks_total by %v: %v -> %v", d, before, after)
+	}
+	if after["local_allowed"]-before["local_allowed"] != 3 || after["local_denied"]-before["local_denied"] != 37 {
+		t.Fatalf("results: %v -> %v; want 3 local_allowed and 37 local_denied", before, after)
+	}
+	if res, code := r.check(t, "closed", "bob"); code != 200 || res.Allowed || res.Error == "" {
+		t.Fatalf("fail_mode closed: %d %+v", code, res)
+	}
+	if res, _ := r.check(t, "open", "bob"); !res.Allowed || !res.FailedOpen {
+		t.Fatalf("fail_mode open: %+v", res)
+	}
+	if res, _ := r.check(t, "watch", "bob"); !res.Allowed || !res.Shadow {
+		t.Fatalf("shadow: %+v", res)
+	}
+	resp, err := client.Get(r.base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 503 || !strings.Contains(string(body), "breaker") {
+		t.Fatalf("/readyz during the outage: %d %s", resp.StatusCode, body)
+	}
+	if !strings.Contains(r.log.String(), "rate limit store failing") {
+		t.Fatalf("no log line says the store is failing:\n%s", r.log)
+	}
+	proxy.Up()
+	back := time.Now()
+	for {
+		res, _ := r.check(t, "five", "carol")
+		if !res.Local {
+			break
+		}
+		if time.Since(back) > time.Second {
+			t.Fatalf("still decided locally 1s after Redis came back")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(r.log.String(), "rate limit store recovered") {
+		t.Fatalf("no log line says the store recovered:\n%s", r.log)
+	}
+}
+
+// storeQuantile returns the upper bound of the sluice_store_duration_seconds
+// bucket that holds quantile q of the store calls so far.
+func (r *running) storeQuantile(t testing.TB, q float64) time.Duration {
+	t.Helper()
+	resp, err := client.Get(r.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	type bucket struct{ le, n float64 }
+	var buckets []bucket
+	for _, line := range strings.Split(string(data), "\n") {
+		rest, ok := strings.CutPrefix(line, `sluice_store_duration_seconds_bucket{le="`)
+		if !ok {
+			continue
+		}
+		le, count, _ := strings.Cut(rest, `"} `)
+		l, _ := strconv.ParseFloat(le, 64) // +Inf parses as Inf
+		n, _ := strconv.ParseFloat(count, 64)
+		buckets = append(buckets, bucket{l, n})
+	}
+	if len(buckets) == 0 {
+		return 0
+	}
+	all := buckets[len(buckets)-1].n
+	for _, b := range buckets {
+		if b.n >= q*all {
+			return time.Duration(b.le * float64(time.Second))
+		}
+	}
+	return -1
+}
