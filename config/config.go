@@ -13,6 +13,7 @@ import (
 	"cmp"
 	_ "embed"
 	"fmt"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -52,29 +53,74 @@ type Config struct {
 	Domains        map[string]*Domain
 }
 
-// Store says where state lives.
+// Store says where state lives and how checks are decided while it fails.
+// Exactly one of Memory and Redis is set: each holds the settings of its
+// kind, and of its mode where it has one.
 type Store struct {
-	Type     string        // "memory" or "redis"
-	URL      string        // for redis
-	Timeout  time.Duration // per store call; default 100ms
+	Memory *MemoryStore
+	Redis  *RedisStore
+	// Timeout bounds each store call.
+	Timeout time.Duration
+	// FailMode decides Envoy domains' checks while the store fails.
 	FailMode sluice.FailMode
-	MaxKeys  int // memory: the key bound
-	// Mode is "" (decide in the store) or "local-sync": decide locally and
-	// sync with the (Redis) store every SyncInterval, each instance taking
-	// 1/Instances of the remaining between syncs.
-	Mode         string
-	SyncInterval time.Duration
-	Instances    int
-	// Shard mode ("shard"): the members' gRPC addresses (or dns:NAME:PORT),
-	// this instance's own (default: its gRPC listen address), and how often
-	// membership is checked.
+	// MaxKeys bounds the keys of the memory store, and of the stand-in
+	// that fail_mode local decides with while Redis fails.
+	MaxKeys int
+	// Instances is how many sluice processes share the store: while it
+	// fails, and in local-sync mode, each takes its share of a key.
+	Instances int
+}
+
+// Type is "memory" or "redis".
+func (s *Store) Type() string {
+	if s.Redis != nil {
+		return "redis"
+	}
+	return "memory"
+}
+
+// Mode is "", "local-sync" or "shard".
+func (s *Store) Mode() string {
+	switch {
+	case s.Redis != nil && s.Redis.LocalSync != nil:
+		return "local-sync"
+	case s.Memory != nil && s.Memory.Shard != nil:
+		return "shard"
+	}
+	return ""
+}
+
+// MemoryStore is the in-process store, optionally sharded across peers.
+type MemoryStore struct {
+	Shard *Shard // nil: this process alone
+}
+
+// Shard is shard mode: each key owned by one member, found in Peers (the
+// members' gRPC addresses, or one dns:NAME:PORT) or by Gossip.
+type Shard struct {
 	Peers          []string
-	Self           string
+	Gossip         *Gossip
+	Self           string // this member's address; "" means its gRPC listen address
 	MemberInterval time.Duration
-	// GossipBind, if set, finds members by gossip (memberlist) on this
-	// address instead of Peers, joining GossipJoin.
-	GossipBind string
-	GossipJoin []string
+}
+
+// Gossip finds shard members with memberlist.
+type Gossip struct {
+	Bind string
+	Join []string
+}
+
+// RedisStore is Redis (standalone, Sentinel or Cluster, by its URL),
+// optionally in local-sync mode.
+type RedisStore struct {
+	URL       string
+	LocalSync *LocalSync // nil: every check decided in Redis
+}
+
+// LocalSync is local-sync mode: decide locally, sync with Redis every
+// Interval.
+type LocalSync struct {
+	Interval time.Duration
 }
 
 // Admin configures the admin API.
@@ -114,6 +160,53 @@ func Load(path string) (*Config, error) {
 	return Parse(path, data)
 }
 
+// fileYAML is the file's top level.
+type fileYAML struct {
+	Store          storeYAML    `yaml:"store"`
+	Admin          adminYAML    `yaml:"admin"`
+	Policies       []*yaml.Node `yaml:"policies"`
+	Domains        []*yaml.Node `yaml:"domains"`
+	TrustedProxies []*yaml.Node `yaml:"trusted_proxies"`
+}
+
+// storeYAML is the store section as written: flat, every mode's fields
+// side by side, read into one type per kind and mode by store.
+type storeYAML struct {
+	Type           string          `yaml:"type"`
+	URL            string          `yaml:"url"`
+	Timeout        time.Duration   `yaml:"timeout"`
+	FailMode       sluice.FailMode `yaml:"fail_mode"`
+	MaxKeys        int             `yaml:"max_keys"`
+	Mode           string          `yaml:"mode"`
+	SyncInterval   time.Duration   `yaml:"sync_interval"`
+	Instances      int             `yaml:"instances"`
+	Peers          []string        `yaml:"peers"`
+	Self           string          `yaml:"self"`
+	MemberInterval time.Duration   `yaml:"member_interval"`
+	Gossip         *gossipYAML     `yaml:"gossip"`
+}
+
+type gossipYAML struct {
+	Bind string   `yaml:"bind"`
+	Join []string `yaml:"join"`
+}
+
+type adminYAML struct {
+	Token string `yaml:"token"`
+}
+
+type policyYAML struct {
+	Name     string          `yaml:"name"`
+	Limit    *sluice.Limit   `yaml:"limit"`
+	Limits   []sluice.Limit  `yaml:"limits"`
+	Key      string          `yaml:"key"`
+	Match    string          `yaml:"match"`
+	Cost     int64           `yaml:"cost"`
+	FailMode sluice.FailMode `yaml:"fail_mode"`
+	Shadow   bool            `yaml:"shadow"`
+	Shape    bool            `yaml:"shape"`
+}
+
 // Parse parses data, read from file, reporting every problem at once as
 // Problems.
 func Parse(file string, data []byte) (*Config, error) {
@@ -131,20 +224,22 @@ func Parse(file string, data []byte) (*Config, error) {
 		if d := c.domain(doc, ""); d != nil {
 			cfg.Domains[d.Name] = d
 		}
-		cfg.Store = Store{Type: "memory", Timeout: sluice.DefaultTimeout}
+		cfg.Store = c.store(nil, defaults.store)
 	} else {
-		m := c.mapping(doc, "", "store", "admin", "policies", "domains", "trusted_proxies")
-		cfg.Store = c.store(m["store"])
-		for i, n := range c.sequence(m["trusted_proxies"], "trusted_proxies") {
-			v := c.str(n, fmt.Sprintf("trusted_proxies[%d]", i))
+		f := fileYAML{Store: defaults.store}
+		m := c.decodeInto(doc, "", &f)
+		cfg.Store = c.store(m["store"], f.Store)
+		for i, n := range f.TrustedProxies {
+			field := fmt.Sprintf("trusted_proxies[%d]", i)
+			v, _ := c.scalar(n, field)
 			if _, err := clientip.RightmostUntrusted("X-Forwarded-For", []string{v}); err != nil {
-				c.add(n, fmt.Sprintf("trusted_proxies[%d]", i), "%q is not an address or CIDR", v)
+				c.add(n, field, "%q is not an address or CIDR", v)
 			}
 			cfg.TrustedProxies = append(cfg.TrustedProxies, v)
 		}
-		cfg.Admin = c.admin(m["admin"])
-		c.policies(m["policies"], cfg)
-		for i, n := range c.sequence(m["domains"], "domains") {
+		cfg.Admin = Admin{Token: f.Admin.Token}
+		c.policies(f.Policies, cfg)
+		for i, n := range f.Domains {
 			if d := c.domain(n, fmt.Sprintf("domains[%d]", i)); d != nil {
 				if _, dup := cfg.Domains[d.Name]; dup {
 					c.add(n, fmt.Sprintf("domains[%d].domain", i), "domain %q is defined twice", d.Name)
@@ -182,86 +277,115 @@ func lineOf(err error) int {
 	return 1
 }
 
-func (c *checker) store(n *yaml.Node) Store {
-	s := Store{Type: "memory", Timeout: sluice.DefaultTimeout}
-	m := c.mapping(n, "store", "type", "url", "timeout", "fail_mode", "max_keys", "mode", "sync_interval", "instances", "peers", "self", "member_interval", "gossip")
-	if v := c.str(m["type"], "store.type"); v != "" {
-		if v != "memory" && v != "redis" {
-			c.add(m["type"], "store.type", "%q: want memory or redis", v)
-		}
-		s.Type = v
-	}
-	s.URL = c.str(m["url"], "store.url")
-	if s.Type == "redis" && s.URL == "" {
-		c.add(n, "store.url", "a redis store needs a url, such as redis://127.0.0.1:6379")
-	}
-	if m["timeout"] != nil {
-		if c.decode(m["timeout"], "store.timeout", &s.Timeout) && s.Timeout <= 0 {
-			c.add(m["timeout"], "store.timeout", "must be positive")
+// store checks the store section n, decoded into y over the defaults, and
+// reads it into the type of its kind and mode, refusing every field that
+// its kind or mode does not use, at that field.
+func (c *checker) store(n *yaml.Node, y storeYAML) Store {
+	m := map[string]*yaml.Node{}
+	if n != nil && n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			m[n.Content[i].Value] = n.Content[i+1]
 		}
 	}
-	s.FailMode = c.failMode(m["fail_mode"], "store.fail_mode")
-	if m["max_keys"] != nil && c.decode(m["max_keys"], "store.max_keys", &s.MaxKeys) && s.MaxKeys <= 0 {
-		c.add(m["max_keys"], "store.max_keys", "must be positive")
-	}
-	switch s.Mode = c.str(m["mode"], "store.mode"); s.Mode {
-	case "":
-	case "local-sync":
-		if s.Type != "redis" {
-			c.add(m["mode"], "store.mode", "local-sync syncs local counts with a shared store: use type redis")
+	at := func(name string) (*yaml.Node, string) {
+		if v := m[name]; v != nil {
+			return v, "store." + name
 		}
-	case "shard":
-		if s.Type != "memory" {
-			c.add(m["mode"], "store.mode", "shard mode keeps state in each owner's memory: use type memory")
+		return n, "store." + name
+	}
+	bad := func(name, format string, args ...any) {
+		node, field := at(name)
+		c.add(node, field, format, args...)
+	}
+	s := Store{Timeout: y.Timeout, FailMode: y.FailMode, MaxKeys: y.MaxKeys, Instances: y.Instances}
+	if s.Timeout <= 0 {
+		bad("timeout", "must be positive")
+	}
+	if s.MaxKeys <= 0 {
+		bad("max_keys", "must be positive")
+	}
+	if s.Instances < 1 {
+		bad("instances", "must be at least 1")
+	}
+	// unused refuses the fields a kind or mode has no use for.
+	unused := func(why string, names ...string) {
+		for _, name := range names {
+			if m[name] != nil {
+				bad(name, "%s", why)
+			}
+		}
+	}
+	switch y.Type {
+	case "memory":
+		s.Memory = &MemoryStore{}
+		unused("only for type redis", "url")
+	case "redis":
+		s.Redis = &RedisStore{URL: y.URL}
+		if y.URL == "" {
+			bad("url", "a redis store needs a url, such as redis://127.0.0.1:6379")
 		}
 	default:
-		c.add(m["mode"], "store.mode", "%q: want local-sync, shard, or nothing", s.Mode)
+		bad("type", "%q: want memory or redis", y.Type)
 	}
-	for i, n := range c.sequence(m["peers"], "store.peers") {
-		s.Peers = append(s.Peers, c.str(n, fmt.Sprintf("store.peers[%d]", i)))
-	}
-	g := c.mapping(m["gossip"], "store.gossip", "bind", "join")
-	s.GossipBind = c.str(g["bind"], "store.gossip.bind")
-	for i, n := range c.sequence(g["join"], "store.gossip.join") {
-		s.GossipJoin = append(s.GossipJoin, c.str(n, fmt.Sprintf("store.gossip.join[%d]", i)))
-	}
-	if s.Mode == "shard" && len(s.Peers) == 0 && s.GossipBind == "" {
-		c.add(n, "store.peers", "shard mode needs peers (the members' gRPC addresses, or dns:NAME:PORT) or gossip: {bind, join}")
-	}
-	s.Self = c.str(m["self"], "store.self")
-	s.MemberInterval = time.Second
-	if m["member_interval"] != nil && c.decode(m["member_interval"], "store.member_interval", &s.MemberInterval) && s.MemberInterval < 10*time.Millisecond {
-		c.add(m["member_interval"], "store.member_interval", "must be at least 10ms")
-	}
-	s.SyncInterval, s.Instances = 100*time.Millisecond, 1
-	if m["sync_interval"] != nil && c.decode(m["sync_interval"], "store.sync_interval", &s.SyncInterval) && s.SyncInterval < time.Millisecond {
-		c.add(m["sync_interval"], "store.sync_interval", "must be at least 1ms")
-	}
-	if m["instances"] != nil && c.decode(m["instances"], "store.instances", &s.Instances) && s.Instances < 1 {
-		c.add(m["instances"], "store.instances", "must be at least 1")
+	shardFields := []string{"peers", "self", "member_interval", "gossip"}
+	switch y.Mode {
+	case "":
+		unused("only for mode local-sync", "sync_interval")
+		unused("only for mode shard", shardFields...)
+	case "local-sync":
+		unused("only for mode shard", shardFields...)
+		if s.Redis == nil {
+			bad("mode", "local-sync syncs local counts with a shared store: use type redis")
+			break
+		}
+		if y.SyncInterval < time.Millisecond {
+			bad("sync_interval", "must be at least 1ms")
+		}
+		s.Redis.LocalSync = &LocalSync{Interval: y.SyncInterval}
+	case "shard":
+		unused("only for mode local-sync", "sync_interval")
+		if s.Memory == nil {
+			bad("mode", "shard mode keeps state in each owner's memory: use type memory")
+			break
+		}
+		sh := &Shard{Peers: y.Peers, Self: y.Self, MemberInterval: y.MemberInterval}
+		if y.Gossip != nil {
+			sh.Gossip = &Gossip{Bind: y.Gossip.Bind, Join: y.Gossip.Join}
+			if sh.Gossip.Bind == "" {
+				bad("gossip", "gossip needs bind: the address memberlist listens on")
+			}
+		}
+		switch {
+		case len(sh.Peers) == 0 && sh.Gossip == nil:
+			bad("peers", "shard mode needs peers (the members' gRPC addresses, or dns:NAME:PORT) or gossip: {bind, join}")
+		case len(sh.Peers) > 0 && sh.Gossip != nil:
+			bad("gossip", "peers and gossip both find members: use one")
+		}
+		for i, p := range sh.Peers {
+			if rest, ok := strings.CutPrefix(p, "dns:"); ok {
+				if _, _, err := net.SplitHostPort(rest); err != nil || len(sh.Peers) > 1 {
+					node, field := at("peers")
+					c.add(node, fmt.Sprintf("%s[%d]", field, i), "%q: a DNS name is the only peer, as dns:NAME:PORT", p)
+				}
+			}
+		}
+		if sh.MemberInterval < 10*time.Millisecond {
+			bad("member_interval", "must be at least 10ms")
+		}
+		s.Memory.Shard = sh
+	default:
+		bad("mode", "%q: want local-sync, shard, or nothing", y.Mode)
 	}
 	return s
 }
 
-func (c *checker) admin(n *yaml.Node) Admin {
-	m := c.mapping(n, "admin", "token")
-	return Admin{Token: c.str(m["token"], "admin.token")}
-}
-
-func (c *checker) failMode(n *yaml.Node, field string) sluice.FailMode {
-	m, err := sluice.ParseFailMode(c.str(n, field))
-	if err != nil {
-		c.add(n, field, "%q: want local, open or closed", n.Value)
-	}
-	return m
-}
-
-func (c *checker) policies(n *yaml.Node, cfg *Config) {
+func (c *checker) policies(nodes []*yaml.Node, cfg *Config) {
 	seen := map[string]bool{}
-	for i, pn := range c.sequence(n, "policies") {
+	for i, pn := range nodes {
 		field := fmt.Sprintf("policies[%d]", i)
-		m := c.mapping(pn, field, "name", "limit", "limits", "key", "match", "cost", "fail_mode", "shadow", "shape")
-		p := &Policy{Name: c.str(m["name"], field+".name"), Cost: 1}
+		y := defaults.policy
+		m := c.decodeInto(pn, field, &y)
+		p := &Policy{Name: y.Name, Key: y.Key, Match: y.Match, Cost: y.Cost, FailMode: y.FailMode, Shadow: y.Shadow, Shape: y.Shape}
 		switch {
 		case p.Name == "":
 			c.add(pn, field+".name", "required")
@@ -269,38 +393,29 @@ func (c *checker) policies(n *yaml.Node, cfg *Config) {
 			c.add(m["name"], field+".name", "policy %q is defined twice", p.Name)
 		}
 		seen[p.Name] = true
-		if m["limit"] != nil {
-			p.Limits = append(p.Limits, c.limit(m["limit"], field+".limit"))
+		if y.Limit != nil {
+			p.Limits = append(p.Limits, *y.Limit)
 		}
-		for j, ln := range c.sequence(m["limits"], field+".limits") {
-			p.Limits = append(p.Limits, c.limit(ln, fmt.Sprintf("%s.limits[%d]", field, j)))
-		}
+		p.Limits = append(p.Limits, y.Limits...)
 		if len(p.Limits) == 0 {
 			c.add(pn, field+".limit", "required: a limit such as 100/1m, or limits: [...]")
-		}
-		p.Key = c.str(m["key"], field+".key")
-		if p.Key == "" {
-			p.Key = "client_ip"
 		}
 		if err := ValidateKeySpec(p.Key); err != nil {
 			c.add(m["key"], field+".key", "%v", err)
 		}
-		p.Match = c.str(m["match"], field+".match")
 		if p.Match != "" {
 			if err := httplimit.ValidatePattern(p.Match); err != nil {
 				c.add(m["match"], field+".match", "%v", err)
 			}
 		}
-		if m["cost"] != nil && c.decode(m["cost"], field+".cost", &p.Cost) {
+		if m["cost"] != nil {
 			for _, l := range p.Limits {
 				if l.Validate() == nil && (p.Cost < 0 || p.Cost > l.Capacity()) {
 					c.add(m["cost"], field+".cost", "%d is outside 0..%d, the capacity of %v", p.Cost, l.Capacity(), l)
+					break
 				}
 			}
 		}
-		p.FailMode = c.failMode(m["fail_mode"], field+".fail_mode")
-		c.decode(m["shadow"], field+".shadow", &p.Shadow)
-		c.decode(m["shape"], field+".shape", &p.Shape)
 		if p.Shape {
 			for _, l := range p.Limits {
 				if l.Algorithm.Resolved() != sluice.LeakyBucket {
@@ -313,6 +428,13 @@ func (c *checker) policies(n *yaml.Node, cfg *Config) {
 	}
 }
 
+type limitYAML struct {
+	Algorithm string        `yaml:"algorithm"`
+	Rate      int64         `yaml:"rate"`
+	Period    time.Duration `yaml:"period"`
+	Burst     int64         `yaml:"burst"`
+}
+
 // limit reads "100/1m" (ParseLimit) or a mapping of algorithm, rate,
 // period and burst.
 func (c *checker) limit(n *yaml.Node, field string) sluice.Limit {
@@ -323,18 +445,16 @@ func (c *checker) limit(n *yaml.Node, field string) sluice.Limit {
 		}
 		return l
 	}
-	m := c.mapping(n, field, "algorithm", "rate", "period", "burst")
-	var l sluice.Limit
-	if v := c.str(m["algorithm"], field+".algorithm"); v != "" {
-		a, err := sluice.ParseAlgorithm(v)
+	var y limitYAML
+	m := c.decodeInto(n, field, &y)
+	l := sluice.Limit{Rate: y.Rate, Period: y.Period, Burst: y.Burst}
+	if y.Algorithm != "" {
+		a, err := sluice.ParseAlgorithm(y.Algorithm)
 		if err != nil {
 			c.add(m["algorithm"], field+".algorithm", "%v", strings.TrimPrefix(err.Error(), "sluice: "))
 		}
 		l.Algorithm = a
 	}
-	c.decode(m["rate"], field+".rate", &l.Rate)
-	c.decode(m["period"], field+".period", &l.Period)
-	c.decode(m["burst"], field+".burst", &l.Burst)
 	if err := l.Validate(); err != nil {
 		c.add(n, field, "%v", strings.TrimPrefix(err.Error(), "sluice: "))
 	}

@@ -12,7 +12,7 @@ import (
 
 func TestDefaultParses(t *testing.T) {
 	c := config.Default()
-	if c.Store.Type != "memory" || len(c.Policies) != 3 || c.Domains["edge"] == nil {
+	if c.Store.Type() != "memory" || len(c.Policies) != 3 || c.Domains["edge"] == nil {
 		t.Fatalf("default: %+v", c)
 	}
 	api := c.Policy("api")
@@ -158,5 +158,57 @@ descriptors:
 	}
 	if !d.Match([]config.Entry{{"internal", "x"}}).Unlimited {
 		t.Error("internal is not unlimited")
+	}
+}
+
+// Every store combination the server does not run is refused at the field
+// that asks for it, with a message in the file's terms.
+func TestStoreCombinationsRefused(t *testing.T) {
+	const pol = "\npolicies: [{name: a, limit: 1/s}]\n"
+	for _, tt := range []struct{ src, want string }{
+		{"store:\n  type: memory\n  mode: local-sync", "f.yaml:3:9: store.mode: local-sync syncs local counts with a shared store: use type redis"},
+		{"store:\n  type: redis\n  url: redis://x:1\n  mode: shard\n  peers: [a:1]", "f.yaml:4:9: store.mode: shard mode keeps state in each owner's memory"},
+		{"store:\n  type: memory\n  sync_interval: 1s", "f.yaml:3:18: store.sync_interval: only for mode local-sync"},
+		{"store:\n  type: memory\n  url: redis://x:1", "f.yaml:3:8: store.url: only for type redis"},
+		{"store:\n  type: redis\n  url: redis://x:1\n  peers: [a:1]", "f.yaml:4:10: store.peers: only for mode shard"},
+		{"store:\n  mode: shard\n  peers: [a:1]\n  gossip: {bind: 127.0.0.1:7946}", "f.yaml:4:11: store.gossip: peers and gossip both find members: use one"},
+		{"store:\n  mode: shard\n  peers: [dns:x:1, b:2]", "f.yaml:3:10: store.peers[0]: \"dns:x:1\": a DNS name is the only peer"},
+		{"store:\n  timeout: fast", "f.yaml:2:12: store.timeout: \"fast\" is not a duration: want a number and a unit, such as 250ms, 1s or 5m"},
+		{"store:\n  max_keys: lots", "f.yaml:2:13: store.max_keys: \"lots\": want a whole number"},
+		{"store:\n  timeout: [1s]", "f.yaml:2:12: store.timeout: want a single value, not a list"},
+		{"store:\n  fail_mode: maybe", "f.yaml:2:14: store.fail_mode: \"maybe\": want local, open or closed"},
+	} {
+		_, err := config.Parse("f.yaml", []byte(tt.src+pol))
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q:\n got %v\nwant %s", tt.src, err, tt.want)
+		}
+	}
+}
+
+// Each kind and mode reads into its own type, over the defaults.
+func TestStoreKindsAndDefaults(t *testing.T) {
+	const pol = "\npolicies: [{name: a, limit: 1/s}]\n"
+	c, err := config.Parse("f.yaml", []byte("store: {type: redis, url: redis://x:1, mode: local-sync, instances: 3}"+pol))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := c.Store
+	if s.Type() != "redis" || s.Mode() != "local-sync" || s.Redis.URL != "redis://x:1" || s.Redis.LocalSync.Interval != 100*time.Millisecond ||
+		s.Instances != 3 || s.Timeout != sluice.DefaultTimeout || s.FailMode != sluice.FailLocal || s.Memory != nil {
+		t.Fatalf("redis local-sync: %+v", s)
+	}
+	c, err = config.Parse("f.yaml", []byte("store: {mode: shard, gossip: {bind: 127.0.0.1:7946, join: [127.0.0.1:7947]}}"+pol))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sh := c.Store.Memory.Shard; c.Store.Mode() != "shard" || sh.Gossip.Bind != "127.0.0.1:7946" || sh.MemberInterval != time.Second || c.Store.Redis != nil {
+		t.Fatalf("memory shard: %+v %+v", c.Store, sh)
+	}
+	c, err = config.Parse("f.yaml", []byte("policies: [{name: a, limit: 1/s}, {name: b, limit: 1/s, fail_mode: open}]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Policy("a").FailMode != sluice.FailLocal || c.Policy("b").FailMode != sluice.FailOpen || c.Policy("a").Key != "client_ip" || c.Policy("a").Cost != 1 {
+		t.Fatalf("policies: %+v %+v", c.Policy("a"), c.Policy("b"))
 	}
 }

@@ -41,24 +41,56 @@ var units = map[string]time.Duration{
 	"week": 7 * 24 * time.Hour, "month": 30 * 24 * time.Hour, "year": 365 * 24 * time.Hour,
 }
 
+type domainYAML struct {
+	Domain      string       `yaml:"domain"`
+	Descriptors []*yaml.Node `yaml:"descriptors"`
+}
+
+type descriptorYAML struct {
+	Key            string       `yaml:"key"`
+	Value          string       `yaml:"value"`
+	RateLimit      *yaml.Node   `yaml:"rate_limit"`
+	RateLimits     []*yaml.Node `yaml:"rate_limits"` // sluice: several limits, all-or-nothing
+	Descriptors    []*yaml.Node `yaml:"descriptors"`
+	ShadowMode     bool         `yaml:"shadow_mode"`
+	DetailedMetric bool         `yaml:"detailed_metric"`
+	Name           string       `yaml:"name"`
+}
+
+type rateLimitYAML struct {
+	Unit            string        `yaml:"unit"`
+	RequestsPerUnit *int64        `yaml:"requests_per_unit"`
+	Unlimited       bool          `yaml:"unlimited"`
+	Name            string        `yaml:"name"`
+	Replaces        []replaceYAML `yaml:"replaces"`
+	Algorithm       string        `yaml:"algorithm"` // sluice: the algorithm, default GCRA
+	Burst           int64         `yaml:"burst"`     // sluice: the burst
+}
+
+type replaceYAML struct {
+	Name string `yaml:"name"`
+}
+
 func (c *checker) domain(n *yaml.Node, field string) *Domain {
-	m := c.mapping(n, field, "domain", "descriptors")
-	d := &Domain{Name: c.str(m["domain"], join(field, "domain"))}
+	var y domainYAML
+	c.decodeInto(n, field, &y)
+	d := &Domain{Name: y.Domain}
 	if d.Name == "" {
 		c.add(n, join(field, "domain"), "required")
 		return nil
 	}
-	d.Descriptors = c.descriptors(m["descriptors"], join(field, "descriptors"))
+	d.Descriptors = c.descriptors(y.Descriptors, join(field, "descriptors"))
 	return d
 }
 
-func (c *checker) descriptors(n *yaml.Node, field string) []*Descriptor {
+func (c *checker) descriptors(nodes []*yaml.Node, field string) []*Descriptor {
 	var out []*Descriptor
 	seen := map[string]bool{}
-	for i, dn := range c.sequence(n, field) {
+	for i, dn := range nodes {
 		f := fmt.Sprintf("%s[%d]", field, i)
-		m := c.mapping(dn, f, "key", "value", "rate_limit", "rate_limits", "descriptors", "shadow_mode", "detailed_metric", "name")
-		d := &Descriptor{Key: c.str(m["key"], f+".key"), Value: c.str(m["value"], f+".value")}
+		var y descriptorYAML
+		c.decodeInto(dn, f, &y)
+		d := &Descriptor{Key: y.Key, Value: y.Value, Shadow: y.ShadowMode}
 		if d.Key == "" {
 			c.add(dn, f+".key", "required")
 		}
@@ -67,14 +99,13 @@ func (c *checker) descriptors(n *yaml.Node, field string) []*Descriptor {
 		} else {
 			seen[id] = true
 		}
-		if m["rate_limit"] != nil {
-			c.rateLimit(m["rate_limit"], f+".rate_limit", d)
+		if y.RateLimit != nil {
+			c.rateLimit(y.RateLimit, f+".rate_limit", d)
 		}
-		for j, rn := range c.sequence(m["rate_limits"], f+".rate_limits") {
+		for j, rn := range y.RateLimits {
 			c.rateLimit(rn, fmt.Sprintf("%s.rate_limits[%d]", f, j), d)
 		}
-		c.decode(m["shadow_mode"], f+".shadow_mode", &d.Shadow)
-		d.Children = c.descriptors(m["descriptors"], f+".descriptors")
+		d.Children = c.descriptors(y.Descriptors, f+".descriptors")
 		out = append(out, d)
 	}
 	return out
@@ -84,39 +115,36 @@ func (c *checker) descriptors(n *yaml.Node, field string) []*Descriptor {
 // requests_per_unit, or unlimited; name and replaces; and sluice's
 // optional algorithm and burst.
 func (c *checker) rateLimit(n *yaml.Node, field string, d *Descriptor) {
-	m := c.mapping(n, field, "unit", "requests_per_unit", "unlimited", "name", "replaces", "algorithm", "burst")
-	var unlimited bool
-	c.decode(m["unlimited"], field+".unlimited", &unlimited)
-	for i, rn := range c.sequence(m["replaces"], field+".replaces") {
-		rm := c.mapping(rn, fmt.Sprintf("%s.replaces[%d]", field, i), "name")
-		if name := c.str(rm["name"], fmt.Sprintf("%s.replaces[%d].name", field, i)); name != "" {
-			d.Replaces = append(d.Replaces, name)
+	var y rateLimitYAML
+	m := c.decodeInto(n, field, &y)
+	for _, r := range y.Replaces {
+		if r.Name != "" {
+			d.Replaces = append(d.Replaces, r.Name)
 		}
 	}
-	if unlimited {
+	if y.Unlimited {
 		d.Unlimited = true
 		return
 	}
-	r := RateLimit{Name: c.str(m["name"], field+".name"), Unit: strings.ToLower(c.str(m["unit"], field+".unit"))}
+	r := RateLimit{Name: y.Name, Unit: strings.ToLower(y.Unit)}
 	period, ok := units[r.Unit]
 	if !ok {
 		c.add(m["unit"], field+".unit", "%q: want second, minute, hour, day, week, month or year", r.Unit)
 	}
-	if !c.decode(m["requests_per_unit"], field+".requests_per_unit", &r.Rate) {
-		if m["requests_per_unit"] == nil {
-			c.add(n, field+".requests_per_unit", "required (or unlimited: true)")
-		}
+	if y.RequestsPerUnit == nil {
+		c.add(n, field+".requests_per_unit", "required (or unlimited: true)")
+	} else {
+		r.Rate = *y.RequestsPerUnit
 	}
-	r.Limit = sluice.Limit{Rate: r.Rate, Period: period}
-	if v := c.str(m["algorithm"], field+".algorithm"); v != "" {
-		a, err := sluice.ParseAlgorithm(v)
+	r.Limit = sluice.Limit{Rate: r.Rate, Period: period, Burst: y.Burst}
+	if y.Algorithm != "" {
+		a, err := sluice.ParseAlgorithm(y.Algorithm)
 		if err != nil {
 			c.add(m["algorithm"], field+".algorithm", "%v", strings.TrimPrefix(err.Error(), "sluice: "))
 		}
 		r.Limit.Algorithm = a
 	}
-	c.decode(m["burst"], field+".burst", &r.Limit.Burst)
-	if ok {
+	if ok && y.RequestsPerUnit != nil {
 		if err := r.Limit.Validate(); err != nil {
 			c.add(n, field, "%v", strings.TrimPrefix(err.Error(), "sluice: "))
 		}

@@ -90,30 +90,6 @@ func (c *checker) sequence(n *yaml.Node, field string) []*yaml.Node {
 	return n.Content
 }
 
-// str decodes a scalar string.
-func (c *checker) str(n *yaml.Node, field string) string {
-	if n == nil {
-		return ""
-	}
-	if n.Kind != yaml.ScalarNode {
-		c.add(n, field, "want a string")
-		return ""
-	}
-	return n.Value
-}
-
-// decode decodes a scalar into v, reporting a problem on failure.
-func (c *checker) decode(n *yaml.Node, field string, v any) bool {
-	if n == nil {
-		return false
-	}
-	if err := n.Decode(v); err != nil {
-		c.add(n, field, "%v", strings.TrimPrefix(err.Error(), "yaml: "))
-		return false
-	}
-	return true
-}
-
 func join(field, name string) string {
 	if field == "" {
 		return name

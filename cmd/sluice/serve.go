@@ -127,7 +127,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice proxy: cannot start:\n"+err.Error())
 		return 1
 	}
-	if srv.Config().Store.Mode == "shard" {
+	if srv.Config().Store.Mode() == "shard" {
 		fmt.Fprintln(stderr, "sluice proxy: store mode shard needs the peer service of `sluice serve`; run the proxy against a local-sync or Redis store, or in front of `sluice serve`")
 		return 2
 	}
@@ -163,6 +163,6 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, err)
 		return 1
 	}
-	fmt.Fprintf(stdout, "%s: ok: %d policies, %d domains, %s store\n", args[0], len(cfg.Policies), len(cfg.Domains), cfg.Store.Type)
+	fmt.Fprintf(stdout, "%s: ok: %d policies, %d domains, %s store\n", args[0], len(cfg.Policies), len(cfg.Domains), cfg.Store.Type())
 	return 0
 }

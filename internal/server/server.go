@@ -149,15 +149,15 @@ func (s *Server) state() *state { return s.cfg.Load() }
 
 func (s *Server) openStore(cfg *config.Config) error {
 	url := s.opts.RedisURL
-	if url == "" && cfg.Store.Type == "redis" {
-		url = cfg.Store.URL
+	if r := cfg.Store.Redis; r != nil && url == "" {
+		url = r.URL
 	}
 	if url == "" {
 		ms := memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
 		s.store, s.closer, s.storeType = ms, func() {}, "memory"
 		s.local = ms
-		if cfg.Store.Mode == "shard" {
-			if err := s.openShard(cfg, ms); err != nil {
+		if sh := cfg.Store.Memory.Shard; sh != nil {
+			if err := s.openShard(cfg, sh, ms); err != nil {
 				return err
 			}
 		}
@@ -168,14 +168,17 @@ func (s *Server) openStore(cfg *config.Config) error {
 				func() float64 { return float64(ms.Evictions()) }))
 		return nil
 	}
+	if m := cfg.Store.Memory; m != nil && m.Shard != nil {
+		return errors.New("store: mode shard keeps each key in its owner's memory: -redis does not apply to it")
+	}
 	rs, err := redisstore.Open(url, redisstore.Options{})
 	if err != nil {
 		return err
 	}
 	s.store, s.closer, s.storeType = rs, rs.Close, "redis"
-	if cfg.Store.Mode == "local-sync" {
+	if r := cfg.Store.Redis; r != nil && r.LocalSync != nil {
 		ls, err := localsync.New(localsync.Options{
-			Shared: rs, Interval: cfg.Store.SyncInterval, Instances: cfg.Store.Instances, Timeout: cfg.Store.Timeout,
+			Shared: rs, Interval: r.LocalSync.Interval, Instances: cfg.Store.Instances, Timeout: cfg.Store.Timeout,
 			OnError: func(err error) {
 				s.metrics.storeErrors.Inc()
 				s.log.Warn("local-sync: sync failed; kept for the next", "error", err)
@@ -286,30 +289,31 @@ func (s *Server) Shutdown(ctx context.Context) error {
 }
 
 // openShard puts a shard.Store in front of the memory store.
-func (s *Server) openShard(cfg *config.Config, local sluice.Store) error {
-	self := cfg.Store.Self
+func (s *Server) openShard(cfg *config.Config, sh *config.Shard, local sluice.Store) error {
+	self := sh.Self
 	if self == "" {
 		self = s.opts.GRPCAddr
 	}
 	var members shard.Membership
 	closeMembers := func() {}
-	if cfg.Store.GossipBind != "" {
-		g, err := shard.NewGossip(shard.GossipOptions{Self: self, Bind: cfg.Store.GossipBind, Join: cfg.Store.GossipJoin})
+	switch {
+	case sh.Gossip != nil:
+		g, err := shard.NewGossip(shard.GossipOptions{Self: self, Bind: sh.Gossip.Bind, Join: sh.Gossip.Join})
 		if err != nil {
 			return err
 		}
 		members, closeMembers = g, func() { g.Close() }
-	} else if len(cfg.Store.Peers) == 1 && strings.HasPrefix(cfg.Store.Peers[0], "dns:") {
-		host, port, err := net.SplitHostPort(strings.TrimPrefix(cfg.Store.Peers[0], "dns:"))
+	case len(sh.Peers) == 1 && strings.HasPrefix(sh.Peers[0], "dns:"):
+		host, port, err := net.SplitHostPort(strings.TrimPrefix(sh.Peers[0], "dns:"))
 		if err != nil {
-			return fmt.Errorf("store.peers: %q: want dns:NAME:PORT", cfg.Store.Peers[0])
+			return fmt.Errorf("store.peers: %q: want dns:NAME:PORT", sh.Peers[0])
 		}
 		p, _ := strconv.Atoi(port)
 		members = shard.DNS(host, p)
-	} else {
-		members = shard.Static(self, cfg.Store.Peers, cfg.Store.MemberInterval)
+	default:
+		members = shard.Static(self, sh.Peers, sh.MemberInterval)
 	}
-	ss, err := shard.New(shard.Options{Self: self, Members: members, Local: local, Interval: cfg.Store.MemberInterval,
+	ss, err := shard.New(shard.Options{Self: self, Members: members, Local: local, Interval: sh.MemberInterval,
 		Timeout: cfg.Store.Timeout, Logger: s.log})
 	if err != nil {
 		return err
