@@ -1,0 +1,150 @@
+package proxy
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/faultproxy"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/localsync"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// gateway is the proxy in front of an upstream that answers 200 "up".
+func gateway(t *testing.T, yaml string, store sluice.Store) *httptest.Server {
+	t.Helper()
+	cfg, err := config.Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "up") }))
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	var local sluice.Store
+	if _, ok := store.(*memstore.Store); !ok {
+		local = memstore.New(memstore.Options{})
+	}
+	g, err := sluice.NewGuard(store, sluice.GuardOptions{Timeout: cfg.Store.Timeout, Local: local})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(cfg, g, u, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func get(t *testing.T, url string, header ...string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("GET", url, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+// Policies apply by pattern and key: each limit per key, 429 past it with
+// Retry-After, other routes and keys untouched, a shadow policy never
+// denying.
+func TestPolicies(t *testing.T) {
+	srv := gateway(t, `
+policies:
+  - {name: api, limit: 2/1h, key: "header:X-Key", match: "GET /api/"}
+  - {name: watch, limit: 1/1h, key: "header:X-Key", match: "/api/", shadow: true}
+`, memstore.New(memstore.Options{}))
+	for i, want := range []int{200, 200, 429} {
+		if resp := get(t, srv.URL+"/api/x", "X-Key", "a"); resp.StatusCode != want {
+			t.Fatalf("request %d: %d, want %d", i, resp.StatusCode, want)
+		} else if want == 429 && resp.Header.Get("Retry-After") == "" {
+			t.Fatal("429 without Retry-After")
+		}
+	}
+	if resp := get(t, srv.URL+"/api/x", "X-Key", "b"); resp.StatusCode != 200 {
+		t.Fatalf("another key: %d", resp.StatusCode)
+	}
+	if resp := get(t, srv.URL+"/other", "X-Key", "a"); resp.StatusCode != 200 {
+		t.Fatalf("another route: %d", resp.StatusCode)
+	}
+}
+
+// Redis down under each fail_mode: local enforces the limit in memory,
+// open lets requests through, closed answers 503.
+func TestFailModes(t *testing.T) {
+	redis := redistest.Standalone(t)
+	fp := faultproxy.Start(t, redis.Addr)
+	rs, err := redisstore.Open("redis://"+fp.Addr, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.Close)
+	srv := gateway(t, `
+store: {timeout: 200ms}
+policies:
+  - {name: local, limit: 2/1h, key: "header:X-Key", match: "/local"}
+  - {name: open, limit: 1/1h, key: "header:X-Key", match: "/open", fail_mode: open}
+  - {name: closed, limit: 1/1h, key: "header:X-Key", match: "/closed", fail_mode: closed}
+`, rs)
+	fp.Down()
+	for i := range 3 {
+		want := 200
+		if i == 2 {
+			want = 429
+		}
+		if resp := get(t, srv.URL+"/local", "X-Key", "a"); resp.StatusCode != want {
+			t.Fatalf("local, request %d: %d, want %d", i, resp.StatusCode, want)
+		}
+		if resp := get(t, srv.URL+"/open", "X-Key", "a"); resp.StatusCode != 200 {
+			t.Fatalf("open, request %d: %d", i, resp.StatusCode)
+		}
+		if resp := get(t, srv.URL+"/closed", "X-Key", "a"); resp.StatusCode != 503 {
+			t.Fatalf("closed, request %d: %d", i, resp.StatusCode)
+		}
+	}
+}
+
+// In local-sync mode the store keeps the keys it is handed: a key built
+// in the middleware's buffer stays the key it was after later requests
+// have been through, so an exhausted client stays exhausted.
+func TestLocalSyncKeysOutliveTheirRequest(t *testing.T) {
+	redis := redistest.Standalone(t)
+	rs, err := redisstore.Open("redis://"+redis.Addr, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rs.Close)
+	ls, err := localsync.New(localsync.Options{Shared: rs, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ls.Close() })
+	srv := gateway(t, `policies: [{name: p, limit: fixed_window 2/1h, key: "header:X-User"}]`, ls)
+	for range 2 {
+		get(t, srv.URL, "X-User", "alice")
+	}
+	for i := range 200 {
+		if resp := get(t, srv.URL, "X-User", fmt.Sprintf("m%04d", i)); resp.StatusCode != 200 {
+			t.Fatalf("user %d: %d", i, resp.StatusCode)
+		}
+	}
+	if resp := get(t, srv.URL, "X-User", "alice"); resp.StatusCode != 429 {
+		t.Fatalf("alice after 200 other users: %d, want 429", resp.StatusCode)
+	}
+}
