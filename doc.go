@@ -3,8 +3,12 @@
 //
 // A Limit says how many events a key may have per period and which algorithm
 // enforces it. A Store keeps per-key state and decides Requests atomically,
-// answering a Decision for each. A Limiter puts a Store, a default Limit and a
-// failure policy together behind Allow, Wait, Peek and Reset.
+// answering a Decision for each. A Guard is the decision core in front of a
+// Store that every front door shares: one all-or-nothing store call per
+// check under a timeout, shadow requests apart, a FailMode per request
+// (FailLocal, the default, decides in memory while the store fails) and a
+// circuit breaker. A Limiter puts a Guard, a default Limit and a deny cache
+// together behind Allow, Wait, Peek and Reset.
 //
 // A denial is a value (Decision.Allowed is false), never an error. Errors mean
 // the input is invalid (ErrInvalidLimit, ErrEmptyKey, ErrKeyTooLong,

@@ -27,9 +27,11 @@ type Policy struct {
 	// CostFunc, if set, computes the cost per request instead (for example
 	// from the size of a batch); an error is a 400.
 	CostFunc func(r *http.Request) (int64, error)
-	// FailMode decides requests when the store fails or the key cannot be
-	// found: FailOpen (the default) lets them through, FailClosed answers
-	// 503 with Retry-After.
+	// FailMode decides requests while the store fails: FailLocal (the
+	// default) decides them in memory from where the store left the key,
+	// FailOpen lets them through, FailClosed answers 503 with Retry-After.
+	// A request whose key cannot be found is answered 503 under FailClosed
+	// and not limited by this policy otherwise.
 	FailMode sluice.FailMode
 	// Shadow decides and records, but never blocks: for trying a limit on
 	// live traffic before enforcing it.
