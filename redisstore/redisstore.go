@@ -22,7 +22,8 @@ type Options struct {
 	// Prefix starts every key. Default "sluice:".
 	Prefix string
 	// ReconnectInterval is how often Open retries connecting while Redis
-	// is unreachable; calls meanwhile fail at once. Default 1s.
+	// is unreachable; calls meanwhile fail at once. Default 200ms, so that
+	// a Redis that comes up is used within a second, breaker included.
 	ReconnectInterval time.Duration
 }
 
@@ -72,7 +73,7 @@ func newStore(opts Options) *Store {
 		s.prefix = "sluice:"
 	}
 	if s.retry <= 0 {
-		s.retry = time.Second
+		s.retry = 200 * time.Millisecond
 	}
 	return s
 }

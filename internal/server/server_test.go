@@ -249,3 +249,60 @@ func (r *running) storeQuantile(t testing.TB, q float64) time.Duration {
 	}
 	return -1
 }
+
+// Each fault a store can have, on the service's front door: every check is
+// answered within the timeout and a margin, by fail_mode local, and Redis
+// decides again within a second once the fault ends.
+func TestStoreFaults(t *testing.T) {
+	const cfg = "store: {type: redis, url: redis://127.0.0.1:1, timeout: 200ms}\npolicies:\n  - {name: p, limit: 1000/1h}\n"
+	for _, tt := range []struct {
+		name        string
+		beforeStart bool // the fault is there when the service starts
+		fault       func(*faultproxy.Proxy)
+	}{
+		{"down at start", true, func(p *faultproxy.Proxy) { p.Down() }},
+		{"dies", false, func(p *faultproxy.Proxy) { p.Down() }},
+		{"hangs", false, func(p *faultproxy.Proxy) { p.Stall(true) }},
+		{"answers slowly", false, func(p *faultproxy.Proxy) { p.SetLatency(300 * time.Millisecond) }},
+		{"resets connections", false, func(p *faultproxy.Proxy) { p.Refuse(true); p.Reset() }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			redis := redistest.Standalone(t)
+			proxy := faultproxy.Start(t, redis.Addr)
+			if tt.beforeStart {
+				tt.fault(proxy)
+			}
+			r := start(t, cfg, "redis://"+proxy.Addr)
+			if !tt.beforeStart {
+				if res, _ := r.check(t, "p", "k"); res.Local {
+					t.Fatalf("healthy: %+v", res)
+				}
+				tt.fault(proxy)
+			}
+			for i := range 20 {
+				begin := time.Now()
+				res, code := r.check(t, "p", "k")
+				if code != 200 || !res.Allowed {
+					t.Fatalf("check %d: %d %+v", i, code, res)
+				}
+				if took := time.Since(begin); took > 200*time.Millisecond+300*time.Millisecond {
+					t.Fatalf("check %d took %v; want within the 200ms timeout and a margin", i, took)
+				}
+			}
+			if !strings.Contains(r.log.String(), "rate limit store failing") {
+				t.Fatalf("no log line says the store is failing:\n%s", r.log)
+			}
+			proxy.Up()
+			back := time.Now()
+			for {
+				if res, _ := r.check(t, "p", "k"); !res.Local {
+					break
+				}
+				if time.Since(back) > time.Second {
+					t.Fatal("still decided locally 1s after the fault ended")
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		})
+	}
+}
