@@ -213,7 +213,7 @@ func BenchmarkRedis(b *testing.B) {
 			{"ping", []string{"PING"}},
 			{"get-time-set-script", []string{"EVALSHA", bare, "1", "bench:{k-__rand_int__}"}},
 			{"sluice-function", []string{"FCALL", fn, "1", "bench:{key-__rand_int__}:gcra:" + period,
-				"-1", "1", "6 " + strconv.FormatInt(benchLimit.Rate, 10) + " " + period + " " + strconv.FormatInt(benchLimit.Burst, 10), "1", "1", "1"}},
+				"-1", "1", "6 " + strconv.FormatInt(benchLimit.Rate, 10) + " " + period + " " + strconv.FormatInt(benchLimit.Burst, 10), "1", "0", "1", "1"}},
 		} {
 			resetStats(b, rc)
 			b.ReportMetric(redisBenchmark(b, srv, 20_000, 1, 1, c.args).p50, c.name+"-p50-µs")
@@ -282,7 +282,7 @@ func scriptCeiling(b *testing.B, srv *redistest.Server) float64 {
 	fn := loadLibrary(b, srv)
 	period := strconv.FormatInt(int64(benchLimit.Period/time.Microsecond), 10)
 	return redisBenchmark(b, srv, max(b.N, 200_000), 64, 16, []string{"FCALL", fn, "1", "bench:{key-__rand_int__}:gcra:" + period,
-		"-1", "1", "6 " + strconv.FormatInt(benchLimit.Rate, 10) + " " + period + " " + strconv.FormatInt(benchLimit.Burst, 10), "1", "1", "1"}).rps
+		"-1", "1", "6 " + strconv.FormatInt(benchLimit.Rate, 10) + " " + period + " " + strconv.FormatInt(benchLimit.Burst, 10), "1", "0", "1", "1"}).rps
 }
 
 // BenchmarkRedisLatencyKnee measures, with one caller through rueidis, the

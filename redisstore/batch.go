@@ -15,20 +15,26 @@ import (
 )
 
 const (
-	maxInFlight  = 4                // calls running at once per store: few, so batches stay large
+	maxInFlight  = 4                // script calls at once before calls queue, so that batches form
 	maxBatch     = 64               // calls coalesced into one script call
-	flushTimeout = 10 * time.Second // bounds a script call no caller waits for
+	maxQueue     = 4096             // calls waiting; past it a call fails at once (ErrOverloaded)
+	maxQueueWait = time.Millisecond // how long a queued call waits for a free slot before it goes anyway
+	flushTimeout = 10 * time.Second // bounds a batch whose calls have no deadline
 )
 
 // call is one TakeAll: its requests, their keys (then the idempotency key,
 // if the requests carry an ID), and where its decisions go.
 type call struct {
-	reqs []sluice.Request
-	dst  []sluice.Decision
-	keys []string
-	err  error
-	done chan struct{} // a queued call's completion: one value, never closed
+	reqs     []sluice.Request
+	dst      []sluice.Decision
+	keys     []string
+	deadline int64 // the caller's deadline in µs on Redis's clock; 0 for none
+	err      error
+	done     chan struct{} // a queued call's completion: one value, never closed
 
+	// ctx is a queued call's caller's: a call whose caller has given up
+	// by the time its batch is formed is never sent.
+	ctx context.Context
 	// abandoned is set when the caller gave up waiting: the call may
 	// still be in a batch, so it is not reused.
 	abandoned bool
@@ -51,31 +57,36 @@ type batcher struct {
 	mu       sync.Mutex
 	queue    []*call
 	inFlight int
+	flushing bool          // a flusher is waiting to send the queue
+	freed    chan struct{} // a slot was freed; made on first use
 }
 
-// coalesce runs c in a script call, alone or with others, and waits for it or
-// for ctx. Calls queue only while maxInFlight script calls run; so a call
-// that finds fewer running goes alone, on its caller's goroutine and under
-// its ctx (no hand-off, which is most of a lone call's latency here). A
-// queued call goes with the others queued, on a flushing goroutine, and
-// still runs when its caller gives up: so it works on copies of the
-// caller's requests and decisions.
+// coalesce runs c in a script call, alone or with others, and waits for it
+// or for ctx. While fewer than maxInFlight script calls run, a call goes
+// alone, on its caller's goroutine and under its ctx (no hand-off, which
+// is most of a lone call's latency here). Otherwise it queues, and a
+// flusher sends the queue as one script call when a slot frees, or after
+// maxQueueWait whatever the slots: on a near Redis, slots free within that
+// time and calls batch, dividing the script's fixed cost in Redis; on a
+// far one, a queued call pays one round trip, not the wait for another
+// call's round trip first. A queued call still runs when its caller gives
+// up, unless it was not sent yet: so it works on copies of the caller's
+// requests and decisions. The queue is bounded: a call that finds it full
+// fails at once with ErrOverloaded.
 func (s *Store) coalesce(ctx context.Context, client rueidis.Client, c *call) error {
 	b := &s.batch
 	b.mu.Lock()
-	if b.inFlight < maxInFlight { // and so nothing is queued
+	if b.inFlight < maxInFlight && len(b.queue) == 0 {
 		b.inFlight++
 		b.mu.Unlock()
 		one := [1]*call{c}
 		s.run(ctx, client, "-1", one[:])
-		b.mu.Lock()
-		if len(b.queue) > 0 {
-			go s.flush(client, b.takeLocked()) // calls queued meanwhile
-		} else {
-			b.inFlight--
-		}
-		b.mu.Unlock()
+		b.release()
 		return c.err
+	}
+	if len(b.queue) >= maxQueue {
+		b.mu.Unlock()
+		return ErrOverloaded
 	}
 	dst := c.dst
 	if !c.owned() {
@@ -85,7 +96,15 @@ func (s *Store) coalesce(ctx context.Context, client rueidis.Client, c *call) er
 	if c.done == nil {
 		c.done = make(chan struct{}, 1)
 	}
+	c.ctx = ctx
 	b.queue = append(b.queue, c)
+	if !b.flushing {
+		b.flushing = true
+		if b.freed == nil {
+			b.freed = make(chan struct{}, 1)
+		}
+		go s.flush(client)
+	}
 	b.mu.Unlock()
 	select {
 	case <-c.done:
@@ -97,32 +116,89 @@ func (s *Store) coalesce(ctx context.Context, client rueidis.Client, c *call) er
 	}
 }
 
-func (b *batcher) takeLocked() []*call {
-	n := min(len(b.queue), maxBatch)
-	batch := append([]*call(nil), b.queue[:n]...)
-	b.queue = b.queue[n:]
-	return batch
+// release frees a script call's slot.
+func (b *batcher) release() {
+	b.mu.Lock()
+	b.inFlight--
+	b.mu.Unlock()
+	select {
+	case b.freed <- struct{}{}:
+	default:
+	}
 }
 
-// flush runs batches until the queue is empty.
-func (s *Store) flush(client rueidis.Client, batch []*call) {
+// flush sends the queue, in batches of up to maxBatch, each when a slot is
+// free or maxQueueWait has passed since the flusher started, and returns
+// once the queue is empty.
+func (s *Store) flush(client rueidis.Client) {
 	b := &s.batch
+	wait := time.NewTimer(maxQueueWait)
+	defer wait.Stop()
+	late := false
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), flushTimeout)
-		s.run(ctx, client, "-1", batch)
-		cancel()
-		for _, c := range batch {
-			c.done <- struct{}{}
-		}
 		b.mu.Lock()
-		if len(b.queue) == 0 {
-			b.inFlight--
+		if b.inFlight >= maxInFlight && !late {
+			b.mu.Unlock()
+			select {
+			case <-b.freed:
+			case <-wait.C:
+				late = true
+			}
+			continue
+		}
+		batch := b.takeLocked()
+		if len(batch) == 0 {
+			b.flushing = false
 			b.mu.Unlock()
 			return
 		}
-		batch = b.takeLocked()
+		b.inFlight++
 		b.mu.Unlock()
+		go s.runBatch(client, batch)
 	}
+}
+
+// takeLocked takes up to maxBatch calls off the queue, leaving out those
+// whose caller has given up: they are never sent. The caller holds b.mu.
+func (b *batcher) takeLocked() []*call {
+	var batch []*call
+	for len(b.queue) > 0 && len(batch) < maxBatch {
+		c := b.queue[0]
+		b.queue[0] = nil
+		b.queue = b.queue[1:]
+		if c.ctx.Err() != nil {
+			continue // its caller was answered: nobody is charged for it
+		}
+		batch = append(batch, c)
+	}
+	if len(b.queue) == 0 {
+		b.queue = b.queue[:0:0] // let the drained array go
+	}
+	return batch
+}
+
+// runBatch runs a batch of queued calls, under the latest of their
+// deadlines, and wakes their callers.
+func (s *Store) runBatch(client rueidis.Client, batch []*call) {
+	var latest time.Time
+	for _, c := range batch {
+		dl, ok := c.ctx.Deadline()
+		if !ok {
+			latest = time.Now().Add(flushTimeout)
+			break
+		}
+		if dl.After(latest) {
+			latest = dl
+		}
+	}
+	ctx, cancel := context.WithDeadline(context.Background(), latest)
+	s.run(ctx, client, "-1", batch)
+	cancel()
+	for _, c := range batch {
+		c.ctx = nil
+		c.done <- struct{}{}
+	}
+	s.batch.release()
 }
 
 // run executes calls in one call of the decision function and sets each
@@ -162,8 +238,8 @@ func (s *Store) run(ctx context.Context, client rueidis.Client, now string, call
 
 // encode returns the arguments of calls, as scripts/take.lua reads them:
 // now, the limits, then per call its size (negated when it has an
-// idempotency key) and per request its limit's index and its cost (negated
-// when forced).
+// idempotency key) and its deadline, and per request its limit's index and
+// its cost (negated when forced).
 func (s *Store) encode(now string, calls []*call) []string {
 	var seen [4]sluice.Limit
 	limits, n := seen[:0], 0
@@ -175,7 +251,7 @@ func (s *Store) encode(now string, calls []*call) []string {
 		}
 		n += len(c.reqs)
 	}
-	args := make([]string, 0, 2+len(limits)+len(calls)+2*n)
+	args := make([]string, 0, 2+len(limits)+2*len(calls)+2*n)
 	args = append(args, now, intArg(int64(len(limits))))
 	for _, l := range limits {
 		args = append(args, s.limitArg(l))
@@ -185,7 +261,7 @@ func (s *Store) encode(now string, calls []*call) []string {
 		if len(c.keys) > len(c.reqs) {
 			size = -size
 		}
-		args = append(args, intArg(size))
+		args = append(args, intArg(size), intArg(c.deadline))
 		for i := range c.reqs {
 			r := &c.reqs[i]
 			cost := r.Cost
@@ -209,6 +285,9 @@ func limitIndex(limits []sluice.Limit, l sluice.Limit) int {
 	return 0
 }
 
+// expiredReply is scripts/take.lua's EXPIRED.
+const expiredReply = "sluice: deadline passed before the call reached Redis; not applied"
+
 // decode reads three values per request (scripts/take.lua): remaining,
 // negated minus one when denied; Delay when allowed, RetryAfter when
 // denied; ResetAfter. A string in the first place is the error of the
@@ -218,6 +297,9 @@ func decode(vals []rueidis.RedisMessage, reqs []sluice.Request, dst []sluice.Dec
 		r, err := vals[3*i].AsInt64()
 		if err != nil {
 			if msg, serr := vals[3*i].ToString(); serr == nil {
+				if msg == expiredReply {
+					return ErrExpired
+				}
 				return errors.New("redisstore: " + msg)
 			}
 			return fmt.Errorf("redisstore: unexpected reply: %w", err)

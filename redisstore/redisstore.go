@@ -35,6 +35,12 @@ var (
 	// ErrNotConnected is returned while a Store from Open has not reached
 	// Redis yet.
 	ErrNotConnected = errors.New("redisstore: not connected to Redis")
+	// ErrExpired is returned for a call that reached Redis after its
+	// caller's deadline: Redis did not apply it.
+	ErrExpired = errors.New("redisstore: deadline passed before the call reached Redis; not applied")
+	// ErrOverloaded is returned at once, without calling Redis, when
+	// maxQueue calls already wait for it.
+	ErrOverloaded = errors.New("redisstore: too many calls waiting for Redis")
 )
 
 // Store is a sluice.Store on Redis, safe for concurrent use.
@@ -51,6 +57,7 @@ type Store struct {
 	retry    time.Duration
 
 	batch batcher
+	clock clock
 	fn    functions
 	args  sync.Map     // sluice.Limit → string, see limitArg
 	nargs atomic.Int64 // limits cached
@@ -64,6 +71,7 @@ func New(client rueidis.Client, opts Options) *Store {
 	s := newStore(opts)
 	s.client = client
 	s.cluster = client.Mode() == rueidis.ClientModeCluster
+	s.clock.start(client)
 	return s
 }
 
@@ -144,6 +152,7 @@ func (s *Store) dialLocked() {
 	}
 	s.client, s.dialErr = c, nil
 	s.cluster = c.Mode() == rueidis.ClientModeCluster
+	s.clock.start(c)
 }
 
 // conn returns the client, dialling again if Open has not connected yet and
@@ -242,11 +251,15 @@ func (s *Store) take(ctx context.Context, c *call) error {
 	if cluster || !reqs[0].Now.IsZero() {
 		now := "-1"
 		if !reqs[0].Now.IsZero() {
+			// An explicit time is not Redis's: no deadline to compare.
 			now = strconv.FormatInt(reqs[0].Now.UnixMicro(), 10)
+		} else {
+			c.deadline = s.clock.deadline(ctx, client)
 		}
 		s.run(ctx, client, now, []*call{c})
 		return c.err
 	}
+	c.deadline = s.clock.deadline(ctx, client)
 	return s.coalesce(ctx, client, c)
 }
 

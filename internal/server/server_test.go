@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -12,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -304,5 +306,74 @@ func TestStoreFaults(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 		})
+	}
+}
+
+// Checks refused because Redis is too far for the timeout are never
+// charged: 20 concurrent checks on a sliding_log 5/15m, fail_mode closed,
+// Redis 600 ms away and a 200 ms timeout are all refused, and once their
+// calls have reached Redis the next check, with Redis near again, is
+// allowed with nothing taken.
+func TestRefusedChecksAreNotCharged(t *testing.T) {
+	redis := redistest.Standalone(t)
+	proxy := faultproxy.Start(t, redis.Addr)
+	r := start(t, "store: {type: redis, url: redis://127.0.0.1:1, timeout: 200ms}\npolicies:\n  - {name: login, limit: sliding_log 5/15m, fail_mode: closed}\n", "redis://"+proxy.Addr)
+	if res, _ := r.check(t, "login", "warm"); !res.Allowed {
+		t.Fatalf("healthy: %+v", res)
+	}
+	proxy.SetLatency(300 * time.Millisecond)
+	var wg sync.WaitGroup
+	var allowed atomic.Int64
+	for range 20 {
+		wg.Go(func() {
+			if res, _ := r.check(t, "login", "alice"); res.Allowed {
+				allowed.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n := allowed.Load(); n != 0 {
+		t.Fatalf("%d of 20 checks allowed with Redis 600ms away and a 200ms timeout", n)
+	}
+	proxy.SetLatency(0)
+	time.Sleep(time.Second) // every call sent has reached Redis by now
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		res, _ := r.check(t, "login", "alice")
+		if res.Error == "" && !res.Local {
+			if !res.Allowed || res.Remaining != 4 {
+				t.Fatalf("after the refused checks reached Redis: %+v; want allowed with 4 remaining (none charged)", res)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Redis not deciding again: %+v", res)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Redis 52 ms away (25 ms each way), 64 callers, default settings: at
+// most 1% of the checks are not decided by Redis.
+func TestDistantRedisDecides(t *testing.T) {
+	redis := redistest.Standalone(t)
+	proxy := faultproxy.Start(t, redis.Addr)
+	r := start(t, "store: {type: redis, url: redis://127.0.0.1:1}\npolicies:\n  - {name: p, limit: 1000000/1h}\n", "redis://"+proxy.Addr)
+	proxy.SetLatency(25 * time.Millisecond)
+	before := r.checks(t)
+	var wg sync.WaitGroup
+	for c := range 64 {
+		wg.Go(func() {
+			for i := range 10 {
+				r.check(t, "p", fmt.Sprintf("k%d-%d", c, i))
+			}
+		})
+	}
+	wg.Wait()
+	after := r.checks(t)
+	n := total(after) - total(before)
+	notRedis := n - (after["allowed"] - before["allowed"]) - (after["denied"] - before["denied"])
+	if n != 640 || notRedis > 6 {
+		t.Fatalf("%v checks, %v not decided by Redis (%v -> %v); want 640 and at most 1%%", n, notRedis, before, after)
 	}
 }

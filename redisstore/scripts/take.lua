@@ -6,19 +6,23 @@
 -- argv: now in µs, or -1 for Redis TIME; the number of limits L; per
 -- limit, one string: algorithm code, rate, period (µs) and burst separated
 -- by spaces; then per group: its number of requests g, negated when it has
--- an idempotency key; then per request: its limit (1 to L) and its cost,
--- negated when forced (Force with cost 0 is no force). Few arguments,
--- because each costs Redis and Lua time: a lone request is six, key
--- included.
+-- an idempotency key, and its deadline in µs on Redis's clock (0 for none:
+-- a group that reaches Redis after it is not applied, for its caller has
+-- been answered already); then per request: its limit (1 to L) and its
+-- cost, negated when forced (Force with cost 0 is no force). Few
+-- arguments, because each costs Redis and Lua time: a lone request is
+-- seven, key included.
 -- Returns three values per request (each costs Redis a conversion and the
 -- client a parse): remaining when allowed, -1 - remaining when denied;
 -- Delay when allowed, RetryAfter when denied (never both); ResetAfter
--- (µs). For every request of a group that failed: the error, 0, 0.
+-- (µs). For every request of a group that failed: the error, 0, 0; for
+-- a group past its deadline the error is EXPIRED.
 
 local ALGS = {[1] = fixed_window, [3] = sliding_window, [4] = token_bucket, [5] = leaky_bucket, [6] = gcra}
 local LOG = 2
 local TTL_MARGIN_MS = 1000
 local ID_TTL_MS = 60000
+local EXPIRED = 'sluice: deadline passed before the call reached Redis; not applied'
 
 -- apply records cost on an O(1) state whether or not it fits (Go: Apply).
 local function apply(alg, a, b, c, p, now, cost)
@@ -265,8 +269,12 @@ local function take_all(keys, argv)
   end
   nlimits = nl
   -- A call of one request (a caller alone): its reply in one constructor.
-  if nl == 1 and argv[4] == '1' and argv[7] == nil and limits[1].alg ~= LOG then
-    local allowed, remaining, retry, reset, delay = one(keys[1], limits[1], num(argv[6]), now)
+  if nl == 1 and argv[4] == '1' and argv[8] == nil and limits[1].alg ~= LOG then
+    local dl = num(argv[5])
+    if dl > 0 and now > dl then
+      return {EXPIRED, 0, 0}
+    end
+    local allowed, remaining, retry, reset, delay = one(keys[1], limits[1], num(argv[7]), now)
     if allowed == nil then
       return {remaining, 0, 0}
     end
@@ -283,9 +291,12 @@ local function take_all(keys, argv)
     if hasid then
       g = -g
     end
-    local p = limits[num(argv[ai + 1])]
-    if g == 1 and not hasid and p.alg ~= LOG then
-      local allowed, remaining, retry, reset, delay = one(keys[ki], p, num(argv[ai + 2]), now)
+    local dl = num(argv[ai + 1])
+    local p = limits[num(argv[ai + 2])]
+    if dl > 0 and now > dl then
+      n = fail(out, n, g, EXPIRED)
+    elseif g == 1 and not hasid and p.alg ~= LOG then
+      local allowed, remaining, retry, reset, delay = one(keys[ki], p, num(argv[ai + 3]), now)
       if allowed == nil then
         n = fail(out, n, 1, remaining)
       else
@@ -296,9 +307,9 @@ local function take_all(keys, argv)
       if hasid then
         idkey = keys[ki + g]
       end
-      n = group(keys, argv, limits, ki, ai + 1, g, idkey, now, out, n)
+      n = group(keys, argv, limits, ki, ai + 2, g, idkey, now, out, n)
     end
-    ki, ai = ki + g + (hasid and 1 or 0), ai + 1 + 2 * g
+    ki, ai = ki + g + (hasid and 1 or 0), ai + 2 + 2 * g
   end
   return out
 end

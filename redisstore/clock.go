@@ -1,0 +1,66 @@
+package redisstore
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/rueidis"
+)
+
+// clock keeps the offset between this process's clock and Redis's, so
+// that a caller's deadline can travel with its call in Redis's time: a
+// call that reaches Redis after its caller was answered is then not
+// applied (scripts/take.lua), and nobody is charged for a check they were
+// refused. The offset is measured with TIME, halfway through the round
+// trip, at first use and every clockRefresh after; until it is known,
+// calls carry no deadline.
+type clock struct {
+	offset   atomic.Int64 // Redis µs minus local µs
+	known    atomic.Bool
+	next     atomic.Int64 // local Unix ns of the next measurement
+	measures atomic.Bool  // a measurement is running
+}
+
+const clockRefresh = 10 * time.Second
+
+// start measures the offset now, in the background, so that the first
+// calls already carry their deadlines.
+func (c *clock) start(client rueidis.Client) {
+	if c.measures.CompareAndSwap(false, true) {
+		c.next.Store(time.Now().Add(clockRefresh).UnixNano())
+		go c.measure(client)
+	}
+}
+
+// deadline returns ctx's deadline in µs on Redis's clock, or 0 when ctx
+// has none or the offset is not known yet.
+func (c *clock) deadline(ctx context.Context, client rueidis.Client) int64 {
+	if now := time.Now().UnixNano(); now >= c.next.Load() && c.measures.CompareAndSwap(false, true) {
+		c.next.Store(now + int64(clockRefresh))
+		go c.measure(client)
+	}
+	dl, ok := ctx.Deadline()
+	if !ok || !c.known.Load() {
+		return 0
+	}
+	return dl.UnixMicro() + c.offset.Load()
+}
+
+// measure reads Redis's TIME and sets the offset.
+func (c *clock) measure(client rueidis.Client) {
+	defer c.measures.Store(false)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	sent := time.Now()
+	vals, err := client.Do(ctx, client.B().Time().Build()).AsIntSlice()
+	got := time.Now()
+	if err != nil || len(vals) != 2 {
+		c.next.Store(got.Add(time.Second).UnixNano()) // try again soon
+		return
+	}
+	redisNow := vals[0]*1_000_000 + vals[1]
+	mid := sent.Add(got.Sub(sent) / 2).UnixMicro()
+	c.offset.Store(redisNow - mid)
+	c.known.Store(true)
+}
