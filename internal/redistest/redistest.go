@@ -86,6 +86,9 @@ func (s *Server) Kill() {
 	s.cmd = nil
 }
 
+// Killed reports whether Kill stopped the server.
+func (s *Server) Killed() bool { return s.cmd == nil && s.args != nil }
+
 // Restart starts a killed server again on the same port, empty.
 func (s *Server) Restart() {
 	s.t.Helper()
@@ -104,6 +107,13 @@ func (s *Server) Restart() {
 func (s *Server) Do(args ...string) string {
 	s.t.Helper()
 	return cli(s.t, s.Addr, args...)
+}
+
+// Cli sends one command with redis-cli to addr (a sentinel, say) and
+// returns its output, trimmed.
+func Cli(t testing.TB, addr string, args ...string) string {
+	t.Helper()
+	return cli(t, addr, args...)
 }
 
 func cli(t testing.TB, addr string, args ...string) string {
@@ -171,22 +181,36 @@ func freePort(t testing.TB) int {
 // node reports cluster_state:ok.
 func Cluster(t testing.TB) []*Server {
 	t.Helper()
+	return cluster(t, 0, 2000)
+}
+
+// ClusterWithReplicas starts a Redis Cluster of 3 masters with a replica
+// each, with cluster-node-timeout nodeTimeoutMS (a master that does not
+// answer for that long is failed over), and returns its nodes, masters
+// first, once every node reports cluster_state:ok.
+func ClusterWithReplicas(t testing.TB, nodeTimeoutMS int) []*Server {
+	t.Helper()
+	return cluster(t, 1, nodeTimeoutMS)
+}
+
+func cluster(t testing.TB, replicas, nodeTimeoutMS int) []*Server {
+	t.Helper()
 	var nodes []*Server
 	var addrs []string
-	for range 3 {
-		s := start(t, []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "2000"})
+	for range 3 * (1 + replicas) {
+		s := start(t, []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", strconv.Itoa(nodeTimeoutMS)})
 		nodes = append(nodes, s)
 		addrs = append(addrs, s.Addr)
 	}
 	args := append([]string{"--cluster", "create"}, addrs...)
-	args = append(args, "--cluster-replicas", "0", "--cluster-yes")
+	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	out, err := exec.Command(binary(t, "redis-cli"), args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("redistest: redis-cli --cluster create: %v: %s", err, out)
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for _, n := range nodes {
-		for !strings.Contains(n.Do("CLUSTER", "INFO"), "cluster_state:ok") {
+		for !strings.Contains(n.Do("CLUSTER", "INFO"), "cluster_state:ok") || replicas > 0 && !clusterSynced(n) {
 			if time.Now().After(deadline) {
 				t.Fatalf("redistest: cluster not ok after 20s: %s", n.Do("CLUSTER", "INFO"))
 			}
@@ -218,4 +242,61 @@ func Sentinel(t testing.TB) (master *Server, sentinelAddr string) {
 	t.Cleanup(s.Kill)
 	s.waitReady()
 	return master, s.Addr
+}
+
+// clusterSynced reports whether a node of a Cluster with replicas sees
+// every node and every replica in sync with its master.
+func clusterSynced(n *Server) bool {
+	info := n.Do("INFO", "replication")
+	if strings.Contains(info, "role:slave") {
+		return strings.Contains(info, "master_link_status:up")
+	}
+	return strings.Contains(info, "connected_slaves:1")
+}
+
+// Sentinels starts a master, a replica of it, and three sentinels that
+// monitor it as "mymaster" with a quorum of 2 and down-after-milliseconds
+// downAfterMS, and returns the master, the replica and the sentinels'
+// addresses once the replica is in sync and every sentinel sees it.
+func Sentinels(t testing.TB, downAfterMS int) (master, replica *Server, sentinels []string) {
+	t.Helper()
+	master = start(t, nil)
+	_, mport, _ := net.SplitHostPort(master.Addr)
+	replica = start(t, []string{"--replicaof", "127.0.0.1", mport})
+	bin := binary(t, "redis-server")
+	for range 3 {
+		port := freePort(t)
+		dir := t.TempDir()
+		conf := filepath.Join(dir, "sentinel.conf")
+		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster 127.0.0.1 %s 2\n"+
+			"sentinel down-after-milliseconds mymaster %d\nsentinel failover-timeout mymaster 10000\n", port, dir, mport, downAfterMS)
+		if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), t: t, dir: dir, args: []string{conf, "--sentinel", "--logfile", filepath.Join(dir, "redis.log")}}
+		s.cmd = exec.Command(bin, s.args...)
+		if err := s.cmd.Start(); err != nil {
+			t.Fatalf("redistest: starting redis-sentinel: %v", err)
+		}
+		t.Cleanup(s.Kill)
+		s.waitReady()
+		sentinels = append(sentinels, s.Addr)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		synced := strings.Contains(replica.Do("INFO", "replication"), "master_link_status:up")
+		seen := true
+		for _, a := range sentinels {
+			if !strings.Contains(cli(t, a, "SENTINEL", "REPLICAS", "mymaster"), replica.Addr[strings.LastIndex(replica.Addr, ":")+1:]) {
+				seen = false
+			}
+		}
+		if synced && seen {
+			return master, replica, sentinels
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("redistest: replica not in sync or not seen by the sentinels after 20s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

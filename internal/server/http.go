@@ -168,15 +168,26 @@ func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "shutting down", http.StatusServiceUnavailable)
 		return
 	}
-	// The store is reachable when a peek answers; an open breaker says it
-	// is not without asking.
+	// The store is reachable when a peek answers (an open breaker says it
+	// is not without asking), and a Redis store when every primary does.
 	h := s.guard.Health()
-	if h.Breaker == "open" {
+	if h.Breaker == "open" && s.redis == nil {
 		http.Error(w, fmt.Sprintf("store failing since %v (breaker open): %s", h.Since.Format(time.RFC3339), h.LastError), http.StatusServiceUnavailable)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), s.state().cfg.Store.Timeout)
 	defer cancel()
+	if s.redis != nil {
+		// Every primary is asked: on Cluster, one slot's answer says
+		// nothing of the others.
+		up, total, err := s.redis.Reachable(ctx)
+		if err != nil || up < total {
+			http.Error(w, fmt.Sprintf("store: %d of %d slots reachable (breaker %s): %v", up, total, h.Breaker, err), http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, "ready\nstore: %s, %d of %d slots reachable\nbreaker: %s\n", s.storeType, up, total, h.Breaker)
+		return
+	}
 	_, err := s.store.Take(ctx, sluice.Request{Key: "sluice:readyz", Limit: sluice.PerSecond(1)})
 	if err != nil {
 		http.Error(w, fmt.Sprintf("store unreachable (breaker %s): %v", h.Breaker, err), http.StatusServiceUnavailable)

@@ -66,7 +66,8 @@ type Server struct {
 	health    *health.Server
 	addrs     Addrs
 	storeType string
-	local     sluice.Store // the memory store peers forward to, in shard mode
+	local     sluice.Store       // the memory store peers forward to, in shard mode
+	redis     *redisstore.Store // the Redis store, if any, for /readyz
 }
 
 // state is one loaded config.
@@ -176,6 +177,7 @@ func (s *Server) openStore(cfg *config.Config) error {
 		return err
 	}
 	s.store, s.closer, s.storeType = rs, rs.Close, "redis"
+	s.redis = rs
 	if r := cfg.Store.Redis; r != nil && r.LocalSync != nil {
 		ls, err := localsync.New(localsync.Options{
 			Shared: rs, Interval: r.LocalSync.Interval, Instances: cfg.Store.Instances, Timeout: cfg.Store.Timeout,

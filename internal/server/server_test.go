@@ -76,21 +76,30 @@ var client = &http.Client{Timeout: 10 * time.Second}
 // check posts one check and returns its result and the HTTP status.
 func (r *running) check(t testing.TB, policy, key string) (CheckResult, int) {
 	t.Helper()
+	res, code, err := r.tryCheck(policy, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, code
+}
+
+// tryCheck is check for a goroutine other than the test's.
+func (r *running) tryCheck(policy, key string) (CheckResult, int, error) {
 	body, _ := json.Marshal(CheckRequest{Checks: []Check{{Policy: policy, Key: key}}})
 	resp, err := client.Post(r.base+"/v1/check", "application/json", bytes.NewReader(body))
 	if err != nil {
-		t.Fatal(err)
+		return CheckResult{}, 0, err
 	}
 	defer resp.Body.Close()
 	var out CheckResponse
 	data, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		return CheckResult{Error: string(data)}, resp.StatusCode
+		return CheckResult{Error: string(data)}, resp.StatusCode, nil
 	}
 	if err := json.Unmarshal(data, &out); err != nil || len(out.Results) != 1 {
-		t.Fatalf("response %s: %v", data, err)
+		return CheckResult{}, resp.StatusCode, fmt.Errorf("response %s: %v", data, err)
 	}
-	return out.Results[0], resp.StatusCode
+	return out.Results[0], resp.StatusCode, nil
 }
 
 // checks returns sluice_checks_total by result, summed over policies.
