@@ -66,7 +66,7 @@ type Server struct {
 	health    *health.Server
 	addrs     Addrs
 	storeType string
-	local     sluice.Store       // the memory store peers forward to, in shard mode
+	local     sluice.Store      // the memory store peers forward to, in shard mode
 	redis     *redisstore.Store // the Redis store, if any, for /readyz
 }
 
