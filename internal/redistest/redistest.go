@@ -56,6 +56,14 @@ func Standalone(t testing.TB) *Server {
 	return start(t, nil)
 }
 
+// StandaloneWith starts a redis-server on a free port with extra
+// arguments after sluice's (which turn persistence off): for example
+// "--appendonly", "yes".
+func StandaloneWith(t testing.TB, extra ...string) *Server {
+	t.Helper()
+	return start(t, extra)
+}
+
 func start(t testing.TB, extra []string) *Server {
 	t.Helper()
 	bin := binary(t, "redis-server")
