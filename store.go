@@ -11,9 +11,17 @@ import (
 // microseconds, exact in Lua's doubles.
 var MaxTime = time.Date(2150, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// MaxKeyLen is the longest Request.Key, in bytes. A longer key is an error,
-// never truncated: truncation would merge two clients.
-const MaxKeyLen = 4096
+// MaxKeyLen is the longest Request.Key, in bytes: a client's identity of
+// up to MaxIdentityLen, with room for what a front door puts before it (a
+// policy's name, an Envoy domain and descriptor keys). A longer key is an
+// error, never truncated: truncation would merge two clients.
+const MaxKeyLen = 16384
+
+// MaxIdentityLen is the longest identity a front door takes from a client,
+// in bytes: a /v1/check key, an Envoy descriptor value, an API key header.
+// Front doors refuse a longer one with its length, before it becomes part
+// of a key.
+const MaxIdentityLen = 4096
 
 // Sentinel errors. Each is wrapped with detail; test with errors.Is.
 var (

@@ -47,6 +47,7 @@ type Config struct {
 	File           string
 	Source         []byte // the file as read
 	Store          Store
+	Listeners      Listeners
 	TrustedProxies []string // CIDRs whose X-Forwarded-For the proxy trusts
 	Admin          Admin
 	Policies       []*Policy
@@ -123,6 +124,21 @@ type LocalSync struct {
 	Interval time.Duration
 }
 
+// Listeners bounds every listener of `sluice serve` and `sluice proxy`,
+// so that no client can hold a connection, a file descriptor or a
+// goroutine for long: a slow header, a slow body, an idle keep-alive.
+type Listeners struct {
+	ReadHeaderTimeout time.Duration // a request's headers must arrive within it
+	ReadTimeout       time.Duration // its headers and body
+	WriteTimeout      time.Duration // from the end of the headers to the end of the answer
+	ProxyWriteTimeout time.Duration // the same for `sluice proxy`, whose upstream may stream
+	IdleTimeout       time.Duration // a keep-alive connection between requests; gRPC: a connection without calls
+	MaxHeaderBytes    int           // a request's headers
+	MaxConnections    int           // open connections per listener; more wait to be accepted
+	MaxStreams        int           // gRPC: concurrent calls per connection
+	Drain             time.Duration // on SIGTERM, how long /readyz answers 503 before the listeners close
+}
+
 // Admin configures the admin API.
 type Admin struct {
 	Token string // required for the admin API to start (or SLUICE_ADMIN_TOKEN)
@@ -162,11 +178,12 @@ func Load(path string) (*Config, error) {
 
 // fileYAML is the file's top level.
 type fileYAML struct {
-	Store          storeYAML    `yaml:"store"`
-	Admin          adminYAML    `yaml:"admin"`
-	Policies       []*yaml.Node `yaml:"policies"`
-	Domains        []*yaml.Node `yaml:"domains"`
-	TrustedProxies []*yaml.Node `yaml:"trusted_proxies"`
+	Store          storeYAML     `yaml:"store"`
+	Listeners      listenersYAML `yaml:"listeners"`
+	Admin          adminYAML     `yaml:"admin"`
+	Policies       []*yaml.Node  `yaml:"policies"`
+	Domains        []*yaml.Node  `yaml:"domains"`
+	TrustedProxies []*yaml.Node  `yaml:"trusted_proxies"`
 }
 
 // storeYAML is the store section as written: flat, every mode's fields
@@ -184,6 +201,18 @@ type storeYAML struct {
 	Self           string          `yaml:"self"`
 	MemberInterval time.Duration   `yaml:"member_interval"`
 	Gossip         *gossipYAML     `yaml:"gossip"`
+}
+
+type listenersYAML struct {
+	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
+	ReadTimeout       time.Duration `yaml:"read_timeout"`
+	WriteTimeout      time.Duration `yaml:"write_timeout"`
+	ProxyWriteTimeout time.Duration `yaml:"proxy_write_timeout"`
+	IdleTimeout       time.Duration `yaml:"idle_timeout"`
+	MaxHeaderBytes    int           `yaml:"max_header_bytes"`
+	MaxConnections    int           `yaml:"max_connections"`
+	MaxStreams        int           `yaml:"max_streams"`
+	Drain             time.Duration `yaml:"drain"`
 }
 
 type gossipYAML struct {
@@ -225,10 +254,12 @@ func Parse(file string, data []byte) (*Config, error) {
 			cfg.Domains[d.Name] = d
 		}
 		cfg.Store = c.store(nil, defaults.store)
+		cfg.Listeners = Listeners(defaults.listeners)
 	} else {
-		f := fileYAML{Store: defaults.store}
+		f := fileYAML{Store: defaults.store, Listeners: defaults.listeners}
 		m := c.decodeInto(doc, "", &f)
 		cfg.Store = c.store(m["store"], f.Store)
+		cfg.Listeners = c.listeners(m["listeners"], f.Listeners)
 		for i, n := range f.TrustedProxies {
 			field := fmt.Sprintf("trusted_proxies[%d]", i)
 			v, _ := c.scalar(n, field)
@@ -377,6 +408,32 @@ func (c *checker) store(n *yaml.Node, y storeYAML) Store {
 		bad("mode", "%q: want local-sync, shard, or nothing", y.Mode)
 	}
 	return s
+}
+
+// listeners checks the listeners section n, decoded into y over the
+// defaults: every bound must be positive.
+func (c *checker) listeners(n *yaml.Node, y listenersYAML) Listeners {
+	l := Listeners(y)
+	at := map[string]*yaml.Node{}
+	if n != nil && n.Kind == yaml.MappingNode {
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			at[n.Content[i].Value] = n.Content[i+1]
+		}
+	}
+	for name, v := range map[string]int64{
+		"read_header_timeout": int64(l.ReadHeaderTimeout), "read_timeout": int64(l.ReadTimeout),
+		"write_timeout": int64(l.WriteTimeout), "proxy_write_timeout": int64(l.ProxyWriteTimeout),
+		"idle_timeout": int64(l.IdleTimeout), "max_header_bytes": int64(l.MaxHeaderBytes),
+		"max_connections": int64(l.MaxConnections), "max_streams": int64(l.MaxStreams),
+	} {
+		if v <= 0 {
+			c.add(at[name], "listeners."+name, "must be positive: every listener is bounded")
+		}
+	}
+	if l.Drain < 0 {
+		c.add(at["drain"], "listeners.drain", "must not be negative")
+	}
+	return l
 }
 
 func (c *checker) policies(nodes []*yaml.Node, cfg *Config) {

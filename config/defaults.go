@@ -9,9 +9,31 @@ import (
 // defaults is every default of the policy file, in one place: a file is
 // decoded over these values, so a field left out keeps its default here.
 var defaults = struct {
-	store  storeYAML
-	policy policyYAML
+	store     storeYAML
+	listeners listenersYAML
+	policy    policyYAML
 }{
+	listeners: listenersYAML{
+		// A slow-header client (slowloris) is cut after this.
+		ReadHeaderTimeout: 5 * time.Second,
+		// A check's body is a few hundred bytes: a slow-body client is
+		// cut after this.
+		ReadTimeout:  10 * time.Second,
+		WriteTimeout: 10 * time.Second,
+		// The proxy streams its upstream's answers: longer, still bounded.
+		ProxyWriteTimeout: 5 * time.Minute,
+		// Keep-alive connections are reused for this long between
+		// requests: idle ones cannot pile up.
+		IdleTimeout:    30 * time.Second,
+		MaxHeaderBytes: 64 << 10,
+		// Per listener; Go raises the file descriptor limit to the hard
+		// limit at start, usually far above.
+		MaxConnections: 4096,
+		MaxStreams:     1000,
+		// A load balancer that polls /readyz every second sees the 503
+		// before the listeners close.
+		Drain: 2 * time.Second,
+	},
 	store: storeYAML{
 		Type: "memory",
 		// A ceiling for "the store is down", far above a healthy store's

@@ -229,11 +229,11 @@ func (i *Interceptor) check(ctx context.Context, method string) error {
 			i.note(p.Name, "rate limit key not found", err)
 			continue
 		}
-		r := sluice.Request{Key: p.Name + "\x00" + key, Limit: p.Limit, Cost: p.Cost}
-		if len(r.Key) > sluice.MaxKeyLen {
+		if len(key) > sluice.MaxIdentityLen {
 			// Never let an oversized identity through unlimited.
-			return status.Errorf(codes.InvalidArgument, "rate limit identity of %d bytes exceeds %d", len(r.Key), sluice.MaxKeyLen)
+			return status.Errorf(codes.InvalidArgument, "rate limit identity of %d bytes exceeds %d", len(key), sluice.MaxIdentityLen)
 		}
+		r := sluice.Request{Key: p.Name + "\x00" + key, Limit: p.Limit, Cost: p.Cost}
 		if c.Label == "" {
 			c.Label = p.Name
 		}

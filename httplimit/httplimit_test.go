@@ -264,10 +264,17 @@ func TestOversizedIdentityIsRefused(t *testing.T) {
 	srv := server(t, httplimit.Options{Store: memstore.New(memstore.Options{}), Policies: []httplimit.Policy{
 		{Name: "k", Limit: sluice.PerMinute(1), Key: httplimit.APIKey("X-API-Key")},
 	}})
-	huge := strings.Repeat("k", sluice.MaxKeyLen+1)
+	huge := strings.Repeat("k", sluice.MaxIdentityLen+1)
 	for range 3 {
 		if code := get(t, srv.URL, "X-API-Key", huge).StatusCode; code != 400 {
 			t.Fatalf("oversized API key: %d, want 400", code)
+		}
+	}
+	// The limit is the client's identity's own length, whatever the
+	// policy's name adds to the key.
+	for range 2 {
+		if code := get(t, srv.URL, "X-API-Key", huge[1:]).StatusCode; code != 200 && code != 429 {
+			t.Fatalf("an API key of exactly %d bytes: %d", sluice.MaxIdentityLen, code)
 		}
 	}
 }

@@ -265,7 +265,7 @@ func (m *Middleware) shapeWait(r *http.Request, policies []*Policy, ds []sluice.
 
 var (
 	errBadCost = errors.New("httplimit: bad request cost")
-	// errKeyTooLong answers 400: an identity past sluice.MaxKeyLen (a huge
+	// errKeyTooLong answers 400: an identity past sluice.MaxIdentityLen (a huge
 	// API key header, say) must not slip through unlimited by failing open.
 	errKeyTooLong = errors.New("httplimit: request identity too long")
 )
@@ -281,8 +281,8 @@ func (m *Middleware) request(r *http.Request, p *Policy, s *scratch) (sluice.Req
 		return sluice.Request{}, err
 	}
 	s.keys = keys
-	if len(keys)-start > sluice.MaxKeyLen {
-		return sluice.Request{}, fmt.Errorf("%w: %d bytes, at most %d", errKeyTooLong, len(keys)-start, sluice.MaxKeyLen)
+	if n := len(keys) - start - len(p.Name) - 1; n > sluice.MaxIdentityLen {
+		return sluice.Request{}, fmt.Errorf("%w: %d bytes, at most %d", errKeyTooLong, n, sluice.MaxIdentityLen)
 	}
 	cost := p.Cost
 	if p.CostFunc != nil {

@@ -11,11 +11,13 @@
 package main
 
 import (
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -78,6 +80,22 @@ func env(name, def string) string {
 		return v
 	}
 	return def
+}
+
+// durationVar registers a duration flag whose default comes from the
+// environment variable envName when it is set; a value there that does
+// not parse is an error, as the same value given as the flag would be.
+func durationVar(fs *flag.FlagSet, p *time.Duration, name, envName string, def time.Duration, usage string) error {
+	*p = def
+	if v, ok := os.LookupEnv(envName); ok {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			return fmt.Errorf("%s=%q is not a duration, such as 10s", envName, v)
+		}
+		*p = d
+	}
+	fs.DurationVar(p, name, *p, usage)
+	return nil
 }
 
 func logger(level, format string, w io.Writer) (*slog.Logger, error) {

@@ -2,15 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
 	"os/signal"
+	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/sluicehq/sluice"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/proxy"
@@ -38,7 +40,11 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	grpcAddr := fs.String("grpc", env("SLUICE_GRPC_ADDR", "127.0.0.1:8081"), "gRPC listen address: Envoy RLS v3, health, reflection (env SLUICE_GRPC_ADDR)")
 	adminAddr := fs.String("admin", env("SLUICE_ADMIN_ADDR", "127.0.0.1:8082"), "admin API listen address; starts only with a token (env SLUICE_ADMIN_ADDR)")
 	token := fs.String("admin-token", env("SLUICE_ADMIN_TOKEN", ""), "admin API bearer token, overriding the config's (env SLUICE_ADMIN_TOKEN)")
-	drain := fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight checks may take to finish on SIGINT or SIGTERM")
+	drain := new(time.Duration)
+	if err := durationVar(fs, drain, "shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT", 10*time.Second, "how long draining and in-flight checks may take on SIGINT or SIGTERM (env SLUICE_SHUTDOWN_TIMEOUT)"); err != nil {
+		fmt.Fprintln(stderr, "sluice serve:", err)
+		return 2
+	}
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sluice serve [flags]\n\nRuns the rate-limit service. With no flags: the embedded policy file and the memory store.\n\nFlags:")
 		fs.PrintDefaults()
@@ -80,7 +86,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "  admin      off (set admin.token or SLUICE_ADMIN_TOKEN)")
 	}
 	fmt.Fprintf(stdout, `Try it:
-  curl -s http://%s/v1/check -d '{"checks":[{"policy":"default","key":"alice"}]}'
+  curl -s http://%s/v1/check -H 'Content-Type: application/json' -d '{"checks":[{"policy":"default","key":"alice"}]}'
   sluice check -addr %s -policy default -key alice
 `, a.HTTP, a.HTTP)
 
@@ -105,6 +111,11 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 	c.register(fs)
 	listen := fs.String("listen", env("SLUICE_PROXY_ADDR", "127.0.0.1:8090"), "listen address (env SLUICE_PROXY_ADDR)")
 	upstream := fs.String("upstream", env("SLUICE_UPSTREAM", ""), "upstream URL to forward allowed requests to (env SLUICE_UPSTREAM); required")
+	drain := new(time.Duration)
+	if err := durationVar(fs, drain, "shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests may take to finish on SIGINT or SIGTERM (env SLUICE_SHUTDOWN_TIMEOUT)"); err != nil {
+		fmt.Fprintln(stderr, "sluice proxy:", err)
+		return 2
+	}
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sluice proxy -upstream URL [flags]\n\nA reverse proxy applying the policy file's policies (match, key, shape) to what it forwards.\n\nFlags:")
 		fs.PrintDefaults()
@@ -122,7 +133,24 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice proxy:", err)
 		return 2
 	}
-	srv, err := server.New(server.Options{Config: c.config, RedisURL: c.redis, Logger: log})
+	// The handler is rebuilt from each config a reload puts in place and
+	// swapped in whole: a request sees one config or the other.
+	var handler atomic.Pointer[http.Handler]
+	build := func(cfg *config.Config, g *sluice.Guard) error {
+		h, err := proxy.New(cfg, g, u, log)
+		if err != nil {
+			return err
+		}
+		handler.Store(&h)
+		return nil
+	}
+	var srv *server.Server
+	srv, err = server.New(server.Options{Config: c.config, RedisURL: c.redis, Logger: log,
+		OnReload: func(cfg *config.Config) {
+			if err := build(cfg, srv.Guard()); err != nil {
+				log.Error("config reload: the proxy keeps its previous policies", "error", err)
+			}
+		}})
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice proxy: cannot start:\n"+err.Error())
 		return 1
@@ -131,25 +159,38 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice proxy: store mode shard needs the peer service of `sluice serve`; run the proxy against a local-sync or Redis store, or in front of `sluice serve`")
 		return 2
 	}
-	h, err := proxy.New(srv.Config(), srv.Guard(), u, log)
+	if err := build(srv.Config(), srv.Guard()); err != nil {
+		fmt.Fprintln(stderr, "sluice proxy:", err)
+		return 1
+	}
+	lim := srv.Config().Listeners
+	ln, err := server.Listen(*listen, lim)
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice proxy:", err)
 		return 1
 	}
-	hs := &http.Server{Addr: *listen, Handler: h, ReadHeaderTimeout: 10 * time.Second}
-	fmt.Fprintf(stdout, "sluice proxy listening on http://%s, forwarding to %s\n", *listen, u)
+	hs := server.HTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		(*handler.Load()).ServeHTTP(w, r)
+	}), lim, lim.ProxyWriteTimeout, log)
+	fmt.Fprintf(stdout, "sluice proxy listening on http://%s, forwarding to %s\n", ln.Addr(), u)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	go func() {
-		<-ctx.Done()
-		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		hs.Shutdown(sctx)
-	}()
-	if err := hs.ListenAndServe(); err != nil && !errors.Is(err, http.ErrServerClosed) {
+	go srv.WatchReload(ctx) // SIGHUP and file changes
+	served := make(chan error, 1)
+	go func() { served <- hs.Serve(ln) }()
+	select {
+	case err := <-served:
 		fmt.Fprintln(stderr, "sluice proxy:", err)
 		return 1
+	case <-ctx.Done():
 	}
+	log.Info("shutting down; finishing in-flight requests")
+	sctx, cancel := context.WithTimeout(context.Background(), *drain)
+	defer cancel()
+	if err := hs.Shutdown(sctx); err != nil {
+		hs.Close() // cut what is still open at the deadline
+	}
+	srv.Shutdown(sctx)
 	return 0
 }
 

@@ -4,17 +4,23 @@
 package proxy
 
 import (
+	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/sample"
 )
 
 // New returns a handler that limits by cfg's policies and forwards what it
@@ -55,8 +61,42 @@ func New(cfg *config.Config, guard *sluice.Guard, upstream *url.URL, log *slog.L
 	}
 	rp := httputil.NewSingleHostReverseProxy(upstream)
 	rp.FlushInterval = -1 // stream responses as they come
-	rp.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelWarn)
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// An upstream that sends no headers in the proxy's write timeout gets
+	// its client a 504, not a connection the listener cuts.
+	tr.ResponseHeaderTimeout = cfg.Listeners.ProxyWriteTimeout
+	rp.Transport = tr
+	rp.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
+	rp.ErrorHandler = upstreamFailed(log, sample.New(1))
 	return m.Handler(rp), nil
+}
+
+// upstreamFailed answers a request the upstream could not: 504 when it
+// timed out, 502 otherwise, with a problem+json body, and logs it sampled
+// (one line a second, with the count held back). The request was already
+// counted against its client's limit, as every request that reached the
+// proxy is: an upstream that fails is no reason to give a client more
+// (docs/http.md).
+func upstreamFailed(log *slog.Logger, logs *sample.Sampler) func(http.ResponseWriter, *http.Request, error) {
+	return func(w http.ResponseWriter, r *http.Request, err error) {
+		if r.Context().Err() != nil {
+			return // the client went away: nobody to answer
+		}
+		status, title := http.StatusBadGateway, "the upstream failed"
+		var ne net.Error
+		if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+			status, title = http.StatusGatewayTimeout, "the upstream did not answer in time"
+		}
+		if ok, held := logs.Allow("upstream"); ok {
+			log.Warn("sluice proxy: upstream failed", "status", status, "method", r.Method, "path", r.URL.Path,
+				"error", err.Error(), "suppressed", held)
+		}
+		body, _ := json.Marshal(map[string]any{"type": "about:blank", "title": http.StatusText(status), "status": status, "detail": title})
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+		w.WriteHeader(status)
+		w.Write(body)
+	}
 }
 
 // keyFunc turns a config key spec into a KeyFunc.

@@ -148,3 +148,42 @@ func TestLocalSyncKeysOutliveTheirRequest(t *testing.T) {
 		t.Fatalf("alice after 200 other users: %d, want 429", resp.StatusCode)
 	}
 }
+
+// An upstream that is down gets a 502 with a problem body; one that does
+// not answer in time, a 504.
+func TestUpstreamFailures(t *testing.T) {
+	cfg, err := config.Parse("test.yaml", []byte("policies: [{name: p, limit: 100/1h}]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
+	down, _ := url.Parse("http://127.0.0.1:1")
+	h, err := New(cfg, g, down, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	resp := get(t, srv.URL+"/x")
+	if resp.StatusCode != 502 || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("upstream down: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-time.After(5 * time.Second):
+		}
+	}))
+	defer slow.Close()
+	cfg, err = config.Parse("test.yaml", []byte("listeners: {proxy_write_timeout: 200ms}\npolicies: [{name: p, limit: 100/1h}]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, _ := url.Parse(slow.URL)
+	h, _ = New(cfg, g, u, slog.New(slog.DiscardHandler))
+	rp := httptest.NewServer(h)
+	defer rp.Close()
+	if resp := get(t, rp.URL+"/x"); resp.StatusCode != 504 || resp.Header.Get("Content-Type") != "application/problem+json" {
+		t.Fatalf("upstream hung: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+}

@@ -141,11 +141,20 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 		}
 		var key strings.Builder
 		key.WriteString(domain)
-		for _, e := range descs[i] {
+		for j, e := range descs[i] {
+			if len(e.Key) > sluice.MaxIdentityLen {
+				return nil, nil, inputError("descriptor %d entry %d: key of %d bytes; at most %d", i, j, len(e.Key), sluice.MaxIdentityLen)
+			}
+			if err := checkIdentity(e.Value); err != nil && e.Value != "" {
+				return nil, nil, inputError("descriptor %d entry %d (%.40q): value %v", i, j, e.Key, err)
+			}
 			key.WriteByte(0)
 			key.WriteString(e.Key)
 			key.WriteByte('=')
 			key.WriteString(e.Value)
+		}
+		if key.Len() > sluice.MaxKeyLen {
+			return nil, nil, inputError("descriptor %d: its entries make a key of %d bytes; at most %d", i, key.Len(), sluice.MaxKeyLen)
 		}
 		outs[i] = s.decide(ctx, domain, key.String(), limits, hits[i], n.Shadow, cfg.Store.FailMode)
 	}

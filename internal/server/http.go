@@ -1,13 +1,17 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -45,6 +49,8 @@ type CheckResponse struct {
 	// Allowed is true when every check is.
 	Allowed bool          `json:"allowed"`
 	Results []CheckResult `json:"results"`
+
+	failedClosed bool // a check was refused by fail_mode closed
 }
 
 // CheckResult is one check's decision: the limit closest to its limit,
@@ -86,16 +92,41 @@ func decisionJSON(d sluice.Decision) DecisionJSON {
 }
 
 func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+		problem(w, http.StatusUnsupportedMediaType, "Content-Type must be application/json", "")
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	if err != nil {
+		problem(w, http.StatusBadRequest, "body: "+err.Error(), "")
+		return
+	}
+	if !utf8.Valid(body) {
+		problem(w, http.StatusBadRequest, "body is not valid UTF-8", "")
+		return
+	}
 	var req CheckRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
 		problem(w, http.StatusBadRequest, "malformed JSON body: "+err.Error(), "")
 		return
 	}
+	if _, err := dec.Token(); err != io.EOF {
+		problem(w, http.StatusBadRequest, "malformed JSON body: one JSON object, with nothing after it", "")
+		return
+	}
+	defer s.track()()
 	resp, field, err := s.runChecks(r.Context(), req.Checks)
 	if err != nil {
 		problem(w, http.StatusBadRequest, err.Error(), field)
+		return
+	}
+	if resp.failedClosed {
+		// A policy's fail_mode closed refused: the service cannot decide.
+		// Its error stays in the log; the client learns when to retry.
+		w.Header().Set("Retry-After", "1")
+		problem(w, http.StatusServiceUnavailable, "the rate limiter's store is unavailable and the policy fails closed; retry shortly", "")
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
@@ -115,6 +146,9 @@ func (s *Server) runChecks(ctx context.Context, checks []Check) (CheckResponse, 
 		if c.Cost != nil && *c.Cost < 0 {
 			return CheckResponse{}, field + ".cost", fmt.Errorf("%s.cost %d is negative", field, *c.Cost)
 		}
+		if err := checkIdentity(c.Key); err != nil {
+			return CheckResponse{}, field + ".key", fmt.Errorf("%s.key: %v", field, err)
+		}
 		out := s.checkPolicy(ctx, cfg, c.Policy, c.Key, c.Cost)
 		if errors.Is(out.Err, errInput) {
 			return CheckResponse{}, field, fmt.Errorf("%s: %v", field, out.Err)
@@ -122,7 +156,10 @@ func (s *Server) runChecks(ctx context.Context, checks []Check) (CheckResponse, 
 		res := CheckResult{Policy: c.Policy, Key: c.Key, Shadow: out.Shadow, FailedOpen: out.Result == sluice.FailedOpen,
 			Local: out.Result == sluice.LocalAllowed || out.Result == sluice.LocalDenied}
 		if out.Err != nil {
-			res.Error = out.Err.Error()
+			// Only a store failure under fail_mode closed gets here: its
+			// detail (an address, say) is for the log, not the client.
+			res.Error = "store unavailable (fail_mode closed)"
+			resp.failedClosed = true
 		} else {
 			res.DecisionJSON = decisionJSON(out.Decisions[out.Closest])
 			res.decisions = out.Decisions
@@ -135,6 +172,22 @@ func (s *Server) runChecks(ctx context.Context, checks []Check) (CheckResponse, 
 		resp.Results[i] = res
 	}
 	return resp, "", nil
+}
+
+// checkIdentity refuses a client's identity that is empty, longer than
+// sluice.MaxIdentityLen, or not valid UTF-8 (or holding U+FFFD, which is
+// what an invalid byte or a lone surrogate escape decodes to: two such
+// keys would share one counter).
+func checkIdentity(id string) error {
+	switch {
+	case id == "":
+		return errors.New("required")
+	case len(id) > sluice.MaxIdentityLen:
+		return fmt.Errorf("%d bytes; at most %d", len(id), sluice.MaxIdentityLen)
+	case !utf8.ValidString(id) || strings.ContainsRune(id, utf8.RuneError):
+		return errors.New("not valid UTF-8 (or holds U+FFFD)")
+	}
+	return nil
 }
 
 // handleEnvoyJSON serves envoyproxy/ratelimit's /json: a RateLimitRequest
@@ -150,6 +203,7 @@ func (s *Server) handleEnvoyJSON(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, "malformed RateLimitRequest: "+err.Error(), "")
 		return
 	}
+	defer s.track()()
 	resp, err := (&rls{s: s}).ShouldRateLimit(r.Context(), &req)
 	if err != nil {
 		problem(w, http.StatusBadRequest, err.Error(), "")
@@ -165,7 +219,7 @@ func (s *Server) handleEnvoyJSON(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
 	if !s.ready.Load() {
-		http.Error(w, "shutting down", http.StatusServiceUnavailable)
+		http.Error(w, "draining: shutting down", http.StatusServiceUnavailable)
 		return
 	}
 	// The store is reachable when a peek answers (an open breaker says it

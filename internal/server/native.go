@@ -18,6 +18,7 @@ type native struct {
 }
 
 func (n *native) Check(ctx context.Context, req *sluicev1.CheckRequest) (*sluicev1.CheckResponse, error) {
+	defer n.s.track()()
 	checks := make([]Check, len(req.GetChecks()))
 	for i, c := range req.GetChecks() {
 		checks[i] = Check{Policy: c.Policy, Key: c.Key, Cost: c.Cost}
@@ -25,6 +26,9 @@ func (n *native) Check(ctx context.Context, req *sluicev1.CheckRequest) (*sluice
 	resp, field, err := n.s.runChecks(ctx, checks)
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "%s: %v", field, err)
+	}
+	if resp.failedClosed {
+		return nil, status.Error(codes.Unavailable, "the rate limiter's store is unavailable and the policy fails closed; retry shortly")
 	}
 	out := &sluicev1.CheckResponse{Allowed: resp.Allowed}
 	for _, r := range resp.Results {

@@ -30,7 +30,13 @@ func (s *Server) Reload() error {
 	if !reflect.DeepEqual(cfg.Store, old.Store) {
 		s.log.Warn("config reload: the store section changed; it takes effect at the next restart")
 	}
+	if !reflect.DeepEqual(cfg.Listeners, old.Listeners) {
+		s.log.Warn("config reload: the listeners section changed; it takes effect at the next restart")
+	}
 	s.cfg.Store(&state{cfg: cfg})
+	if s.opts.OnReload != nil {
+		s.opts.OnReload(cfg)
+	}
 	s.metrics.reloads.WithLabelValues("success").Inc()
 	s.log.Info("config reloaded", "file", s.opts.Config, "policies", len(cfg.Policies), "domains", len(cfg.Domains))
 	return nil

@@ -32,6 +32,7 @@ var unitNames = map[time.Duration]rlspb.RateLimitResponse_RateLimit_Unit{
 
 // ShouldRateLimit decides every descriptor of req.
 func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	defer r.s.track()()
 	if req.GetDomain() == "" {
 		return nil, status.Error(codes.InvalidArgument, "domain is required")
 	}

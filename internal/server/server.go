@@ -45,6 +45,9 @@ type Options struct {
 	// AdminToken overrides the config's admin token.
 	AdminToken string
 	Logger     *slog.Logger
+	// OnReload, if set, is called with each config that a reload put in
+	// place (`sluice proxy` rebuilds its handler from it).
+	OnReload func(*config.Config)
 }
 
 // Server is a running sluice service. Its config is swapped atomically on
@@ -58,6 +61,8 @@ type Server struct {
 	closer  func()
 	metrics *metrics
 	ready   atomic.Bool
+	// inflight counts checks being decided and answered, for Shutdown.
+	inflight atomic.Int64
 
 	mu        sync.Mutex // guards the listeners below
 	httpSrv   *http.Server
@@ -199,21 +204,22 @@ func (s *Server) openStore(cfg *config.Config) error {
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	hl, err := net.Listen("tcp", s.opts.HTTPAddr)
+	lim := s.state().cfg.Listeners
+	hl, err := Listen(s.opts.HTTPAddr, lim)
 	if err != nil {
 		return fmt.Errorf("http listener: %w", err)
 	}
-	gl, err := net.Listen("tcp", s.opts.GRPCAddr)
+	gl, err := Listen(s.opts.GRPCAddr, lim)
 	if err != nil {
 		hl.Close()
 		return fmt.Errorf("grpc listener: %w", err)
 	}
 	s.addrs = Addrs{HTTP: hl.Addr().String(), GRPC: gl.Addr().String()}
 
-	s.httpSrv = &http.Server{Handler: s.httpHandler(), ReadHeaderTimeout: 10 * time.Second}
+	s.httpSrv = HTTPServer(s.httpHandler(), lim, lim.WriteTimeout, s.log)
 	go s.serveHTTP(s.httpSrv, hl)
 
-	s.grpcSrv = grpc.NewServer()
+	s.grpcSrv = grpc.NewServer(grpcOptions(lim)...)
 	rlspb.RegisterRateLimitServiceServer(s.grpcSrv, &rls{s: s})
 	sluicev1.RegisterCheckServiceServer(s.grpcSrv, &native{s: s})
 	if _, ok := s.store.(*shard.Store); ok {
@@ -225,12 +231,12 @@ func (s *Server) Start() error {
 	go s.grpcSrv.Serve(gl)
 
 	if token := s.adminToken(); token != "" && s.opts.AdminAddr != "" {
-		al, err := net.Listen("tcp", s.opts.AdminAddr)
+		al, err := Listen(s.opts.AdminAddr, lim)
 		if err != nil {
 			return fmt.Errorf("admin listener: %w", err)
 		}
 		s.addrs.Admin = al.Addr().String()
-		s.adminSrv = &http.Server{Handler: s.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		s.adminSrv = HTTPServer(s.adminHandler(), lim, lim.WriteTimeout, s.log)
 		go s.serveHTTP(s.adminSrv, al)
 	}
 	s.ready.Store(true)
@@ -261,33 +267,64 @@ func (s *Server) Addrs() Addrs {
 // StoreType is "memory" or "redis".
 func (s *Server) StoreType() string { return s.storeType }
 
-// Shutdown stops accepting work, lets in-flight checks finish (until ctx
-// ends), and closes the store.
+// Shutdown drains the server. First /readyz answers 503 and gRPC health
+// NOT_SERVING for the config's listeners.drain, while checks are still
+// served, so that load balancers stop sending new ones; then the listeners
+// stop accepting and the checks in flight finish, until ctx ends, when the
+// connections still open (a stalled client's, say) are cut. Last the store
+// is closed. It returns an error only when checks were still being decided
+// when the connections were cut: every check answered is exit 0.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.ready.Store(false)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.health != nil {
-		s.health.Shutdown()
+		s.health.Shutdown() // NOT_SERVING
 	}
-	var errs []error
-	if s.httpSrv != nil {
-		errs = append(errs, s.httpSrv.Shutdown(ctx))
-	}
-	if s.adminSrv != nil {
-		errs = append(errs, s.adminSrv.Shutdown(ctx))
-	}
-	if s.grpcSrv != nil {
-		done := make(chan struct{})
-		go func() { s.grpcSrv.GracefulStop(); close(done) }()
+	if drain := s.state().cfg.Listeners.Drain; drain > 0 && s.httpSrv != nil {
+		s.log.Info("draining: /readyz answers 503 while checks are still served", "drain", drain)
+		t := time.NewTimer(drain)
 		select {
-		case <-done:
+		case <-t.C:
 		case <-ctx.Done():
-			s.grpcSrv.Stop()
+			t.Stop()
 		}
 	}
+	var wg sync.WaitGroup
+	for _, srv := range []*http.Server{s.httpSrv, s.adminSrv} {
+		if srv != nil {
+			wg.Go(func() {
+				if srv.Shutdown(ctx) != nil {
+					srv.Close() // cut what is still open at the deadline
+				}
+			})
+		}
+	}
+	if s.grpcSrv != nil {
+		wg.Go(func() {
+			done := make(chan struct{})
+			go func() { s.grpcSrv.GracefulStop(); close(done) }()
+			select {
+			case <-done:
+			case <-ctx.Done():
+				s.grpcSrv.Stop()
+				<-done
+			}
+		})
+	}
+	wg.Wait()
 	s.closer()
-	return errors.Join(errs...)
+	if n := s.inflight.Load(); n > 0 {
+		return fmt.Errorf("%d checks were cut before they were answered", n)
+	}
+	return nil
+}
+
+// track counts a check in flight from when it is decided until its answer
+// is written, for Shutdown; the returned function ends it.
+func (s *Server) track() func() {
+	s.inflight.Add(1)
+	return func() { s.inflight.Add(-1) }
 }
 
 // openShard puts a shard.Store in front of the memory store.

@@ -51,6 +51,9 @@ type running struct {
 func start(t *testing.T, config, redisURL string) *running {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	if !strings.Contains(config, "listeners:") {
+		config = "listeners: {drain: 0s}\n" + config // tests that drain say so
+	}
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -189,8 +192,8 @@ func TestOutageOnTheFrontDoor(t *testing.T) {
 	if after["local_allowed"]-before["local_allowed"] != 3 || after["local_denied"]-before["local_denied"] != 37 {
 		t.Fatalf("results: %v -> %v; want 3 local_allowed and 37 local_denied", before, after)
 	}
-	if res, code := r.check(t, "closed", "bob"); code != 200 || res.Allowed || res.Error == "" {
-		t.Fatalf("fail_mode closed: %d %+v", code, res)
+	if res, code := r.check(t, "closed", "bob"); code != 503 || res.Allowed || strings.Contains(res.Error, proxy.Addr) {
+		t.Fatalf("fail_mode closed: %d %+v; want 503 without the store's address", code, res)
 	}
 	if res, _ := r.check(t, "open", "bob"); !res.Allowed || !res.FailedOpen {
 		t.Fatalf("fail_mode open: %+v", res)
@@ -384,5 +387,46 @@ func TestDistantRedisDecides(t *testing.T) {
 	notRedis := n - (after["allowed"] - before["allowed"]) - (after["denied"] - before["denied"])
 	if n != 640 || notRedis > 6 {
 		t.Fatalf("%v checks, %v not decided by Redis (%v -> %v); want 640 and at most 1%%", n, notRedis, before, after)
+	}
+}
+
+// POST /v1/check takes exactly one JSON object, as application/json, with
+// keys of valid UTF-8 up to 4,096 bytes of the client's own, and says what
+// is wrong in the client's terms.
+func TestStrictCheckInput(t *testing.T) {
+	r := start(t, "policies: [{name: p, limit: 100/1h}]", "")
+	post := func(contentType, body string) (int, string) {
+		resp, err := client.Post(r.base+"/v1/check", contentType, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		data, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(data)
+	}
+	key := func(k string) string { return `{"checks":[{"policy":"p","key":"` + k + `"}]}` }
+	for _, tt := range []struct {
+		name, contentType, body string
+		status                  int
+		mention                 string
+	}{
+		{"valid", "application/json", key("alice"), 200, `"allowed":true`},
+		{"charset", "application/json; charset=utf-8", key("alice"), 200, `"allowed":true`},
+		{"form", "application/x-www-form-urlencoded", key("alice"), 415, "application/json"},
+		{"no type", "", key("alice"), 415, "application/json"},
+		{"trailing object", "application/json", key("alice") + key("bob"), 400, "nothing after it"},
+		{"trailing junk", "application/json", key("alice") + "x", 400, "nothing after it"},
+		// Raw bytes that are not UTF-8, which encoding/json would turn
+		// into U+FFFD, so that "u\xff" and "u\xfe" shared a counter.
+		{"invalid utf-8", "application/json", key("u\xff"), 400, "UTF-8"},
+		{"lone surrogate", "application/json", key(`u\ud800`), 400, "U+FFFD"},
+		{"4096 bytes", "application/json", key(strings.Repeat("k", 4096)), 200, ""},
+		{"4097 bytes", "application/json", key(strings.Repeat("k", 4097)), 400, "4097 bytes; at most 4096"},
+		{"empty key", "application/json", key(""), 400, "key: required"},
+	} {
+		code, body := post(tt.contentType, tt.body)
+		if code != tt.status || !strings.Contains(body, tt.mention) {
+			t.Errorf("%s: %d %s; want %d mentioning %q", tt.name, code, body, tt.status, tt.mention)
+		}
 	}
 }
