@@ -212,3 +212,30 @@ func TestStoreKindsAndDefaults(t *testing.T) {
 		t.Fatalf("policies: %+v %+v", c.Policy("a"), c.Policy("b"))
 	}
 }
+
+// Redact hides every secret of a file and keeps the rest.
+func TestRedact(t *testing.T) {
+	src := `# the store
+store:
+  type: redis
+  url: redis://app:s3cret@redis.internal:6379/0
+admin:
+  token: t0ken  # the admin token
+policies:
+  - {name: a, limit: 1/s}
+`
+	out := string(config.Redact([]byte(src)))
+	for _, secret := range []string{"s3cret", "t0ken"} {
+		if strings.Contains(out, secret) {
+			t.Errorf("%q shown:\n%s", secret, out)
+		}
+	}
+	for _, kept := range []string{"# the store", "redis://app:REDACTED@redis.internal:6379/0", "token: REDACTED", "name: a"} {
+		if !strings.Contains(out, kept) {
+			t.Errorf("%q missing:\n%s", kept, out)
+		}
+	}
+	if got := string(config.Redact([]byte("store: [\n"))); strings.Contains(got, "store") {
+		t.Errorf("an unparsable file shown: %q", got)
+	}
+}

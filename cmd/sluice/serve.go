@@ -1,13 +1,17 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"os/signal"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -39,7 +43,8 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	httpAddr := fs.String("http", env("SLUICE_HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen address: /v1/check, /json, /metrics, /healthz, /readyz (env SLUICE_HTTP_ADDR)")
 	grpcAddr := fs.String("grpc", env("SLUICE_GRPC_ADDR", "127.0.0.1:8081"), "gRPC listen address: Envoy RLS v3, health, reflection (env SLUICE_GRPC_ADDR)")
 	adminAddr := fs.String("admin", env("SLUICE_ADMIN_ADDR", "127.0.0.1:8082"), "admin API listen address; starts only with a token (env SLUICE_ADMIN_ADDR)")
-	token := fs.String("admin-token", env("SLUICE_ADMIN_TOKEN", ""), "admin API bearer token, overriding the config's (env SLUICE_ADMIN_TOKEN)")
+	token := fs.String("admin-token", env("SLUICE_ADMIN_TOKEN", ""), "admin API bearer token, overriding the config's (env SLUICE_ADMIN_TOKEN); on the command line it shows in ps: prefer -admin-token-file")
+	tokenFile := fs.String("admin-token-file", env("SLUICE_ADMIN_TOKEN_FILE", ""), "file holding the admin API bearer token (env SLUICE_ADMIN_TOKEN_FILE), such as a mounted secret")
 	drain := new(time.Duration)
 	if err := durationVar(fs, drain, "shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT", 10*time.Second, "how long draining and in-flight checks may take on SIGINT or SIGTERM (env SLUICE_SHUTDOWN_TIMEOUT)"); err != nil {
 		fmt.Fprintln(stderr, "sluice serve:", err)
@@ -56,6 +61,19 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice serve:", err)
 		return 2
+	}
+	fs.Visit(func(f *flag.Flag) {
+		if f.Name == "admin-token" {
+			log.Warn("the admin token given with -admin-token shows in ps and in shell history; use -admin-token-file or SLUICE_ADMIN_TOKEN")
+		}
+	})
+	if *tokenFile != "" {
+		data, err := os.ReadFile(*tokenFile)
+		if err != nil || strings.TrimSpace(string(data)) == "" {
+			fmt.Fprintf(stderr, "sluice serve: -admin-token-file: %v\n", cmp.Or(err, errors.New("the file is empty")))
+			return 2
+		}
+		*token = strings.TrimSpace(string(data))
 	}
 	srv, err := server.New(server.Options{
 		Config: c.config, RedisURL: c.redis, HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr,

@@ -3,39 +3,75 @@ package server
 import (
 	"crypto/subtle"
 	"encoding/json"
+	"net"
 	"net/http"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 // adminHandler serves the admin API; every call needs the bearer token.
 //
-//	GET    /admin/config                    the loaded config file
+//	GET    /admin/config                    the loaded config file, secrets redacted
 //	GET    /admin/keys?policy=P&key=K       the key's state under each limit (a peek)
 //	DELETE /admin/keys?policy=P&key=K       reset the key under each limit
 //
 // Domains take ?domain=D&entry=k=v&entry=k2=v2 instead of policy and key.
+// Every call and every refused token is logged with the caller's
+// address; a source address that sends wrong tokens is throttled
+// (adminFailures a minute, then 429 until the minute is over), by sluice
+// itself.
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /admin/config", func(w http.ResponseWriter, r *http.Request) {
 		cfg := s.state().cfg
 		w.Header().Set("Content-Type", "application/yaml")
 		w.Header().Set("X-Sluice-Config-File", cfg.File)
-		w.Write(cfg.Source)
+		w.Write(config.Redact(cfg.Source))
 	})
 	mux.HandleFunc("GET /admin/keys", s.adminKey)
 	mux.HandleFunc("DELETE /admin/keys", s.adminKey)
+	failures, _ := sluice.NewLimiter(memstore.New(memstore.Options{MaxKeys: 100_000}),
+		sluice.Limit{Algorithm: sluice.FixedWindow, Rate: adminFailures, Period: time.Minute}, sluice.LimiterOptions{})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		from := remoteIP(r)
+		if d, _ := failures.Peek(r.Context(), from); !d.Allowed {
+			s.log.Warn("admin: wrong tokens from this address; refused until the minute is over", "remote", from, "method", r.Method, "path", r.URL.Path)
+			w.Header().Set("Retry-After", strconv.FormatInt(int64((d.RetryAfter+time.Second-1)/time.Second), 10))
+			problem(w, http.StatusTooManyRequests, "too many wrong tokens from this address; retry later", "")
+			return
+		}
 		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.adminToken())) != 1 {
+			failures.Allow(r.Context(), from)
+			s.log.Warn("admin: refused: no valid bearer token", "remote", from, "method", r.Method, "path", r.URL.Path)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
 			problem(w, http.StatusUnauthorized, "a valid bearer token is required", "")
 			return
 		}
+		q := r.URL.Query()
+		s.log.Info("admin: "+r.Method+" "+r.URL.Path, "remote", from, "policy", q.Get("policy"), "key", q.Get("key"),
+			"domain", q.Get("domain"), "entries", strings.Join(q["entry"], ","))
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// adminFailures is how many wrong tokens a source address may send a
+// minute before the admin API refuses it until the minute is over.
+const adminFailures = 10
+
+// remoteIP is r's peer address without its port: the admin listener is
+// private, so no proxy header is trusted.
+func remoteIP(r *http.Request) string {
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		return r.RemoteAddr
+	}
+	return host
 }
 
 func (s *Server) adminKey(w http.ResponseWriter, r *http.Request) {
