@@ -16,6 +16,7 @@ package clientip
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"strings"
@@ -136,8 +137,14 @@ func (r *Resolver) Or(next *Resolver) *Resolver {
 func (r *Resolver) ClientIP(req *http.Request) (netip.Addr, error) {
 	for s := r; s != nil; s = s.next {
 		if s.trusted != nil {
-			if peer, ok := remoteAddr(req); ok && !s.isTrusted(peer) {
+			// Headers count only when a trusted proxy sent them: a peer
+			// that is not one, or that cannot be told, is not believed.
+			peer, ok := remoteAddr(req)
+			if ok && !s.isTrusted(peer) {
 				return peer, nil
+			}
+			if !ok {
+				continue
 			}
 		}
 		if s.header == "" { // RemoteAddr, parsed without allocating
@@ -160,13 +167,19 @@ func (r *Resolver) ClientIP(req *http.Request) (netip.Addr, error) {
 	return netip.Addr{}, ErrNoClientIP
 }
 
+// remoteAddr parses the peer's address: host:port, [host]:port, or a bare
+// address.
 func remoteAddr(req *http.Request) (netip.Addr, bool) {
 	ap, err := netip.ParseAddrPort(req.RemoteAddr)
-	if err != nil {
-		a, err := netip.ParseAddr(req.RemoteAddr)
-		return a.WithZone("").Unmap(), err == nil
+	if err == nil {
+		return ap.Addr().WithZone("").Unmap(), true
 	}
-	return ap.Addr().WithZone("").Unmap(), true
+	host := req.RemoteAddr
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	a, err := netip.ParseAddr(host)
+	return a.WithZone("").Unmap(), err == nil
 }
 
 func (r *Resolver) isTrusted(a netip.Addr) bool {

@@ -131,7 +131,7 @@ type Listeners struct {
 	ReadHeaderTimeout time.Duration // a request's headers must arrive within it
 	ReadTimeout       time.Duration // its headers and body
 	WriteTimeout      time.Duration // from the end of the headers to the end of the answer
-	ProxyWriteTimeout time.Duration // the same for `sluice proxy`, whose upstream may stream
+	ProxyTimeout      time.Duration // `sluice proxy`: its read and write timeouts, for uploads and streamed answers
 	IdleTimeout       time.Duration // a keep-alive connection between requests; gRPC: a connection without calls
 	MaxHeaderBytes    int           // a request's headers
 	MaxConnections    int           // open connections per listener; more wait to be accepted
@@ -207,7 +207,7 @@ type listenersYAML struct {
 	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
 	ReadTimeout       time.Duration `yaml:"read_timeout"`
 	WriteTimeout      time.Duration `yaml:"write_timeout"`
-	ProxyWriteTimeout time.Duration `yaml:"proxy_write_timeout"`
+	ProxyTimeout      time.Duration `yaml:"proxy_timeout"`
 	IdleTimeout       time.Duration `yaml:"idle_timeout"`
 	MaxHeaderBytes    int           `yaml:"max_header_bytes"`
 	MaxConnections    int           `yaml:"max_connections"`
@@ -422,7 +422,7 @@ func (c *checker) listeners(n *yaml.Node, y listenersYAML) Listeners {
 	}
 	for name, v := range map[string]int64{
 		"read_header_timeout": int64(l.ReadHeaderTimeout), "read_timeout": int64(l.ReadTimeout),
-		"write_timeout": int64(l.WriteTimeout), "proxy_write_timeout": int64(l.ProxyWriteTimeout),
+		"write_timeout": int64(l.WriteTimeout), "proxy_timeout": int64(l.ProxyTimeout),
 		"idle_timeout": int64(l.IdleTimeout), "max_header_bytes": int64(l.MaxHeaderBytes),
 		"max_connections": int64(l.MaxConnections), "max_streams": int64(l.MaxStreams),
 	} {
@@ -447,7 +447,7 @@ func (c *checker) policies(nodes []*yaml.Node, cfg *Config) {
 		case p.Name == "":
 			c.add(pn, field+".name", "required")
 		case seen[p.Name]:
-			c.add(m["name"], field+".name", "policy %q is defined twice", p.Name)
+			c.add(cmp.Or(m["name"], pn), field+".name", "policy %q is defined twice", p.Name)
 		}
 		seen[p.Name] = true
 		if y.Limit != nil {
@@ -458,17 +458,17 @@ func (c *checker) policies(nodes []*yaml.Node, cfg *Config) {
 			c.add(pn, field+".limit", "required: a limit such as 100/1m, or limits: [...]")
 		}
 		if err := ValidateKeySpec(p.Key); err != nil {
-			c.add(m["key"], field+".key", "%v", err)
+			c.add(cmp.Or(m["key"], pn), field+".key", "%v", err)
 		}
 		if p.Match != "" {
 			if err := httplimit.ValidatePattern(p.Match); err != nil {
-				c.add(m["match"], field+".match", "%v", err)
+				c.add(cmp.Or(m["match"], pn), field+".match", "%v", err)
 			}
 		}
 		if m["cost"] != nil {
 			for _, l := range p.Limits {
 				if l.Validate() == nil && (p.Cost < 0 || p.Cost > l.Capacity()) {
-					c.add(m["cost"], field+".cost", "%d is outside 0..%d, the capacity of %v", p.Cost, l.Capacity(), l)
+					c.add(cmp.Or(m["cost"], pn), field+".cost", "%d is outside 0..%d, the capacity of %v", p.Cost, l.Capacity(), l)
 					break
 				}
 			}
@@ -476,7 +476,7 @@ func (c *checker) policies(nodes []*yaml.Node, cfg *Config) {
 		if p.Shape {
 			for _, l := range p.Limits {
 				if l.Algorithm.Resolved() != sluice.LeakyBucket {
-					c.add(m["shape"], field+".shape", "shaping queues requests: its limits must be leaky_bucket, not %v", l.Algorithm.Resolved())
+					c.add(cmp.Or(m["shape"], pn), field+".shape", "shaping queues requests: its limits must be leaky_bucket, not %v", l.Algorithm.Resolved())
 					break
 				}
 			}
@@ -508,7 +508,7 @@ func (c *checker) limit(n *yaml.Node, field string) sluice.Limit {
 	if y.Algorithm != "" {
 		a, err := sluice.ParseAlgorithm(y.Algorithm)
 		if err != nil {
-			c.add(m["algorithm"], field+".algorithm", "%v", strings.TrimPrefix(err.Error(), "sluice: "))
+			c.add(cmp.Or(m["algorithm"], n), field+".algorithm", "%v", strings.TrimPrefix(err.Error(), "sluice: "))
 		}
 		l.Algorithm = a
 	}

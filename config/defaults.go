@@ -20,8 +20,9 @@ var defaults = struct {
 		// cut after this.
 		ReadTimeout:  10 * time.Second,
 		WriteTimeout: 10 * time.Second,
-		// The proxy streams its upstream's answers: longer, still bounded.
-		ProxyWriteTimeout: 5 * time.Minute,
+		// The proxy carries uploads and streamed answers: longer, still
+		// bounded.
+		ProxyTimeout: 5 * time.Minute,
 		// Keep-alive connections are reused for this long between
 		// requests: idle ones cannot pile up.
 		IdleTimeout:    30 * time.Second,

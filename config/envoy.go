@@ -1,6 +1,7 @@
 package config
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"time"
@@ -129,7 +130,7 @@ func (c *checker) rateLimit(n *yaml.Node, field string, d *Descriptor) {
 	r := RateLimit{Name: y.Name, Unit: strings.ToLower(y.Unit)}
 	period, ok := units[r.Unit]
 	if !ok {
-		c.add(m["unit"], field+".unit", "%q: want second, minute, hour, day, week, month or year", r.Unit)
+		c.add(cmp.Or(m["unit"], n), field+".unit", "%q: want second, minute, hour, day, week, month or year", r.Unit)
 	}
 	if y.RequestsPerUnit == nil {
 		c.add(n, field+".requests_per_unit", "required (or unlimited: true)")
@@ -140,7 +141,7 @@ func (c *checker) rateLimit(n *yaml.Node, field string, d *Descriptor) {
 	if y.Algorithm != "" {
 		a, err := sluice.ParseAlgorithm(y.Algorithm)
 		if err != nil {
-			c.add(m["algorithm"], field+".algorithm", "%v", strings.TrimPrefix(err.Error(), "sluice: "))
+			c.add(cmp.Or(m["algorithm"], n), field+".algorithm", "%v", strings.TrimPrefix(err.Error(), "sluice: "))
 		}
 		r.Limit.Algorithm = a
 	}

@@ -324,7 +324,9 @@ func waitFor(t *testing.T, f func() bool) {
 	}
 }
 
-// SIGTERM during load: every request sent before it gets a whole reply.
+// SIGTERM during load: /readyz answers 503 for at least a second while
+// checks are still answered, then the listener closes; every request sent
+// gets a whole reply, and the process exits 0.
 func TestGracefulShutdown(t *testing.T) {
 	p := start(t, nil)
 	var sent, answered, broken atomic.Int64
@@ -354,6 +356,23 @@ func TestGracefulShutdown(t *testing.T) {
 			}
 		})
 	}
+	// When /readyz first says 503, and when the listener first refuses.
+	var notReady, refused atomic.Int64
+	wg.Go(func() {
+		c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true}}
+		for refused.Load() == 0 {
+			resp, err := c.Get("http://" + p.http + "/readyz")
+			if err != nil {
+				refused.Store(time.Now().UnixNano())
+				return
+			}
+			if resp.StatusCode == 503 && notReady.Load() == 0 {
+				notReady.Store(time.Now().UnixNano())
+			}
+			resp.Body.Close()
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
 	time.Sleep(300 * time.Millisecond)
 	p.cmd.Process.Signal(syscall.SIGTERM)
 	err := p.cmd.Wait()
@@ -364,6 +383,12 @@ func TestGracefulShutdown(t *testing.T) {
 	}
 	if broken.Load() != 0 || answered.Load() == 0 {
 		t.Fatalf("%d answered, %d cut mid-reply", answered.Load(), broken.Load())
+	}
+	if notReady.Load() == 0 {
+		t.Fatal("/readyz never answered 503 before the listener closed")
+	}
+	if d := time.Duration(refused.Load() - notReady.Load()); d < time.Second {
+		t.Fatalf("/readyz answered 503 for %v before the listener closed; want at least 1s", d)
 	}
 }
 
@@ -776,4 +801,74 @@ func TestSim(t *testing.T) {
 			t.Errorf("sim %v: %v, want exit 2\n%s", args, err, out)
 		}
 	}
+}
+
+// The proxy reloads its file on SIGHUP under load: 100 of them, no request
+// fails, and the new policies apply.
+func TestProxyReloadsUnderLoad(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "up") }))
+	defer upstream.Close()
+	file := filepath.Join(t.TempDir(), "proxy.yaml")
+	os.WriteFile(file, []byte("policies: [{name: p, limit: 1000000/1h, key: client_ip}]\n"), 0o644)
+	addr := freeAddr(t)
+	cmd := exec.Command(binary, "proxy", "-config", file, "-upstream", upstream.URL, "-listen", addr)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	waitFor(t, func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	var ok, failed atomic.Int64
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				resp, err := http.Get("http://" + addr + "/x")
+				if err != nil || resp.StatusCode != 200 {
+					failed.Add(1)
+				} else {
+					ok.Add(1)
+				}
+				if err == nil {
+					io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+			}
+		})
+	}
+	for range 100 {
+		if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+	if failed.Load() != 0 || ok.Load() == 0 {
+		t.Fatalf("%d requests failed, %d answered across 100 SIGHUPs:\n%s", failed.Load(), ok.Load(), out)
+	}
+	// A changed file takes effect: a limit of 1 now.
+	os.WriteFile(file, []byte("policies: [{name: p, limit: 1/1h, key: client_ip}]\n"), 0o644)
+	cmd.Process.Signal(syscall.SIGHUP)
+	waitFor(t, func() bool {
+		resp, err := http.Get("http://" + addr + "/x")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 429
+	})
 }

@@ -189,7 +189,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	hs := server.HTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		(*handler.Load()).ServeHTTP(w, r)
-	}), lim, lim.ProxyWriteTimeout, log)
+	}), lim, true, log)
 	fmt.Fprintf(stdout, "sluice proxy listening on http://%s, forwarding to %s\n", ln.Addr(), u)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()

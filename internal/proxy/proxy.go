@@ -62,9 +62,9 @@ func New(cfg *config.Config, guard *sluice.Guard, upstream *url.URL, log *slog.L
 	rp := httputil.NewSingleHostReverseProxy(upstream)
 	rp.FlushInterval = -1 // stream responses as they come
 	tr := http.DefaultTransport.(*http.Transport).Clone()
-	// An upstream that sends no headers in the proxy's write timeout gets
+	// An upstream that sends no headers within the proxy timeout gets
 	// its client a 504, not a connection the listener cuts.
-	tr.ResponseHeaderTimeout = cfg.Listeners.ProxyWriteTimeout
+	tr.ResponseHeaderTimeout = cfg.Listeners.ProxyTimeout
 	rp.Transport = tr
 	rp.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	rp.ErrorHandler = upstreamFailed(log, sample.New(1))

@@ -175,7 +175,7 @@ func TestUpstreamFailures(t *testing.T) {
 		}
 	}))
 	defer slow.Close()
-	cfg, err = config.Parse("test.yaml", []byte("listeners: {proxy_write_timeout: 200ms}\npolicies: [{name: p, limit: 100/1h}]"))
+	cfg, err = config.Parse("test.yaml", []byte("listeners: {proxy_timeout: 200ms}\npolicies: [{name: p, limit: 100/1h}]"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -26,13 +26,18 @@ func Listen(addr string, l config.Listeners) (net.Listener, error) {
 
 // HTTPServer returns an http.Server for h bounded by l: header, body,
 // answer and idle timeouts and a header size, so that no client can hold
-// a connection open. writeTimeout is l.WriteTimeout, or the proxy's.
-func HTTPServer(h http.Handler, l config.Listeners, writeTimeout time.Duration, log *slog.Logger) *http.Server {
+// a connection open. proxy says to use the proxy's read and write
+// timeouts, for uploads and streamed answers.
+func HTTPServer(h http.Handler, l config.Listeners, proxy bool, log *slog.Logger) *http.Server {
+	read, write := l.ReadTimeout, l.WriteTimeout
+	if proxy {
+		read, write = l.ProxyTimeout, l.ProxyTimeout
+	}
 	return &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: l.ReadHeaderTimeout,
-		ReadTimeout:       l.ReadTimeout,
-		WriteTimeout:      writeTimeout,
+		ReadTimeout:       read,
+		WriteTimeout:      write,
 		IdleTimeout:       l.IdleTimeout,
 		MaxHeaderBytes:    l.MaxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),

@@ -216,7 +216,7 @@ func (s *Server) Start() error {
 	}
 	s.addrs = Addrs{HTTP: hl.Addr().String(), GRPC: gl.Addr().String()}
 
-	s.httpSrv = HTTPServer(s.httpHandler(), lim, lim.WriteTimeout, s.log)
+	s.httpSrv = HTTPServer(s.httpHandler(), lim, false, s.log)
 	go s.serveHTTP(s.httpSrv, hl)
 
 	s.grpcSrv = grpc.NewServer(grpcOptions(lim)...)
@@ -236,7 +236,7 @@ func (s *Server) Start() error {
 			return fmt.Errorf("admin listener: %w", err)
 		}
 		s.addrs.Admin = al.Addr().String()
-		s.adminSrv = HTTPServer(s.adminHandler(), lim, lim.WriteTimeout, s.log)
+		s.adminSrv = HTTPServer(s.adminHandler(), lim, false, s.log)
 		go s.serveHTTP(s.adminSrv, al)
 	}
 	s.ready.Store(true)
