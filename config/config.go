@@ -48,6 +48,7 @@ type Config struct {
 	Source         []byte // the file as read
 	Store          Store
 	Listeners      Listeners
+	Envoy          Envoy
 	TrustedProxies []string // CIDRs whose X-Forwarded-For the proxy trusts
 	Admin          Admin
 	Policies       []*Policy
@@ -139,6 +140,19 @@ type Listeners struct {
 	Drain             time.Duration // on SIGTERM, how long /readyz answers 503 before the listeners close
 }
 
+// Envoy is how the Envoy rate limit service answers, where
+// envoyproxy/ratelimit makes it a setting.
+type Envoy struct {
+	// ResponseHeaders adds the rate headers of the descriptor closest to
+	// its limit to every answer (LIMIT_RESPONSE_HEADERS_ENABLED), under
+	// these names.
+	ResponseHeaders                           bool
+	LimitHeader, RemainingHeader, ResetHeader string
+	// ShadowMode answers OK whatever the limits say (SHADOW_MODE), still
+	// counting and reporting OVER_LIMIT per descriptor.
+	ShadowMode bool
+}
+
 // Admin configures the admin API.
 type Admin struct {
 	Token string // required for the admin API to start (or SLUICE_ADMIN_TOKEN)
@@ -180,6 +194,7 @@ func Load(path string) (*Config, error) {
 type fileYAML struct {
 	Store          storeYAML     `yaml:"store"`
 	Listeners      listenersYAML `yaml:"listeners"`
+	Envoy          envoyYAML     `yaml:"envoy"`
 	Admin          adminYAML     `yaml:"admin"`
 	Policies       []*yaml.Node  `yaml:"policies"`
 	Domains        []*yaml.Node  `yaml:"domains"`
@@ -213,6 +228,14 @@ type listenersYAML struct {
 	MaxConnections    int           `yaml:"max_connections"`
 	MaxStreams        int           `yaml:"max_streams"`
 	Drain             time.Duration `yaml:"drain"`
+}
+
+type envoyYAML struct {
+	ResponseHeaders bool   `yaml:"response_headers"`
+	LimitHeader     string `yaml:"limit_header"`
+	RemainingHeader string `yaml:"remaining_header"`
+	ResetHeader     string `yaml:"reset_header"`
+	ShadowMode      bool   `yaml:"shadow_mode"`
 }
 
 type gossipYAML struct {
@@ -255,11 +278,13 @@ func Parse(file string, data []byte) (*Config, error) {
 		}
 		cfg.Store = c.store(nil, defaults.store)
 		cfg.Listeners = Listeners(defaults.listeners)
+		cfg.Envoy = Envoy(defaults.envoy)
 	} else {
-		f := fileYAML{Store: defaults.store, Listeners: defaults.listeners}
+		f := fileYAML{Store: defaults.store, Listeners: defaults.listeners, Envoy: defaults.envoy}
 		m := c.decodeInto(doc, "", &f)
 		cfg.Store = c.store(m["store"], f.Store)
 		cfg.Listeners = c.listeners(m["listeners"], f.Listeners)
+		cfg.Envoy = Envoy(f.Envoy)
 		for i, n := range f.TrustedProxies {
 			field := fmt.Sprintf("trusted_proxies[%d]", i)
 			v, _ := c.scalar(n, field)

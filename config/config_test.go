@@ -143,7 +143,7 @@ descriptors:
 		{[]config.Entry{{"client_id", "c1"}}, 0, false},
 	}
 	for _, tt := range tests {
-		n := d.Match(tt.entries)
+		n, _ := d.Match(tt.entries)
 		if (n == nil) != tt.nilNode {
 			t.Errorf("%v: node %v", tt.entries, n)
 			continue
@@ -152,11 +152,11 @@ descriptors:
 			t.Errorf("%v: limits %+v, want rate %d", tt.entries, n.Limits, tt.rate)
 		}
 	}
-	bulk := d.Match([]config.Entry{{"client_id", "c"}, {"path", "/api/bulk"}})
+	bulk, _ := d.Match([]config.Entry{{"client_id", "c"}, {"path", "/api/bulk"}})
 	if !bulk.Shadow || len(bulk.Replaces) != 1 || bulk.Replaces[0] != "api" {
 		t.Errorf("bulk: %+v", bulk)
 	}
-	if !d.Match([]config.Entry{{"internal", "x"}}).Unlimited {
+	if n, _ := d.Match([]config.Entry{{"internal", "x"}}); !n.Unlimited {
 		t.Error("internal is not unlimited")
 	}
 }

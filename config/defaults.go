@@ -11,8 +11,12 @@ import (
 var defaults = struct {
 	store     storeYAML
 	listeners listenersYAML
+	envoy     envoyYAML
 	policy    policyYAML
 }{
+	// As envoyproxy/ratelimit: no rate headers unless asked for, and then
+	// under its names.
+	envoy: envoyYAML{LimitHeader: "RateLimit-Limit", RemainingHeader: "RateLimit-Remaining", ResetHeader: "RateLimit-Reset"},
 	listeners: listenersYAML{
 		// A slow-header client (slowloris) is cut after this.
 		ReadHeaderTimeout: 5 * time.Second,

@@ -17,24 +17,36 @@ type Domain struct {
 	Descriptors []*Descriptor
 }
 
-// Descriptor is one node of the tree: a key, an optional value (a trailing
-// "*" makes it a prefix), and the limits that apply when a request's
-// descriptor ends here.
+// Descriptor is one node of the tree: a key, an optional value (each "*"
+// in it matches any run of characters, as envoyproxy/ratelimit matches
+// them), and the limits that apply when a request's descriptor ends here.
 type Descriptor struct {
 	Key, Value string
 	Limits     []RateLimit // rate_limit, and sluice's rate_limits extension
 	Unlimited  bool
-	Shadow     bool
+	Shadow     bool     // shadow_mode: decided and counted, never OVER_LIMIT
+	QuotaMode  bool     // quota_mode: OVER_LIMIT overall only when every quota descriptor is over
 	Replaces   []string // names of limits this one replaces
 	Children   []*Descriptor
+	// ShareThreshold makes every value that matches this node's wildcard
+	// share one counter (share_threshold).
+	ShareThreshold bool
+	// DetailedMetric and ValueToMetric are envoyproxy/ratelimit's
+	// statistics switches, read and kept; sluice's metrics are per domain.
+	DetailedMetric, ValueToMetric bool
+
+	parts []string // Value split on "*" when it has one
 }
 
 // RateLimit is one limit of a descriptor.
 type RateLimit struct {
-	Name  string // for replaces
+	Name  string // for replaces, and current_limit.name
 	Limit sluice.Limit
 	Unit  string // as written: second, minute, hour, day, ...
 	Rate  int64  // requests_per_unit
+	// Block is requests_per_unit: 0: every request is over the limit,
+	// decided without the store.
+	Block bool
 }
 
 var units = map[string]time.Duration{
@@ -54,7 +66,11 @@ type descriptorYAML struct {
 	RateLimits     []*yaml.Node `yaml:"rate_limits"` // sluice: several limits, all-or-nothing
 	Descriptors    []*yaml.Node `yaml:"descriptors"`
 	ShadowMode     bool         `yaml:"shadow_mode"`
+	QuotaMode      bool         `yaml:"quota_mode"`
 	DetailedMetric bool         `yaml:"detailed_metric"`
+	ValueToMetric  bool         `yaml:"value_to_metric"`
+	ShareThreshold bool         `yaml:"share_threshold"`
+	Metadata       *yaml.Node   `yaml:"metadata"` // for Envoy's dynamic metadata, which sluice does not send
 	Name           string       `yaml:"name"`
 }
 
@@ -70,6 +86,13 @@ type rateLimitYAML struct {
 
 type replaceYAML struct {
 	Name string `yaml:"name"`
+}
+
+// Unit returns the period of an envoyproxy/ratelimit unit (second,
+// minute, hour, day, week, month, year, any case), and whether it is one.
+func Unit(name string) (time.Duration, bool) {
+	p, ok := units[strings.ToLower(name)]
+	return p, ok
 }
 
 func (c *checker) domain(n *yaml.Node, field string) *Domain {
@@ -90,8 +113,17 @@ func (c *checker) descriptors(nodes []*yaml.Node, field string) []*Descriptor {
 	for i, dn := range nodes {
 		f := fmt.Sprintf("%s[%d]", field, i)
 		var y descriptorYAML
-		c.decodeInto(dn, f, &y)
-		d := &Descriptor{Key: y.Key, Value: y.Value, Shadow: y.ShadowMode}
+		m := c.decodeInto(dn, f, &y)
+		d := &Descriptor{Key: y.Key, Value: y.Value, Shadow: y.ShadowMode, QuotaMode: y.QuotaMode,
+			ShareThreshold: y.ShareThreshold, DetailedMetric: y.DetailedMetric, ValueToMetric: y.ValueToMetric}
+		if strings.Contains(d.Value, "*") {
+			d.parts = strings.Split(d.Value, "*")
+		} else if d.ShareThreshold {
+			c.add(cmp.Or(m["share_threshold"], dn), f+".share_threshold", "only for a value with a wildcard (*): values that match it share one counter")
+		}
+		if y.Metadata != nil && y.Metadata.Kind != yaml.MappingNode {
+			c.add(y.Metadata, f+".metadata", "want a mapping")
+		}
 		if d.Key == "" {
 			c.add(dn, f+".key", "required")
 		}
@@ -137,7 +169,12 @@ func (c *checker) rateLimit(n *yaml.Node, field string, d *Descriptor) {
 	} else {
 		r.Rate = *y.RequestsPerUnit
 	}
-	r.Limit = sluice.Limit{Rate: r.Rate, Period: period, Burst: y.Burst}
+	// A fixed window aligned to the unit, as envoyproxy/ratelimit counts,
+	// unless the algorithm extension names another.
+	r.Limit = sluice.Limit{Algorithm: sluice.FixedWindow, Rate: r.Rate, Period: period, Burst: y.Burst}
+	if r.Rate == 0 && y.RequestsPerUnit != nil {
+		r.Block, r.Limit.Rate = true, 1 // never asked of a store: every request is over
+	}
 	if y.Algorithm != "" {
 		a, err := sluice.ParseAlgorithm(y.Algorithm)
 		if err != nil {
@@ -157,37 +194,63 @@ func (c *checker) rateLimit(n *yaml.Node, field string, d *Descriptor) {
 type Entry struct{ Key, Value string }
 
 // Match walks the domain's tree along entries, as envoyproxy/ratelimit
-// does: at each level an entry matches a node with its key and value,
-// else a node whose value is a prefix ending in "*", else a node with its
-// key and no value (any value). It returns the node the entries end at, or
-// nil when they leave the tree.
-func (d *Domain) Match(entries []Entry) *Descriptor {
+// does: at each level an entry matches a node with its key and value, else
+// the first node (in file order) whose value's wildcards match it, else a
+// node with its key and no value (any value). It returns the node the
+// entries end at, or nil when they leave the tree, and the value each
+// entry counts under: its own, or the wildcard of a share_threshold node.
+func (d *Domain) Match(entries []Entry) (*Descriptor, []string) {
 	level := d.Descriptors
 	var node *Descriptor
-	for _, e := range entries {
+	values := make([]string, len(entries))
+	for i, e := range entries {
 		node = nil
-		var prefix, any *Descriptor
+		var wild, any *Descriptor
 		for _, n := range level {
 			switch {
 			case n.Key != e.Key:
 			case n.Value == e.Value:
 				node = n
-			case strings.HasSuffix(n.Value, "*") && strings.HasPrefix(e.Value, strings.TrimSuffix(n.Value, "*")):
-				prefix = n
+			case n.parts != nil && wild == nil && wildcardMatch(n.parts, e.Value):
+				wild = n
 			case n.Value == "":
 				any = n
 			}
 		}
-		if node == nil {
-			node = prefix
-		}
-		if node == nil {
+		values[i] = e.Value
+		switch {
+		case node != nil:
+		case wild != nil:
+			node = wild
+			if wild.ShareThreshold {
+				values[i] = wild.Value
+			}
+		default:
 			node = any
 		}
 		if node == nil {
-			return nil
+			return nil, nil
 		}
 		level = node.Children
 	}
-	return node
+	return node, values
+}
+
+// wildcardMatch reports whether value matches a value pattern split on its
+// wildcards: it starts with the first part, ends with the last, and holds
+// the others in order between; each "*" matches any run, empty included.
+func wildcardMatch(parts []string, value string) bool {
+	first, last := parts[0], parts[len(parts)-1]
+	if !strings.HasPrefix(value, first) || !strings.HasSuffix(value[len(first):], last) {
+		return false
+	}
+	rest := value[len(first) : len(value)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
 }

@@ -172,8 +172,10 @@ func TestServeDefault(t *testing.T) {
 			t.Fatalf("limit_remaining %d after %d×30", st.LimitRemaining, i+1)
 		}
 	}
-	if _, err := rl.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "nope", Descriptors: req.Descriptors}); err == nil {
-		t.Error("unknown domain accepted")
+	// An unknown domain is OK with no limit, as envoyproxy/ratelimit answers.
+	if resp, err := rl.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "nope", Descriptors: req.Descriptors}); err != nil ||
+		resp.OverallCode != rlspb.RateLimitResponse_OK || resp.Statuses[0].CurrentLimit != nil {
+		t.Errorf("unknown domain: %v, %v", resp, err)
 	}
 	// The native gRPC check service.
 	nc := sluicev1.NewCheckServiceClient(conn)

@@ -92,17 +92,16 @@ func (s *Server) adminKey(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		var entries []config.Entry
-		key = d.Name
 		for _, e := range q["entry"] {
 			k, v, _ := strings.Cut(e, "=")
 			entries = append(entries, config.Entry{Key: k, Value: v})
-			key += "\x00" + k + "=" + v
 		}
-		n := d.Match(entries)
+		n, values := d.Match(entries)
 		if n == nil {
 			problem(w, http.StatusNotFound, "no descriptor matches", "entry")
 			return
 		}
+		key = descriptorKey(d.Name, entries, values)
 		for _, l := range n.Limits {
 			limits = append(limits, l.Limit)
 		}

@@ -103,60 +103,167 @@ func (s *Server) checkPolicy(ctx context.Context, cfg *config.Config, policy, ke
 	return s.decide(ctx, p.Name, p.Name+"\x00"+key, p.Limits, c, p.Shadow, p.FailMode)
 }
 
-// checkDescriptors decides an envoyproxy/ratelimit request: each
-// descriptor against the domain's tree, its limits all-or-nothing, with
-// limits that another matched descriptor replaces left out.
-func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domain string, descs [][]config.Entry, hits []int64) ([]outcome, []*config.Descriptor, error) {
-	d := cfg.Domains[domain]
-	if d == nil {
-		return nil, nil, inputError("unknown domain %q", domain)
-	}
+// descriptor is a request descriptor's decision: the node of the domain's
+// tree it matched, the limits decided (after replaces), parallel to the
+// outcome's decisions, and the override the request carried, if any.
+type descriptor struct {
+	outcome
+	Node      *config.Descriptor
+	Limits    []config.RateLimit
+	Unlimited bool
+}
+
+// override is a request descriptor's own limit (RateLimitDescriptor.limit).
+type override struct {
+	Rate int64
+	Unit string
+}
+
+// checkDescriptors decides an envoyproxy/ratelimit request as it does:
+// each descriptor against the domain's tree (or its own override), its
+// limits all-or-nothing, with limits that another matched descriptor
+// replaces left out. An unknown domain decides nothing: every descriptor
+// is OK without a limit, as envoyproxy/ratelimit answers, so an Envoy
+// configured ahead of the service is not turned into errors. Hits past a
+// limit are over it, without a store call.
+func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domain string, descs [][]config.Entry, hits []int64, overrides []*override) ([]descriptor, error) {
 	if len(descs) == 0 || len(descs) > maxDescriptors {
-		return nil, nil, inputError("%d descriptors: want 1 to %d", len(descs), maxDescriptors)
+		return nil, inputError("%d descriptors: want 1 to %d", len(descs), maxDescriptors)
 	}
-	nodes := make([]*config.Descriptor, len(descs))
-	replaced := map[string]bool{}
 	for i, entries := range descs {
 		if len(entries) == 0 || len(entries) > maxEntries {
-			return nil, nil, inputError("descriptor %d has %d entries: want 1 to %d", i, len(entries), maxEntries)
+			return nil, inputError("descriptor %d has %d entries: want 1 to %d", i, len(entries), maxEntries)
 		}
-		nodes[i] = d.Match(entries)
-		if nodes[i] != nil {
-			for _, r := range nodes[i].Replaces {
-				replaced[r] = true
+		for j, e := range entries {
+			if e.Key == "" {
+				return nil, inputError("descriptor %d entry %d: empty key", i, j)
 			}
-		}
-	}
-	outs := make([]outcome, len(descs))
-	for i, n := range nodes {
-		outs[i] = outcome{Closest: -1}
-		if n == nil || n.Unlimited {
-			continue
-		}
-		var limits []sluice.Limit
-		for _, l := range n.Limits {
-			if l.Name == "" || !replaced[l.Name] {
-				limits = append(limits, l.Limit)
-			}
-		}
-		var key strings.Builder
-		key.WriteString(domain)
-		for j, e := range descs[i] {
 			if len(e.Key) > sluice.MaxIdentityLen {
-				return nil, nil, inputError("descriptor %d entry %d: key of %d bytes; at most %d", i, j, len(e.Key), sluice.MaxIdentityLen)
+				return nil, inputError("descriptor %d entry %d: key of %d bytes; at most %d", i, j, len(e.Key), sluice.MaxIdentityLen)
 			}
 			if err := checkIdentity(e.Value); err != nil && e.Value != "" {
-				return nil, nil, inputError("descriptor %d entry %d (%.40q): value %v", i, j, e.Key, err)
+				return nil, inputError("descriptor %d entry %d (%.40q): value %v", i, j, e.Key, err)
 			}
-			key.WriteByte(0)
-			key.WriteString(e.Key)
-			key.WriteByte('=')
-			key.WriteString(e.Value)
 		}
-		if key.Len() > sluice.MaxKeyLen {
-			return nil, nil, inputError("descriptor %d: its entries make a key of %d bytes; at most %d", i, key.Len(), sluice.MaxKeyLen)
+		if hits[i] < 0 {
+			return nil, inputError("descriptor %d: hits_addend overflows", i)
 		}
-		outs[i] = s.decide(ctx, domain, key.String(), limits, hits[i], n.Shadow, cfg.Store.FailMode)
 	}
-	return outs, nodes, nil
+	outs := make([]descriptor, len(descs))
+	d := cfg.Domains[domain]
+	if d == nil {
+		s.metrics.checks.WithLabelValues(unknownDomain, "unknown_domain").Add(float64(len(descs)))
+		s.noteUnknownDomain(domain)
+		for i := range outs {
+			outs[i].Closest = -1
+		}
+		return outs, nil
+	}
+	values := make([][]string, len(descs))
+	replaced := map[string]bool{}
+	for i, entries := range descs {
+		outs[i].Closest = -1
+		if o := overrides[i]; o != nil {
+			// The request's own limit: no shadow, no name, no replaces.
+			period, ok := config.Unit(o.Unit)
+			if !ok {
+				return nil, inputError("descriptor %d: limit override unit %q", i, o.Unit)
+			}
+			outs[i].Node = &config.Descriptor{Key: entries[len(entries)-1].Key}
+			outs[i].Limits = []config.RateLimit{{Unit: o.Unit, Rate: o.Rate, Block: o.Rate == 0,
+				Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: max(o.Rate, 1), Period: period}}}
+			continue
+		}
+		n, vals := d.Match(entries)
+		outs[i].Node, values[i] = n, vals
+		if n == nil {
+			continue
+		}
+		outs[i].Unlimited = n.Unlimited
+		for _, r := range n.Replaces {
+			replaced[r] = true
+		}
+	}
+	for i := range outs {
+		o := &outs[i]
+		if overrides[i] == nil {
+			if o.Node == nil || o.Unlimited {
+				continue
+			}
+			for _, l := range o.Node.Limits {
+				if l.Name == "" || !replaced[l.Name] {
+					o.Limits = append(o.Limits, l)
+				}
+			}
+		}
+		if len(o.Limits) == 0 {
+			continue
+		}
+		key := descriptorKey(domain, descs[i], values[i])
+		if len(key) > sluice.MaxKeyLen {
+			return nil, inputError("descriptor %d: its entries make a key of %d bytes; at most %d", i, len(key), sluice.MaxKeyLen)
+		}
+		limits := make([]sluice.Limit, len(o.Limits))
+		over := false
+		for j, l := range o.Limits {
+			limits[j] = l.Limit
+			over = over || l.Block || hits[i] > l.Limit.Capacity()
+		}
+		shadow := o.Node.Shadow && overrides[i] == nil
+		if over {
+			o.outcome = s.overLimit(domain, limits, shadow)
+			continue
+		}
+		o.outcome = s.decide(ctx, domain, key, limits, hits[i], shadow, cfg.Store.FailMode)
+	}
+	return outs, nil
+}
+
+// noteUnknownDomain logs a request for a domain the config does not have,
+// sampled: once a second at most, with the count held back.
+func (s *Server) noteUnknownDomain(domain string) {
+	if ok, held := s.logs.Allow(unknownDomain); ok {
+		s.log.Warn("envoy: a request for an unknown domain: every descriptor OK, no limit",
+			"domain", fmt.Sprintf("%.100q", domain), "suppressed", held)
+	}
+}
+
+// descriptorKey is the key a descriptor counts under:
+// "<domain>\x00<key>=<value>..." with each entry's value, or the value
+// Match says it counts under (a share_threshold wildcard) when values is
+// not nil.
+func descriptorKey(domain string, entries []config.Entry, values []string) string {
+	var b strings.Builder
+	b.WriteString(domain)
+	for i, e := range entries {
+		b.WriteByte(0)
+		b.WriteString(e.Key)
+		b.WriteByte('=')
+		if values != nil {
+			b.WriteString(values[i])
+		} else {
+			b.WriteString(e.Value)
+		}
+	}
+	return b.String()
+}
+
+// unknownDomain labels the checks of domains the config does not have: one
+// label, so that callers cannot grow the series.
+const unknownDomain = "(unknown domain)"
+
+// overLimit is the outcome of hits that no state could allow (a limit of
+// requests_per_unit 0, or more hits than the limit): over every limit,
+// nothing taken, no store call.
+func (s *Server) overLimit(label string, limits []sluice.Limit, shadow bool) outcome {
+	ds := make([]sluice.Decision, len(limits))
+	for i, l := range limits {
+		ds[i] = sluice.Decision{Limit: l, RetryAfter: l.Period}
+	}
+	result := sluice.Denied
+	if shadow {
+		result = sluice.ShadowDenied
+	}
+	s.metrics.checks.WithLabelValues(label, result.String()).Inc()
+	return outcome{Decisions: ds, Closest: 0, Shadow: shadow, Result: result}
 }

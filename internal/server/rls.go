@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -23,14 +25,19 @@ type rls struct {
 	s *Server
 }
 
-var unitNames = map[time.Duration]rlspb.RateLimitResponse_RateLimit_Unit{
-	time.Second: rlspb.RateLimitResponse_RateLimit_SECOND, time.Minute: rlspb.RateLimitResponse_RateLimit_MINUTE,
-	time.Hour: rlspb.RateLimitResponse_RateLimit_HOUR, 24 * time.Hour: rlspb.RateLimitResponse_RateLimit_DAY,
-	7 * 24 * time.Hour: rlspb.RateLimitResponse_RateLimit_WEEK, 30 * 24 * time.Hour: rlspb.RateLimitResponse_RateLimit_MONTH,
-	365 * 24 * time.Hour: rlspb.RateLimitResponse_RateLimit_YEAR,
+// unitOf maps a limit's period back to its Envoy unit, and the unit's
+// name to its enum.
+var unitOf = map[string]rlspb.RateLimitResponse_RateLimit_Unit{
+	"second": rlspb.RateLimitResponse_RateLimit_SECOND, "minute": rlspb.RateLimitResponse_RateLimit_MINUTE,
+	"hour": rlspb.RateLimitResponse_RateLimit_HOUR, "day": rlspb.RateLimitResponse_RateLimit_DAY,
+	"week": rlspb.RateLimitResponse_RateLimit_WEEK, "month": rlspb.RateLimitResponse_RateLimit_MONTH,
+	"year": rlspb.RateLimitResponse_RateLimit_YEAR,
 }
 
-// ShouldRateLimit decides every descriptor of req.
+// ShouldRateLimit decides every descriptor of req and answers as
+// envoyproxy/ratelimit does: OVER_LIMIT, never an error, for a well-formed
+// request over its limits; OK without a limit for an unknown domain or a
+// descriptor that matches none; errors only for malformed requests.
 func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	defer r.s.track()()
 	if req.GetDomain() == "" {
@@ -41,6 +48,7 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 	}
 	descs := make([][]config.Entry, len(req.Descriptors))
 	hits := make([]int64, len(req.Descriptors))
+	overrides := make([]*override, len(req.Descriptors))
 	for i, d := range req.Descriptors {
 		if len(d.GetEntries()) > maxEntries {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries: want at most %d", i, len(d.Entries), maxEntries)
@@ -48,57 +56,104 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 		for _, e := range d.Entries {
 			descs[i] = append(descs[i], config.Entry{Key: e.Key, Value: e.Value})
 		}
-		hits[i] = int64(req.GetHitsAddend())
-		if hits[i] == 0 {
-			hits[i] = 1
+		h := uint64(req.GetHitsAddend())
+		if h == 0 {
+			h = 1
 		}
 		if d.GetHitsAddend() != nil {
-			hits[i] = int64(d.GetHitsAddend().GetValue())
+			h = d.GetHitsAddend().GetValue()
+		}
+		hits[i] = int64(min(h, 1<<63)) // past int64: negative, refused as an overflow
+		if o := d.GetLimit(); o != nil {
+			overrides[i] = &override{Rate: int64(o.GetRequestsPerUnit()), Unit: strings.ToLower(o.GetUnit().String())}
 		}
 	}
 	cfg := r.s.state().cfg
-	outs, nodes, err := r.s.checkDescriptors(ctx, cfg, req.Domain, descs, hits)
+	outs, err := r.s.checkDescriptors(ctx, cfg, req.Domain, descs, hits, overrides)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
-	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}
-	var decided []sluice.Decision // each descriptor's closest, for the headers
-	for i, o := range outs {
-		st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
-		switch {
-		case errors.Is(o.Err, errInput):
+	for _, o := range outs {
+		if errors.Is(o.Err, errInput) {
 			return nil, status.Error(codes.InvalidArgument, o.Err.Error())
-		case o.Err != nil: // a store failure, fail-closed
-			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
-			resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-		case o.Closest >= 0:
-			d := o.Decisions[o.Closest]
-			st.CurrentLimit = &rlspb.RateLimitResponse_RateLimit{
-				RequestsPerUnit: uint32(min(d.Limit.Rate, 1<<32-1)),
-				Unit:            unitNames[d.Limit.Period],
-				Name:            nodes[i].Key,
-			}
-			st.LimitRemaining = uint32(max(min(d.Remaining, 1<<32-1), 0))
-			st.DurationUntilReset = durationpb.New(d.ResetAfter)
-			if !o.allowed() {
-				st.Code = rlspb.RateLimitResponse_OVER_LIMIT
-				resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
-			}
-			decided = append(decided, d)
 		}
-		resp.Statuses = append(resp.Statuses, st)
 	}
-	if i := sluice.Most(decided); i >= 0 {
-		d := decided[i]
-		resp.ResponseHeadersToAdd = []*corepb.HeaderValue{
-			{Key: "x-ratelimit-limit", Value: strconv.FormatInt(d.Limit.Rate, 10)},
-			{Key: "x-ratelimit-remaining", Value: strconv.FormatInt(max(d.Remaining, 0), 10)},
-			{Key: "x-ratelimit-reset", Value: strconv.FormatInt(int64((d.ResetAfter+time.Second-1)/time.Second), 10)},
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}
+	now := time.Now()
+	var closest *rlspb.RateLimitResponse_DescriptorStatus // for the headers
+	overLimit, quota, quotaOver := false, 0, 0
+	for _, o := range outs {
+		st := r.status(&o, now)
+		resp.Statuses = append(resp.Statuses, st)
+		if o.Unlimited {
+			continue
 		}
-		if !d.Allowed {
-			resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd,
-				&corepb.HeaderValue{Key: "retry-after", Value: strconv.FormatInt(max(int64((d.RetryAfter+time.Second-1)/time.Second), 1), 10)})
+		if closest == nil && st.CurrentLimit != nil || closest != nil && st.CurrentLimit != nil && st.LimitRemaining < closest.LimitRemaining {
+			closest = st
+		}
+		isQuota := o.Node != nil && o.Node.QuotaMode
+		if isQuota {
+			quota++
+		}
+		if st.Code == rlspb.RateLimitResponse_OVER_LIMIT {
+			if isQuota {
+				quotaOver++
+			} else {
+				overLimit, closest = true, st
+			}
+		}
+	}
+	// OVER_LIMIT when a descriptor is, or when every quota descriptor is.
+	if overLimit || quota > 0 && quota == quotaOver {
+		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
+	}
+	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT && cfg.Envoy.ShadowMode {
+		resp.OverallCode = rlspb.RateLimitResponse_OK
+	}
+	if e := cfg.Envoy; e.ResponseHeaders && closest != nil {
+		resp.ResponseHeadersToAdd = []*corepb.HeaderValue{
+			{Key: e.LimitHeader, Value: strconv.FormatUint(uint64(closest.CurrentLimit.RequestsPerUnit), 10)},
+			{Key: e.RemainingHeader, Value: strconv.FormatUint(uint64(closest.LimitRemaining), 10)},
+			{Key: e.ResetHeader, Value: strconv.FormatInt(closest.DurationUntilReset.GetSeconds(), 10)},
 		}
 	}
 	return resp, nil
+}
+
+// status is one descriptor's answer, filled as envoyproxy/ratelimit fills
+// it: for a decided limit, current_limit (requests_per_unit, unit, name),
+// limit_remaining (0 when over) and duration_until_reset (to the window's
+// end for its fixed windows; to full for sluice's other algorithms); for
+// an unlimited descriptor, OK with 4294967295 remaining; for no limit, OK
+// alone. A shadow limit is OK whatever it says.
+func (r *rls) status(o *descriptor, now time.Time) *rlspb.RateLimitResponse_DescriptorStatus {
+	st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+	switch {
+	case o.Unlimited:
+		st.LimitRemaining = math.MaxUint32
+		return st
+	case o.Closest < 0 || o.Err != nil && o.Decisions == nil:
+		if o.Err != nil { // fail_mode closed refused
+			st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+		}
+		return st
+	}
+	d, l := o.Decisions[o.Closest], o.Limits[o.Closest]
+	rate := uint32(min(l.Rate, math.MaxUint32))
+	if l.Block {
+		rate = 0
+	}
+	st.CurrentLimit = &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: rate, Unit: unitOf[l.Unit], Name: l.Name}
+	reset := d.ResetAfter
+	if l.Limit.Algorithm.Resolved() == sluice.FixedWindow {
+		p := int64(l.Limit.Period / time.Second)
+		reset = time.Duration(p-now.Unix()%p) * time.Second
+	}
+	st.DurationUntilReset = durationpb.New(reset)
+	if d.Allowed {
+		st.LimitRemaining = uint32(max(min(d.Remaining, math.MaxUint32), 0))
+	} else if !o.Shadow {
+		st.Code = rlspb.RateLimitResponse_OVER_LIMIT
+	}
+	return st
 }

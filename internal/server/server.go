@@ -27,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/api/sluicev1"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/sample"
 	"github.com/sluicehq/sluice/localsync"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
@@ -63,6 +64,7 @@ type Server struct {
 	ready   atomic.Bool
 	// inflight counts checks being decided and answered, for Shutdown.
 	inflight atomic.Int64
+	logs     *sample.Sampler // sampled lines: unknown domains
 
 	mu        sync.Mutex // guards the listeners below
 	httpSrv   *http.Server
@@ -93,7 +95,7 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, log: opts.Logger, metrics: newMetrics()}
+	s := &Server{opts: opts, log: opts.Logger, metrics: newMetrics(), logs: sample.New(1)}
 	s.cfg.Store(&state{cfg: cfg})
 	if err := s.openStore(cfg); err != nil {
 		return nil, err
