@@ -12,9 +12,11 @@ package config
 import (
 	"cmp"
 	_ "embed"
+	"errors"
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -181,13 +183,88 @@ func (c *Config) Policy(name string) *Policy {
 	return nil
 }
 
-// Load reads and parses the file at path.
+// Load reads and parses the file at path, or every *.yaml and *.yml file
+// of the directory at path (envoyproxy/ratelimit's runtime directory):
+// one domain per file in its format, and at most one file in sluice's
+// format for the store, policies and the rest.
 func Load(path string) (*Config, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		return loadDir(path)
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
 	return Parse(path, data)
+}
+
+// loadDir is Load for a directory.
+func loadDir(dir string) (*Config, error) {
+	names, err := filepath.Glob(filepath.Join(dir, "*.y*ml"))
+	if err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	var cfg *Config
+	var problems Problems
+	var domainFiles []*Config
+	for _, name := range names {
+		if ext := filepath.Ext(name); ext != ".yaml" && ext != ".yml" {
+			continue
+		}
+		data, err := os.ReadFile(name)
+		if err != nil {
+			return nil, fmt.Errorf("config: %w", err)
+		}
+		c, err := Parse(name, data)
+		var ps Problems
+		switch {
+		case errors.As(err, &ps):
+			problems = append(problems, ps...)
+			continue
+		case err != nil:
+			return nil, err
+		}
+		if !isDomainFile(data) {
+			if cfg != nil {
+				problems = append(problems, Problem{File: name, Line: 1, Column: 1,
+					Msg: fmt.Sprintf("a second file in sluice's format (the first is %s): a directory holds one, and domain files", cfg.File)})
+				continue
+			}
+			cfg = c
+			continue
+		}
+		domainFiles = append(domainFiles, c)
+	}
+	if cfg == nil {
+		cfg = &Config{File: dir, Domains: map[string]*Domain{}}
+		cfg.Store = (&checker{}).store(nil, defaults.store)
+		cfg.Listeners, cfg.Envoy = Listeners(defaults.listeners), Envoy(defaults.envoy)
+	}
+	for _, c := range domainFiles {
+		for name, d := range c.Domains {
+			if _, dup := cfg.Domains[name]; dup {
+				problems = append(problems, Problem{File: c.File, Line: 1, Column: 1, Field: "domain", Msg: fmt.Sprintf("domain %q is defined twice", name)})
+			}
+			cfg.Domains[name] = d
+		}
+	}
+	if len(problems) > 0 {
+		return nil, problems
+	}
+	if len(cfg.Policies) == 0 && len(cfg.Domains) == 0 {
+		return nil, Problems{{File: dir, Line: 1, Column: 1, Msg: "no policies and no domains in the directory's *.yaml files"}}
+	}
+	return cfg, nil
+}
+
+// isDomainFile reports whether data is an envoyproxy/ratelimit domain file:
+// a top-level domain key.
+func isDomainFile(data []byte) bool {
+	var root yaml.Node
+	if yaml.Unmarshal(data, &root) != nil || len(root.Content) == 0 {
+		return false
+	}
+	return root.Content[0].Kind == yaml.MappingNode && hasKey(root.Content[0], "domain")
 }
 
 // fileYAML is the file's top level.
