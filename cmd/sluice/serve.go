@@ -44,6 +44,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	grpcAddr := fs.String("grpc", env("SLUICE_GRPC_ADDR", "127.0.0.1:8081"), "gRPC listen address: Envoy RLS v3, health, reflection (env SLUICE_GRPC_ADDR)")
 	adminAddr := fs.String("admin", env("SLUICE_ADMIN_ADDR", "127.0.0.1:8082"), "admin API listen address; starts only with a token (env SLUICE_ADMIN_ADDR)")
 	token := fs.String("admin-token", env("SLUICE_ADMIN_TOKEN", ""), "admin API bearer token, overriding the config's (env SLUICE_ADMIN_TOKEN); on the command line it shows in ps: prefer -admin-token-file")
+	envoyEnvFlag := fs.Bool("envoy-env", false, "start from envoyproxy/ratelimit's environment: RUNTIME_ROOT and the rest for the config directory, HOST/PORT, GRPC_HOST/GRPC_PORT, DEBUG_HOST/DEBUG_PORT, REDIS_*, LOG_*, SHADOW_MODE, LIMIT_RESPONSE_HEADERS_ENABLED (docs/envoy.md)")
 	tokenFile := fs.String("admin-token-file", env("SLUICE_ADMIN_TOKEN_FILE", ""), "file holding the admin API bearer token (env SLUICE_ADMIN_TOKEN_FILE), such as a mounted secret")
 	drain := new(time.Duration)
 	if err := durationVar(fs, drain, "shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT", 10*time.Second, "how long draining and in-flight checks may take on SIGINT or SIGTERM (env SLUICE_SHUTDOWN_TIMEOUT)"); err != nil {
@@ -57,10 +58,41 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	var envoy *config.Envoy
+	var debugAddr string
+	var ee envoyEnv
+	if *envoyEnvFlag {
+		var err error
+		if ee, err = readEnvoyEnv(os.LookupEnv); err != nil {
+			fmt.Fprintln(stderr, "sluice serve: -envoy-env:", err)
+			return 2
+		}
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		// Flags given on the command line win over the environment.
+		for name, p := range map[string]*string{"config": &c.config, "redis": &c.redis, "http": httpAddr, "grpc": grpcAddr, "log-format": &c.logFormat} {
+			if !set[name] {
+				*p = map[string]string{"config": ee.config, "redis": ee.redis, "http": ee.http, "grpc": ee.grpc, "log-format": ee.logFormat}[name]
+			}
+		}
+		if !set["log-level"] {
+			c.logLevel = map[string]string{"trace": "debug", "fatal": "error", "panic": "error"}[ee.logLevel]
+			if c.logLevel == "" {
+				c.logLevel = ee.logLevel
+			}
+		}
+		envoy, debugAddr = &ee.envoy, ee.debug
+	}
 	log, err := logger(c.logLevel, c.logFormat, stderr)
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice serve:", err)
 		return 2
+	}
+	if len(ee.unsupported) > 0 {
+		log.Warn("-envoy-env: these envoyproxy/ratelimit variables are set and sluice does not support them (docs/envoy.md)", "variables", strings.Join(ee.unsupported, ", "))
+	}
+	if len(ee.ineffective) > 0 {
+		log.Info("-envoy-env: these variables are read and have nothing to do in sluice", "variables", strings.Join(ee.ineffective, "; "))
 	}
 	fs.Visit(func(f *flag.Flag) {
 		if f.Name == "admin-token" {
@@ -77,7 +109,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	srv, err := server.New(server.Options{
 		Config: c.config, RedisURL: c.redis, HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr,
-		AdminAddr: *adminAddr, AdminToken: *token, Logger: log,
+		AdminAddr: *adminAddr, AdminToken: *token, Logger: log, Envoy: envoy, DebugAddr: debugAddr,
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice serve: cannot start:\n"+err.Error())

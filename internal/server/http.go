@@ -27,6 +27,15 @@ func (s *Server) httpHandler() http.Handler {
 	mux.HandleFunc("POST /json", s.handleEnvoyJSON)
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", s.handleReady)
+	// envoyproxy/ratelimit's probe: 200 "OK" while serving, 500 once
+	// draining.
+	mux.HandleFunc("GET /healthcheck", func(w http.ResponseWriter, _ *http.Request) {
+		if !s.ready.Load() {
+			http.Error(w, "draining", http.StatusInternalServerError)
+			return
+		}
+		io.WriteString(w, "OK")
+	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
 	return mux
 }

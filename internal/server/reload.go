@@ -20,7 +20,7 @@ func (s *Server) Reload() error {
 	if s.opts.Config == "" {
 		return nil // the embedded default does not change
 	}
-	cfg, err := load(s.opts.Config)
+	cfg, err := load(s.opts)
 	if err != nil {
 		s.metrics.reloads.WithLabelValues("failure").Inc()
 		s.log.Error("config reload rejected; the previous config keeps serving", "file", s.opts.Config, "problems", err.Error())
@@ -44,24 +44,28 @@ func (s *Server) Reload() error {
 
 // WatchReload reloads on SIGHUP and when the config file changes (watching
 // its directory, so that an editor's rename or a Kubernetes ConfigMap's
-// symlink swap is seen), until ctx ends.
+// symlink swap is seen), or, for a config directory, any of its YAML
+// files, until ctx ends.
 func (s *Server) WatchReload(ctx context.Context) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	var events <-chan fsnotify.Event
+	dir, name := filepath.Dir(s.opts.Config), filepath.Base(s.opts.Config)
+	if st, err := os.Stat(s.opts.Config); err == nil && st.IsDir() {
+		dir, name = s.opts.Config, ""
+	}
 	if s.opts.Config != "" {
 		if w, err := fsnotify.NewWatcher(); err != nil {
 			s.log.Warn("cannot watch the config file; reload with SIGHUP", "error", err)
 		} else {
 			defer w.Close()
-			if err := w.Add(filepath.Dir(s.opts.Config)); err != nil {
+			if err := w.Add(dir); err != nil {
 				s.log.Warn("cannot watch the config file; reload with SIGHUP", "error", err)
 			}
 			events = w.Events
 		}
 	}
-	name := filepath.Base(s.opts.Config)
 	var debounce <-chan time.Time
 	for {
 		select {
@@ -70,8 +74,10 @@ func (s *Server) WatchReload(ctx context.Context) {
 		case <-hup:
 			s.Reload()
 		case ev := <-events:
-			// The file itself, or ..data (a ConfigMap's symlink swap).
-			if b := filepath.Base(ev.Name); b == name || b == "..data" {
+			// The file itself (any YAML file of a directory), or ..data
+			// (a ConfigMap's symlink swap).
+			b := filepath.Base(ev.Name)
+			if b == name || b == "..data" || name == "" && (filepath.Ext(b) == ".yaml" || filepath.Ext(b) == ".yml") {
 				debounce = time.After(100 * time.Millisecond)
 			}
 		case <-debounce:

@@ -49,6 +49,12 @@ type Options struct {
 	// OnReload, if set, is called with each config that a reload put in
 	// place (`sluice proxy` rebuilds its handler from it).
 	OnReload func(*config.Config)
+	// Envoy, if set, replaces the config's envoy section at every load
+	// (`-envoy-env` takes it from envoyproxy/ratelimit's environment).
+	Envoy *config.Envoy
+	// DebugAddr, if set, serves the loaded config and pprof there, as
+	// envoyproxy/ratelimit's debug listener does.
+	DebugAddr string
 }
 
 // Server is a running sluice service. Its config is swapped atomically on
@@ -69,6 +75,7 @@ type Server struct {
 	mu        sync.Mutex // guards the listeners below
 	httpSrv   *http.Server
 	adminSrv  *http.Server
+	debugSrv  *http.Server
 	grpcSrv   *grpc.Server
 	health    *health.Server
 	addrs     Addrs
@@ -83,7 +90,7 @@ type state struct {
 }
 
 // Addrs are the addresses the server listens on, once started.
-type Addrs struct{ HTTP, GRPC, Admin string }
+type Addrs struct{ HTTP, GRPC, Admin, Debug string }
 
 // New loads the config and opens the store. It returns the config's
 // problems, every one, when the file is invalid.
@@ -91,7 +98,7 @@ func New(opts Options) (*Server, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	cfg, err := load(opts.Config)
+	cfg, err := load(opts)
 	if err != nil {
 		return nil, err
 	}
@@ -146,11 +153,18 @@ func (s *Server) openGuard(cfg *config.Config) error {
 	return nil
 }
 
-func load(path string) (*config.Config, error) {
-	if path == "" {
-		return config.Default(), nil
+func load(opts Options) (*config.Config, error) {
+	cfg := config.Default()
+	if opts.Config != "" {
+		var err error
+		if cfg, err = config.Load(opts.Config); err != nil {
+			return nil, err
+		}
 	}
-	return config.Load(path)
+	if opts.Envoy != nil {
+		cfg.Envoy = *opts.Envoy
+	}
+	return cfg, nil
 }
 
 func (s *Server) state() *state { return s.cfg.Load() }
@@ -241,6 +255,15 @@ func (s *Server) Start() error {
 		s.adminSrv = HTTPServer(s.adminHandler(), lim, false, s.log)
 		go s.serveHTTP(s.adminSrv, al)
 	}
+	if s.opts.DebugAddr != "" {
+		dl, err := Listen(s.opts.DebugAddr, lim)
+		if err != nil {
+			return fmt.Errorf("debug listener: %w", err)
+		}
+		s.addrs.Debug = dl.Addr().String()
+		s.debugSrv = HTTPServer(s.debugHandler(), lim, false, s.log)
+		go s.serveHTTP(s.debugSrv, dl)
+	}
 	s.ready.Store(true)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	return nil
@@ -293,7 +316,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 	}
 	var wg sync.WaitGroup
-	for _, srv := range []*http.Server{s.httpSrv, s.adminSrv} {
+	for _, srv := range []*http.Server{s.httpSrv, s.adminSrv, s.debugSrv} {
 		if srv != nil {
 			wg.Go(func() {
 				if srv.Shutdown(ctx) != nil {

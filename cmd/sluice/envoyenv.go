@@ -1,0 +1,141 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/sluicehq/sluice/config"
+)
+
+// envoyEnv is what `sluice serve -envoy-env` takes from
+// envoyproxy/ratelimit's environment, so that sluice can be started in its
+// place: its runtime directory, listeners, Redis and answers.
+type envoyEnv struct {
+	config, redis            string // the runtime directory; a Redis URL
+	http, grpc, debug        string // listen addresses
+	logLevel, logFormat      string
+	envoy                    config.Envoy
+	unsupported, ineffective []string // variables set that sluice does not read, or reads and need not act on
+}
+
+// envoyUnsupported are envoyproxy/ratelimit's variables that sluice does
+// not act on: statistics backends (sluice serves Prometheus on /metrics),
+// memcache, xDS config, its own TLS and per-second Redis. Set, they are
+// named in one log line at start, never silently ignored.
+var envoyUnsupported = []string{
+	"USE_STATSD", "STATSD_HOST", "STATSD_PORT", "USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "EXTRA_TAGS",
+	"STATS_FLUSH_INTERVAL", "DISABLE_STATS", "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH",
+	"PROMETHEUS_MAPPER_YAML", "BACKEND_TYPE", "MEMCACHE_HOST_PORT", "MEMCACHE_SRV", "CONFIG_TYPE",
+	"CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_NODE_ID", "GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT",
+	"GRPC_SERVER_TLS_KEY", "GRPC_UDS", "REDIS_PERSECOND", "REDIS_PERSECOND_URL", "REDIS_PERSECOND_TYPE",
+	"REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "CACHE_KEY_PREFIX",
+	"EXPIRATION_JITTER_MAX_SECONDS", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "RESPONSE_DYNAMIC_METADATA",
+	"TRACING_ENABLED", "GLOBAL_QUOTA_MODE", "MERGE_DOMAIN_CONFIG",
+}
+
+// envoyIneffective are read and accepted, but have nothing to do in sluice.
+var envoyIneffective = map[string]string{
+	"REDIS_POOL_SIZE":           "sluice pipelines its calls on one client",
+	"LOCAL_CACHE_SIZE_IN_BYTES": "sluice keeps no cache of over-limit keys: fail_mode local decides when Redis fails",
+	"NEAR_LIMIT_RATIO":          "sluice's metrics count results, not near-limit hits",
+	"RUNTIME_WATCH_ROOT":        "sluice always watches the runtime directory",
+}
+
+// readEnvoyEnv reads the environment through get, with
+// envoyproxy/ratelimit's defaults.
+func readEnvoyEnv(get func(string) (string, bool)) (envoyEnv, error) {
+	v := func(name, def string) string {
+		if s, ok := get(name); ok && s != "" {
+			return s
+		}
+		return def
+	}
+	truth := func(name string) (bool, error) {
+		s := v(name, "false")
+		b, err := strconv.ParseBool(s)
+		if err != nil {
+			return false, fmt.Errorf("%s=%q: want true or false", name, s)
+		}
+		return b, nil
+	}
+	var e envoyEnv
+	e.config = filepath.Join(v("RUNTIME_ROOT", "/srv/runtime_data/current"), v("RUNTIME_SUBDIRECTORY", ""), v("RUNTIME_APPDIRECTORY", "config"))
+	e.http = net.JoinHostPort(v("HOST", "0.0.0.0"), v("PORT", "8080"))
+	e.grpc = net.JoinHostPort(v("GRPC_HOST", "0.0.0.0"), v("GRPC_PORT", "8081"))
+	e.debug = net.JoinHostPort(v("DEBUG_HOST", "0.0.0.0"), v("DEBUG_PORT", "6070"))
+	e.logLevel = strings.ToLower(v("LOG_LEVEL", "warn"))
+	e.logFormat = strings.ToLower(v("LOG_FORMAT", "text"))
+	var err error
+	if e.redis, err = envoyRedisURL(v); err != nil {
+		return e, err
+	}
+	if e.envoy.ShadowMode, err = truth("SHADOW_MODE"); err != nil {
+		return e, err
+	}
+	if e.envoy.ResponseHeaders, err = truth("LIMIT_RESPONSE_HEADERS_ENABLED"); err != nil {
+		return e, err
+	}
+	e.envoy.LimitHeader = v("LIMIT_LIMIT_HEADER", "RateLimit-Limit")
+	e.envoy.RemainingHeader = v("LIMIT_REMAINING_HEADER", "RateLimit-Remaining")
+	e.envoy.ResetHeader = v("LIMIT_RESET_HEADER", "RateLimit-Reset")
+	for _, name := range envoyUnsupported {
+		if _, ok := get(name); ok {
+			e.unsupported = append(e.unsupported, name)
+		}
+	}
+	for name, why := range envoyIneffective {
+		if _, ok := get(name); ok {
+			e.ineffective = append(e.ineffective, name+" ("+why+")")
+		}
+	}
+	sort.Strings(e.ineffective)
+	return e, nil
+}
+
+// envoyRedisURL builds a sluice Redis URL from REDIS_SOCKET_TYPE, REDIS_TYPE,
+// REDIS_URL, REDIS_AUTH and REDIS_TLS: REDIS_URL is host:port (or a socket
+// path), hosts separated by commas for a cluster, and the master's name
+// then the sentinels for sentinel; REDIS_AUTH is a password or
+// user:password.
+func envoyRedisURL(v func(string, string) string) (string, error) {
+	addrs := v("REDIS_URL", "/var/run/nutcracker/ratelimit.sock")
+	var user *url.Userinfo
+	if auth := v("REDIS_AUTH", ""); auth != "" {
+		if u, p, ok := strings.Cut(auth, ":"); ok {
+			user = url.UserPassword(u, p)
+		} else {
+			user = url.UserPassword("", auth)
+		}
+	}
+	scheme := "redis"
+	if tls, _ := strconv.ParseBool(v("REDIS_TLS", "false")); tls {
+		scheme = "rediss"
+	}
+	u := &url.URL{Scheme: scheme, User: user}
+	switch socket := strings.ToLower(v("REDIS_SOCKET_TYPE", "unix")); socket {
+	case "unix":
+		u.Scheme, u.Path = "unix", addrs
+		return u.String(), nil
+	case "tcp":
+	default:
+		return "", fmt.Errorf("REDIS_SOCKET_TYPE=%q: want unix or tcp", socket)
+	}
+	switch typ := strings.ToLower(v("REDIS_TYPE", "single")); typ {
+	case "single", "cluster":
+		u.Host = addrs // a comma-separated list is a Cluster seed list to sluice
+	case "sentinel":
+		master, sentinels, ok := strings.Cut(addrs, ",")
+		if !ok {
+			return "", fmt.Errorf("REDIS_URL=%q: with REDIS_TYPE=sentinel, want the master's name then the sentinels, comma-separated", addrs)
+		}
+		u.Scheme, u.Host, u.Path = "redis-sentinel", sentinels, "/"+master
+	default:
+		return "", fmt.Errorf("REDIS_TYPE=%q: want single, sentinel or cluster", typ)
+	}
+	return u.String(), nil
+}

@@ -1,0 +1,28 @@
+package main
+
+import "testing"
+
+// envoyproxy/ratelimit's Redis settings become sluice's Redis URL.
+func TestEnvoyRedisURL(t *testing.T) {
+	for _, tt := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{}, "unix:///var/run/nutcracker/ratelimit.sock"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "redis:6379"}, "redis://redis:6379"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_AUTH": "pw", "REDIS_TLS": "true"}, "rediss://:pw@r:6379"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:1,b:2", "REDIS_TYPE": "cluster", "REDIS_AUTH": "u:p"}, "redis://u:p@a:1,b:2"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "mymaster,s1:26379,s2:26379", "REDIS_TYPE": "SENTINEL"}, "redis-sentinel://s1:26379,s2:26379/mymaster"},
+	} {
+		e, err := readEnvoyEnv(func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok })
+		if err != nil || e.redis != tt.want {
+			t.Errorf("%v: %q, %v; want %q", tt.env, e.redis, err, tt.want)
+		}
+	}
+	if _, err := readEnvoyEnv(func(k string) (string, bool) {
+		return map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_TYPE": "ring"}[k], k == "REDIS_SOCKET_TYPE" || k == "REDIS_TYPE"
+	}); err == nil {
+		t.Error("REDIS_TYPE=ring accepted")
+	}
+}
+
