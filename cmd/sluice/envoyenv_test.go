@@ -25,4 +25,3 @@ func TestEnvoyRedisURL(t *testing.T) {
 		t.Error("REDIS_TYPE=ring accepted")
 	}
 }
-
