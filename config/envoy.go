@@ -197,12 +197,13 @@ type Entry struct{ Key, Value string }
 // does: at each level an entry matches a node with its key and value, else
 // the first node (in file order) whose value's wildcards match it, else a
 // node with its key and no value (any value). It returns the node the
-// entries end at, or nil when they leave the tree, and the value each
-// entry counts under: its own, or the wildcard of a share_threshold node.
+// entries end at, or nil when they leave the tree, and, when an entry
+// matched a share_threshold node, the value each entry counts under: its
+// own, or that node's wildcard (nil otherwise: each counts under its own).
 func (d *Domain) Match(entries []Entry) (*Descriptor, []string) {
 	level := d.Descriptors
 	var node *Descriptor
-	values := make([]string, len(entries))
+	var values []string
 	for i, e := range entries {
 		node = nil
 		var wild, any *Descriptor
@@ -217,12 +218,17 @@ func (d *Domain) Match(entries []Entry) (*Descriptor, []string) {
 				any = n
 			}
 		}
-		values[i] = e.Value
 		switch {
 		case node != nil:
 		case wild != nil:
 			node = wild
 			if wild.ShareThreshold {
+				if values == nil {
+					values = make([]string, len(entries))
+					for j := range entries {
+						values[j] = entries[j].Value
+					}
+				}
 				values[i] = wild.Value
 			}
 		default:
