@@ -31,8 +31,12 @@ type Descriptor struct {
 	// ShareThreshold makes every value that matches this node's wildcard
 	// share one counter (share_threshold).
 	ShareThreshold bool
-	// DetailedMetric and ValueToMetric are envoyproxy/ratelimit's
-	// statistics switches, read and kept; sluice's metrics are per domain.
+	// FullKey names the node in metrics as envoyproxy/ratelimit names it:
+	// the domain and each level's key_value, joined with dots.
+	FullKey string
+	// DetailedMetric and ValueToMetric name a request's series by its own
+	// values instead of FullKey (sluice_envoy_descriptor_checks_total,
+	// capped).
 	DetailedMetric, ValueToMetric bool
 
 	parts []string // Value split on "*" when it has one
@@ -103,11 +107,11 @@ func (c *checker) domain(n *yaml.Node, field string) *Domain {
 		c.add(n, join(field, "domain"), "required")
 		return nil
 	}
-	d.Descriptors = c.descriptors(y.Descriptors, join(field, "descriptors"))
+	d.Descriptors = c.descriptors(y.Descriptors, join(field, "descriptors"), d.Name)
 	return d
 }
 
-func (c *checker) descriptors(nodes []*yaml.Node, field string) []*Descriptor {
+func (c *checker) descriptors(nodes []*yaml.Node, field, parent string) []*Descriptor {
 	var out []*Descriptor
 	seen := map[string]bool{}
 	for i, dn := range nodes {
@@ -116,6 +120,10 @@ func (c *checker) descriptors(nodes []*yaml.Node, field string) []*Descriptor {
 		m := c.decodeInto(dn, f, &y)
 		d := &Descriptor{Key: y.Key, Value: y.Value, Shadow: y.ShadowMode, QuotaMode: y.QuotaMode,
 			ShareThreshold: y.ShareThreshold, DetailedMetric: y.DetailedMetric, ValueToMetric: y.ValueToMetric}
+		d.FullKey = parent + "." + d.Key
+		if d.Value != "" {
+			d.FullKey += "_" + d.Value
+		}
 		if strings.Contains(d.Value, "*") {
 			d.parts = strings.Split(d.Value, "*")
 		} else if d.ShareThreshold {
@@ -138,7 +146,7 @@ func (c *checker) descriptors(nodes []*yaml.Node, field string) []*Descriptor {
 		for j, rn := range y.RateLimits {
 			c.rateLimit(rn, fmt.Sprintf("%s.rate_limits[%d]", f, j), d)
 		}
-		d.Children = c.descriptors(y.Descriptors, f+".descriptors")
+		d.Children = c.descriptors(y.Descriptors, f+".descriptors", d.FullKey)
 		out = append(out, d)
 	}
 	return out

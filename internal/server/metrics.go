@@ -1,6 +1,8 @@
 package server
 
 import (
+	"sync"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 )
@@ -15,6 +17,34 @@ type metrics struct {
 	storeLatency prometheus.Histogram
 	storeErrors  prometheus.Counter
 	reloads      *prometheus.CounterVec
+	descriptors  *prometheus.CounterVec
+	detailed     seriesCap
+}
+
+// seriesCap bounds the series that requests' own values name (detailed_metric):
+// past maxDetailedSeries distinct names, the rest share one.
+type seriesCap struct {
+	mu   sync.Mutex
+	seen map[string]struct{}
+}
+
+const maxDetailedSeries = 1000
+
+// name returns name while there is room for it, else "(overflow)".
+func (c *seriesCap) name(name string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok := c.seen[name]; ok {
+		return name
+	}
+	if c.seen == nil {
+		c.seen = map[string]struct{}{}
+	}
+	if len(c.seen) >= maxDetailedSeries {
+		return "(overflow)"
+	}
+	c.seen[name] = struct{}{}
+	return name
 }
 
 func newMetrics() *metrics {
@@ -38,12 +68,16 @@ func newMetrics() *metrics {
 			Name: "sluice_store_errors_total",
 			Help: "Store calls that failed.",
 		}),
+		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_envoy_descriptor_checks_total",
+			Help: "Envoy descriptors decided, by the config node that limited them (envoyproxy/ratelimit's key: domain.key_value...; the request's own values under detailed_metric or value_to_metric, at most 1000 such series, then \"(overflow)\") and result.",
+		}, []string{"descriptor", "result"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_config_reloads_total",
 			Help: "Config reloads by result: success or failure.",
 		}, []string{"result"}),
 	}
-	m.reg.MustRegister(m.checks, m.latency, m.storeLatency, m.storeErrors, m.reloads,
+	m.reg.MustRegister(m.checks, m.latency, m.storeLatency, m.storeErrors, m.reloads, m.descriptors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

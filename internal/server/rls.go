@@ -82,9 +82,10 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 	now := time.Now()
 	var closest *rlspb.RateLimitResponse_DescriptorStatus // for the headers
 	overLimit, quota, quotaOver := false, 0, 0
-	for _, o := range outs {
+	for i, o := range outs {
 		st := r.status(&o, now)
 		resp.Statuses = append(resp.Statuses, st)
+		r.count(req.Domain, descs[i], &o)
 		if o.Unlimited {
 			continue
 		}
@@ -156,4 +157,33 @@ func (r *rls) status(o *descriptor, now time.Time) *rlspb.RateLimitResponse_Desc
 		st.Code = rlspb.RateLimitResponse_OVER_LIMIT
 	}
 	return st
+}
+
+// count adds a descriptor's decision to sluice_envoy_descriptor_checks_total
+// under its config node's name, or its own values' when the node asks for
+// them (detailed_metric, value_to_metric).
+func (r *rls) count(domain string, entries []config.Entry, o *descriptor) {
+	n := o.Node
+	if n == nil || n.FullKey == "" {
+		return
+	}
+	name := n.FullKey
+	if n.DetailedMetric || n.ValueToMetric {
+		var b strings.Builder
+		b.WriteString(domain)
+		for _, e := range entries {
+			b.WriteByte('.')
+			b.WriteString(e.Key)
+			if e.Value != "" {
+				b.WriteByte('_')
+				b.WriteString(e.Value)
+			}
+		}
+		name = r.s.metrics.detailed.name(b.String())
+	}
+	result := "unlimited"
+	if !o.Unlimited {
+		result = o.Result.String()
+	}
+	r.s.metrics.descriptors.WithLabelValues(name, result).Inc()
 }

@@ -430,3 +430,46 @@ func TestStrictCheckInput(t *testing.T) {
 		}
 	}
 }
+
+// Envoy descriptors are counted by their config node, as
+// envoyproxy/ratelimit names its statistics, and by the request's own
+// values under detailed_metric, capped.
+func TestEnvoyDescriptorMetrics(t *testing.T) {
+	r := start(t, `domains:
+  - domain: d
+    descriptors:
+      - key: plain
+        rate_limit: {unit: hour, requests_per_unit: 5}
+      - key: detailed
+        detailed_metric: true
+        rate_limit: {unit: hour, requests_per_unit: 5}
+`, "")
+	post := func(key, value string) {
+		resp, err := client.Post(r.base+"/json", "application/json",
+			strings.NewReader(`{"domain":"d","descriptors":[{"entries":[{"key":"`+key+`","value":"`+value+`"}]}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+	}
+	post("plain", "a")
+	post("plain", "b")
+	for i := range maxDetailedSeries + 5 {
+		post("detailed", strconv.Itoa(i))
+	}
+	resp, err := client.Get(r.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`sluice_envoy_descriptor_checks_total{descriptor="d.plain",result="allowed"} 2`,
+		`sluice_envoy_descriptor_checks_total{descriptor="d.detailed_7",result="allowed"} 1`,
+		`sluice_envoy_descriptor_checks_total{descriptor="(overflow)",result="allowed"} 5`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
