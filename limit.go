@@ -97,6 +97,14 @@ type Limit struct {
 	Rate      int64
 	Period    time.Duration
 	Burst     int64
+	// CountAll counts every request, denied ones too (ParseLimit's
+	// "count all"), as Cloudflare's counters and envoyproxy/ratelimit's
+	// do: a client over the limit stays limited while it keeps sending,
+	// instead of being let through again as the window slides. For the
+	// fixed window and the sliding window counter; stores decide such a
+	// request as a forced one (Request.Forced). Default false: only
+	// admitted requests count ("count admitted").
+	CountAll bool
 }
 
 // PerSecond returns a Limit of n events per second with the default algorithm.
@@ -143,6 +151,8 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("%w: period %v exceeds %v", ErrInvalidLimit, l.Period, MaxSpan)
 	case l.Period%time.Microsecond != 0:
 		return fmt.Errorf("%w: period %v is not a whole number of microseconds", ErrInvalidLimit, l.Period)
+	case l.CountAll && l.Algorithm != FixedWindow && l.Algorithm != SlidingWindow:
+		return fmt.Errorf("%w: count all is for fixed_window and sliding_window, not %v", ErrInvalidLimit, l.Algorithm.Resolved())
 	case l.Algorithm == SlidingLog && l.Rate > MaxSlidingLogRate:
 		return fmt.Errorf("%w: rate %d exceeds %d for sliding_log, which stores one entry per request", ErrInvalidLimit, l.Rate, MaxSlidingLogRate)
 	}
@@ -165,6 +175,9 @@ func (l Limit) String() string {
 	if l.Burst != 0 {
 		b.WriteString(" burst ")
 		b.WriteString(strconv.FormatInt(l.Burst, 10))
+	}
+	if l.CountAll {
+		b.WriteString(" count all")
 	}
 	return b.String()
 }
@@ -189,8 +202,9 @@ var periodUnits = []struct {
 	{"ms", time.Millisecond}, {"us", time.Microsecond},
 }
 
-// ParseLimit reads a Limit written as "[algorithm] rate/period [burst n]":
-// "100/1m", "10/s", "5000/1h burst 200", "token_bucket 10/s burst 50".
+// ParseLimit reads a Limit written as "[algorithm] rate/period [burst n]
+// [count all|admitted]": "100/1m", "10/s", "5000/1h burst 200",
+// "token_bucket 10/s burst 50", "sliding_window 10/s count all".
 // The period is a count and a unit (us, ms, s, m, h, d) with the count
 // optional, or any time.ParseDuration string. The result is validated.
 func ParseLimit(s string) (Limit, error) {
@@ -207,8 +221,8 @@ func ParseLimit(s string) (Limit, error) {
 		l.Algorithm = a
 		fields = fields[1:]
 	}
-	if len(fields) != 1 && len(fields) != 3 {
-		return l, fmt.Errorf("%w: %q: want [algorithm] rate/period [burst n]", ErrInvalidLimit, s)
+	if len(fields) != 1 && len(fields) != 3 && len(fields) != 5 {
+		return l, fmt.Errorf("%w: %q: want [algorithm] rate/period [burst n] [count all|admitted]", ErrInvalidLimit, s)
 	}
 	rate, period, ok := strings.Cut(fields[0], "/")
 	if !ok {
@@ -221,15 +235,19 @@ func ParseLimit(s string) (Limit, error) {
 	if l.Period, err = parsePeriod(period); err != nil {
 		return l, fmt.Errorf("%w: %q: %v", ErrInvalidLimit, s, err)
 	}
-	if len(fields) == 3 {
-		if fields[1] != "burst" {
-			return l, fmt.Errorf("%w: %q: want \"burst n\" after the rate, got %q", ErrInvalidLimit, s, fields[1])
-		}
-		if l.Burst, err = strconv.ParseInt(fields[2], 10, 64); err != nil {
-			return l, fmt.Errorf("%w: %q: burst %q is not an integer", ErrInvalidLimit, s, fields[2])
-		}
-		if l.Burst == 0 {
-			return l, fmt.Errorf("%w: %q: burst must be positive", ErrInvalidLimit, s)
+	for i := 1; i+1 < len(fields); i += 2 {
+		switch word, arg := fields[i], fields[i+1]; {
+		case word == "burst" && l.Burst == 0:
+			if l.Burst, err = strconv.ParseInt(arg, 10, 64); err != nil {
+				return l, fmt.Errorf("%w: %q: burst %q is not an integer", ErrInvalidLimit, s, arg)
+			}
+			if l.Burst == 0 {
+				return l, fmt.Errorf("%w: %q: burst must be positive", ErrInvalidLimit, s)
+			}
+		case word == "count" && (arg == "all" || arg == "admitted"):
+			l.CountAll = arg == "all"
+		default:
+			return l, fmt.Errorf("%w: %q: want \"burst n\" or \"count all|admitted\" after the rate, got %q", ErrInvalidLimit, s, word+" "+arg)
 		}
 	}
 	if err := l.Validate(); err != nil {

@@ -116,3 +116,23 @@ func FuzzParseLimit(f *testing.F) {
 		}
 	})
 }
+
+// "count all" reads, prints back, and is only for the window counters.
+func TestParseLimitCountAll(t *testing.T) {
+	for in, want := range map[string]string{
+		"sliding_window 10/s count all":         "sliding_window 10/s count all",
+		"fixed_window 5/1m count admitted":      "fixed_window 5/m",
+		"sliding_window 10/s burst 3 count all": "sliding_window 10/s burst 3 count all",
+		"sliding_window 10/s count all burst 3": "sliding_window 10/s burst 3 count all",
+	} {
+		l, err := sluice.ParseLimit(in)
+		if err != nil || l.String() != want {
+			t.Errorf("%q: %v, %v; want %q", in, l, err, want)
+		}
+	}
+	for _, in := range []string{"gcra 10/s count all", "10/s count all", "fixed_window 10/s count some", "fixed_window 10/s count"} {
+		if _, err := sluice.ParseLimit(in); err == nil {
+			t.Errorf("%q accepted", in)
+		}
+	}
+}

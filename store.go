@@ -73,6 +73,11 @@ type Request struct {
 	Now time.Time
 }
 
+// Forced reports whether r's cost is recorded even when it does not fit:
+// r.Force, or a limit that counts every request (Limit.CountAll). Stores
+// decide by it, not by Force alone.
+func (r *Request) Forced() bool { return r.Force || r.Limit.CountAll }
+
 // Validate reports why r cannot be decided, or nil.
 func (r *Request) Validate() error {
 	if err := r.Limit.Validate(); err != nil {

@@ -592,6 +592,7 @@ type limitYAML struct {
 	Rate      int64         `yaml:"rate"`
 	Period    time.Duration `yaml:"period"`
 	Burst     int64         `yaml:"burst"`
+	Count     string        `yaml:"count"` // all or admitted
 }
 
 // limit reads "100/1m" (ParseLimit) or a mapping of algorithm, rate,
@@ -606,7 +607,10 @@ func (c *checker) limit(n *yaml.Node, field string) sluice.Limit {
 	}
 	var y limitYAML
 	m := c.decodeInto(n, field, &y)
-	l := sluice.Limit{Rate: y.Rate, Period: y.Period, Burst: y.Burst}
+	l := sluice.Limit{Rate: y.Rate, Period: y.Period, Burst: y.Burst, CountAll: y.Count == "all"}
+	if y.Count != "" && y.Count != "all" && y.Count != "admitted" {
+		c.add(cmp.Or(m["count"], n), field+".count", "%q: want all or admitted", y.Count)
+	}
 	if y.Algorithm != "" {
 		a, err := sluice.ParseAlgorithm(y.Algorithm)
 		if err != nil {

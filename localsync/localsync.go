@@ -55,6 +55,11 @@ type Options struct {
 	Clock func() time.Time
 }
 
+// ErrCountAll is returned for a limit that counts every request
+// (sluice.Limit.CountAll): local-sync counts admissions locally and pushes
+// them, and a client's refused requests would need the same path to count.
+var ErrCountAll = errors.New("localsync: count all is not supported: use the shared store directly")
+
 // ErrLeakyBucket is returned for a leaky bucket limit: shaping needs the
 // central queue.
 var ErrLeakyBucket = errors.New("localsync: the leaky bucket shapes through one central queue; use the shared store directly")
@@ -202,6 +207,9 @@ func (s *Store) decideLocked(req *sluice.Request) (sluice.Decision, *entry, erro
 	}
 	if req.Limit.Algorithm.Resolved() == sluice.LeakyBucket {
 		return sluice.Decision{}, nil, ErrLeakyBucket
+	}
+	if req.Limit.CountAll {
+		return sluice.Decision{}, nil, ErrCountAll
 	}
 	now := req.Now
 	if now.IsZero() {

@@ -226,7 +226,7 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64) (outcome,
 			return outcomeOf(report(alg, req, &c.params, now, old)), true // a peek writes nothing
 		}
 		next, ok := algorithm.Admit(alg, old, &c.params, now, req.Cost)
-		if !ok && !req.Force {
+		if !ok && !req.Forced() {
 			// A denial writes nothing: reported on the state it saw.
 			return outcomeOf(report(alg, req, &c.params, now, old)), true
 		}
@@ -241,7 +241,7 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64) (outcome,
 	if !ok {
 		return outcome{}, false
 	}
-	if req.Cost > 0 && !req.Force {
+	if req.Cost > 0 && !req.Forced() {
 		// Hold the lock for the admission alone, and report after.
 		next, allowed := algorithm.Admit(alg, st, &c.params, now, req.Cost)
 		if !allowed {

@@ -181,7 +181,7 @@ func (sh *shard) decide(req *sluice.Request, now int64, p *pending) error {
 			}
 		}
 		p.drop, p.res, p.logAt = algorithm.TakeLog(p.log, &c.params, now, req.Cost)
-		p.forced = req.Force && req.Cost > 0
+		p.forced = req.Forced() && req.Cost > 0
 		if p.forced && !p.res.Allowed {
 			p.res = algorithm.Result{RetryAfter: p.res.RetryAfter, ResetAfter: p.logAt + c.params.Period - now}
 		}
@@ -205,7 +205,7 @@ func decideState(alg sluice.Algorithm, req *sluice.Request, params *algorithm.Pa
 		return
 	}
 	p.s, p.res = algorithm.Status(alg, p.old, params, now, req.Cost)
-	p.forced = req.Force
+	p.forced = req.Forced()
 	if p.forced && !p.res.Allowed {
 		// Record it anyway: what remains is nothing, until the debt is paid.
 		p.s = algorithm.Apply(alg, p.old, params, now, req.Cost)

@@ -265,7 +265,7 @@ func (s *Store) encode(now string, calls []*call) []string {
 		for i := range c.reqs {
 			r := &c.reqs[i]
 			cost := r.Cost
-			if r.Force && cost > 0 {
+			if r.Forced() && cost > 0 {
 				cost = -cost
 			}
 			args = append(args, intArg(int64(limitIndex(limits, r.Limit))), intArg(cost))

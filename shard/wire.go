@@ -56,7 +56,7 @@ type wireResult struct {
 }
 
 func toWire(r sluice.Request) wireRequest {
-	w := wireRequest{Key: r.Key, Algorithm: r.Limit.Algorithm, Rate: r.Limit.Rate, Period: r.Limit.Period, Burst: r.Limit.Burst, Cost: r.Cost, Force: r.Force}
+	w := wireRequest{Key: r.Key, Algorithm: r.Limit.Algorithm, Rate: r.Limit.Rate, Period: r.Limit.Period, Burst: r.Limit.Burst, Cost: r.Cost, Force: r.Forced()}
 	if !r.Now.IsZero() {
 		w.NowUnixUS = r.Now.UnixMicro()
 	}
