@@ -241,15 +241,18 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64) (outcome,
 	if !ok {
 		return outcome{}, false
 	}
-	if req.Cost > 0 && !req.Forced() {
-		// Hold the lock for the admission alone, and report after.
+	if req.Cost > 0 {
+		// Hold the lock for the admission alone, and report after. A
+		// forced request that fits is an admission like any other.
 		next, allowed := algorithm.Admit(alg, st, &c.params, now, req.Cost)
-		if !allowed {
+		if allowed {
+			e.unlock(next, swaps)
+			return admitted(algorithm.Admitted(alg, st, next, &c.params, now)), true
+		}
+		if !req.Forced() {
 			e.unlock(st, swaps)
 			return outcomeOf(report(alg, req, &c.params, now, st)), true // the denial's, on the state it saw
 		}
-		e.unlock(next, swaps)
-		return admitted(algorithm.Admitted(alg, st, next, &c.params, now)), true
 	}
 	p := pending{old: st}
 	decideState(alg, req, &c.params, now, &p)

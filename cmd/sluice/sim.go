@@ -19,7 +19,9 @@ func simCmd(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	algs := fs.String("algorithms", "all", "comma-separated algorithms to compare, or all")
 	limitS := fs.String("limit", "10/1s", "the limit every algorithm enforces, as rate/period [burst n]")
-	shape := fs.String("traffic", "boundary", "traffic shape: steady, poisson, onoff, boundary, zipf, or trace (with -trace)")
+	shape := fs.String("traffic", "boundary", "traffic shape: steady, poisson, onoff, boundary, zipf, benign (many sources, -over of them bursting), or trace (with -trace)")
+	sources := fs.Int("sources", 20_000, "benign: number of sources")
+	overS := fs.String("over", "0.1%", "benign: the share of sources that burst over the limit, such as 0.1% or 0.001")
 	dur := fs.Duration("duration", 10*time.Second, "simulated time (steady, poisson, onoff); zipf sends -requests")
 	rate := fs.Float64("rate", 20, "requests per second over all clients (steady, poisson, onoff, zipf)")
 	clients := fs.Int("clients", 1, "number of clients")
@@ -87,6 +89,13 @@ func simCmd(args []string, stdout, stderr io.Writer) int {
 		}
 	case "zipf":
 		newTraffic = func() (sim.Traffic, error) { return sim.Zipf(*requests, *rate, max(*clients, 2), *zipfS, *seed), nil }
+	case "benign":
+		over, err := parseShare(*overS)
+		if err != nil {
+			fmt.Fprintln(stderr, "sluice sim: -over:", err)
+			return 2
+		}
+		newTraffic = func() (sim.Traffic, error) { return sim.Benign(limit, *sources, over, *dur, *seed), nil }
 	case "trace":
 		newTraffic = func() (sim.Traffic, error) {
 			f, err := os.ReadFile(*trace)
@@ -128,6 +137,30 @@ func simCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprint(stdout, "\nsub-windows against the exact log:\n\n")
 		sim.FormatAccuracy(stdout, accuracy)
 	}
+	if *shape == "benign" {
+		// Cloudflare's measure: one stream, every request counted, each
+		// decision compared with the exact count's.
+		var prs []sim.PerRequest
+		for _, alg := range []sluice.Algorithm{sluice.SlidingWindow, sluice.FixedWindow} {
+			for _, all := range []bool{true, false} {
+				l := limit
+				l.Algorithm, l.CountAll, l.Burst = alg, all, 0
+				traffic, err := newTraffic()
+				if err == nil {
+					var p sim.PerRequest
+					if p, err = sim.MeasurePerRequest(l, traffic); err == nil {
+						prs = append(prs, p)
+					}
+				}
+				if err != nil {
+					fmt.Fprintln(stderr, "sluice sim:", err)
+					return 1
+				}
+			}
+		}
+		fmt.Fprint(stdout, "\nper request, against the exact count of every request (Cloudflare's measure):\n\n")
+		sim.FormatPerRequest(stdout, prs)
+	}
 	if *out != "" {
 		b := *bin
 		if b <= 0 {
@@ -140,4 +173,18 @@ func simCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, "\nplot:", *out)
 	}
 	return 0
+}
+
+// parseShare reads a share as a percentage ("0.1%") or a fraction
+// ("0.001"), between 0 and 1.
+func parseShare(s string) (float64, error) {
+	pct := strings.HasSuffix(s, "%")
+	v, err := strconv.ParseFloat(strings.TrimSuffix(s, "%"), 64)
+	if pct {
+		v /= 100
+	}
+	if err != nil || v < 0 || v > 1 {
+		return 0, fmt.Errorf("%q: want a share such as 0.1%% or 0.001", s)
+	}
+	return v, nil
 }
