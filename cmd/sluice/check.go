@@ -14,7 +14,7 @@ import (
 func check(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("check", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	addr := fs.String("addr", env("SLUICE_HTTP_ADDR", "127.0.0.1:8080"), "the service's HTTP address (env SLUICE_HTTP_ADDR)")
+	addr := fs.String("addr", "127.0.0.1:8080", "the service's HTTP address")
 	policy := fs.String("policy", "", "policy name (or -domain with -descriptor)")
 	key := fs.String("key", "", "the key to check under the policy")
 	cost := fs.Int64("cost", 1, "events to take; 0 peeks")
@@ -24,8 +24,8 @@ func check(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: sluice check -policy NAME -key KEY [-cost N] | -domain D -descriptor k=v[,k=v]\n\nSends one check to a running service and prints the decision; exits 0 allowed, 1 denied, 2 on error.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if _, code := parseFlags(fs, args, stderr); code >= 0 {
+		return code
 	}
 	var body []byte
 	path := "/v1/check"

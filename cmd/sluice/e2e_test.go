@@ -40,7 +40,9 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	binary = filepath.Join(dir, "sluice")
-	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+	// -buildvcs=true: the binary names its commit, as a release's does,
+	// whatever GOFLAGS says here.
+	if out, err := exec.Command("go", "build", "-buildvcs=true", "-o", binary, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building sluice: %v\n%s", err, out)
 		os.Exit(1)
 	}
@@ -873,4 +875,51 @@ func TestProxyReloadsUnderLoad(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == 429
 	})
+}
+
+// sluice version names the commit it was built from, and the service
+// serves sluice_build_info with it.
+func TestVersionNamesTheCommit(t *testing.T) {
+	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
+	if err != nil {
+		t.Skip("not in a git work tree")
+	}
+	rev := strings.TrimSpace(string(head))
+	out, err := exec.Command(binary, "version").Output()
+	if err != nil || !strings.Contains(string(out), "commit "+rev[:12]) {
+		t.Fatalf("sluice version: %q, %v; want commit %s", out, err, rev[:12])
+	}
+	p := start(t, nil)
+	resp, err := http.Get("http://" + p.http + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `sluice_build_info{goversion="go`) || !strings.Contains(string(body), `revision="`+rev+`"`) {
+		t.Fatalf("no sluice_build_info with the revision in /metrics")
+	}
+}
+
+// With -log-format json every line the service writes is JSON, the
+// startup record included.
+func TestJSONLogsOnly(t *testing.T) {
+	p := start(t, nil, "-log-format", "json")
+	http.Get("http://" + p.http + "/healthz")
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	p.cmd.Wait()
+	lines := strings.Split(strings.TrimSpace(p.out.String()), "\n")
+	sawStart := false
+	for _, l := range lines {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(l), &rec); err != nil {
+			t.Fatalf("a line that is not JSON: %q", l)
+		}
+		if rec["msg"] == "sluice serving" && rec["http"] == p.http {
+			sawStart = true
+		}
+	}
+	if !sawStart {
+		t.Fatalf("no startup record in:\n%s", p.out)
+	}
 }

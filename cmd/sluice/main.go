@@ -7,21 +7,22 @@
 //	sluice config validate  check a policy file
 //	sluice version
 //
-// Every flag has a SLUICE_* environment variable; `sluice CMD -h` lists them.
+// Every flag has an environment variable, SLUICE_ and its name in upper
+// case with "_" for "-" (-shutdown-timeout: SLUICE_SHUTDOWN_TIMEOUT);
+// `sluice CMD -h` lists them. The command line wins.
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
 	"strings"
-	"time"
-)
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+	"github.com/sluicehq/sluice/internal/buildinfo"
+)
 
 func main() {
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
@@ -43,12 +44,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return simCmd(args[1:], stdout, stderr)
 	case "config":
 		if len(args) < 2 || args[1] != "validate" {
-			fmt.Fprintln(stderr, "usage: sluice config validate FILE")
+			fmt.Fprintln(stderr, "usage: sluice config validate FILE|DIR")
 			return 2
 		}
 		return validate(args[2:], stdout, stderr)
 	case "version", "-version", "--version":
-		fmt.Fprintln(stdout, "sluice", version)
+		fmt.Fprintln(stdout, "sluice", buildinfo.Read())
 		return 0
 	case "-h", "-help", "--help", "help":
 		usage(stdout)
@@ -75,27 +76,48 @@ Run 'sluice COMMAND -h' for a command's flags.
 }
 
 // env returns the environment variable name, or def.
-func env(name, def string) string {
-	if v, ok := os.LookupEnv(name); ok {
-		return v
-	}
-	return def
+// envName is a flag's environment variable, by the one rule every flag
+// follows: SLUICE_ and the flag's name in upper case, "-" as "_"
+// (-shutdown-timeout: SLUICE_SHUTDOWN_TIMEOUT).
+func envName(flag string) string {
+	return "SLUICE_" + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
 }
 
-// durationVar registers a duration flag whose default comes from the
-// environment variable envName when it is set; a value there that does
-// not parse is an error, as the same value given as the flag would be.
-func durationVar(fs *flag.FlagSet, p *time.Duration, name, envName string, def time.Duration, usage string) error {
-	*p = def
-	if v, ok := os.LookupEnv(envName); ok {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			return fmt.Errorf("%s=%q is not a duration, such as 10s", envName, v)
+// parseFlags sets each flag of fs from its environment variable (envName),
+// then parses args over them, so that the command line wins; each flag's
+// help names its variable. It returns the flags given on the command line
+// and -1 to go on, or the exit code: 0 after -h, 2 for a bad flag or
+// variable (said once, prefixed by the command).
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) (map[string]bool, int) {
+	var bad error
+	fs.VisitAll(func(f *flag.Flag) {
+		name := envName(f.Name)
+		f.Usage += " (env " + name + ")"
+		if v, ok := os.LookupEnv(name); ok && bad == nil {
+			if err := f.Value.Set(v); err != nil {
+				bad = fmt.Errorf("%s=%q: %v", name, v, err)
+			}
 		}
-		*p = d
+	})
+	if bad != nil {
+		fmt.Fprintf(stderr, "sluice %s: %v\n", fs.Name(), bad)
+		return nil, 2
 	}
-	fs.DurationVar(p, name, *p, usage)
-	return nil
+	switch err := fs.Parse(args); {
+	case errors.Is(err, flag.ErrHelp):
+		return nil, 0
+	case err != nil:
+		return nil, 2 // the flag package said why
+	}
+	cli := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) {
+		for _, a := range args {
+			if n := strings.TrimLeft(a, "-"); a != n && (n == f.Name || strings.HasPrefix(n, f.Name+"=")) {
+				cli[f.Name] = true
+			}
+		}
+	})
+	return cli, -1
 }
 
 func logger(level, format string, w io.Writer) (*slog.Logger, error) {

@@ -19,6 +19,7 @@ import (
 	"github.com/sluicehq/sluice"
 
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/buildinfo"
 	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/internal/server"
 )
@@ -29,10 +30,10 @@ type common struct {
 }
 
 func (c *common) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.config, "config", env("SLUICE_CONFIG", ""), "policy file (env SLUICE_CONFIG); empty: the embedded default")
-	fs.StringVar(&c.redis, "redis", env("SLUICE_REDIS_URL", ""), "Redis URL, overriding the config's store (env SLUICE_REDIS_URL): redis://, rediss://, redis-sentinel://")
-	fs.StringVar(&c.logLevel, "log-level", env("SLUICE_LOG_LEVEL", "info"), "debug, info, warn or error (env SLUICE_LOG_LEVEL)")
-	fs.StringVar(&c.logFormat, "log-format", env("SLUICE_LOG_FORMAT", "text"), "text or json (env SLUICE_LOG_FORMAT)")
+	fs.StringVar(&c.config, "config", "", "policy file or directory; empty: the embedded default")
+	fs.StringVar(&c.redis, "redis", "", "Redis URL, overriding the config's store: redis://, rediss://, redis-sentinel://")
+	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
 }
 
 func serve(args []string, stdout, stderr io.Writer) int {
@@ -40,23 +41,20 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var c common
 	c.register(fs)
-	httpAddr := fs.String("http", env("SLUICE_HTTP_ADDR", "127.0.0.1:8080"), "HTTP listen address: /v1/check, /json, /metrics, /healthz, /readyz (env SLUICE_HTTP_ADDR)")
-	grpcAddr := fs.String("grpc", env("SLUICE_GRPC_ADDR", "127.0.0.1:8081"), "gRPC listen address: Envoy RLS v3, health, reflection (env SLUICE_GRPC_ADDR)")
-	adminAddr := fs.String("admin", env("SLUICE_ADMIN_ADDR", "127.0.0.1:8082"), "admin API listen address; starts only with a token (env SLUICE_ADMIN_ADDR)")
-	token := fs.String("admin-token", env("SLUICE_ADMIN_TOKEN", ""), "admin API bearer token, overriding the config's (env SLUICE_ADMIN_TOKEN); on the command line it shows in ps: prefer -admin-token-file")
+	httpAddr := fs.String("http", "127.0.0.1:8080", "HTTP listen address: /v1/check, /json, /metrics, /healthz, /readyz")
+	grpcAddr := fs.String("grpc", "127.0.0.1:8081", "gRPC listen address: Envoy RLS v3, health, reflection")
+	adminAddr := fs.String("admin", "127.0.0.1:8082", "admin API listen address; starts only with a token")
+	token := fs.String("admin-token", "", "admin API bearer token, overriding the config's; on the command line it shows in ps: prefer -admin-token-file or the variable")
 	envoyEnvFlag := fs.Bool("envoy-env", false, "start from envoyproxy/ratelimit's environment: RUNTIME_ROOT and the rest for the config directory, HOST/PORT, GRPC_HOST/GRPC_PORT, DEBUG_HOST/DEBUG_PORT, REDIS_*, LOG_*, SHADOW_MODE, LIMIT_RESPONSE_HEADERS_ENABLED (docs/envoy.md)")
-	tokenFile := fs.String("admin-token-file", env("SLUICE_ADMIN_TOKEN_FILE", ""), "file holding the admin API bearer token (env SLUICE_ADMIN_TOKEN_FILE), such as a mounted secret")
-	drain := new(time.Duration)
-	if err := durationVar(fs, drain, "shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT", 10*time.Second, "how long draining and in-flight checks may take on SIGINT or SIGTERM (env SLUICE_SHUTDOWN_TIMEOUT)"); err != nil {
-		fmt.Fprintln(stderr, "sluice serve:", err)
-		return 2
-	}
+	tokenFile := fs.String("admin-token-file", "", "file holding the admin API bearer token, such as a mounted secret")
+	drain := fs.Duration("shutdown-timeout", 10*time.Second, "how long draining and in-flight checks may take on SIGINT or SIGTERM")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sluice serve [flags]\n\nRuns the rate-limit service. With no flags: the embedded policy file and the memory store.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	cli, code := parseFlags(fs, args, stderr)
+	if code >= 0 {
+		return code
 	}
 	var envoy *config.Envoy
 	var debugAddr string
@@ -69,7 +67,8 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		}
 		set := map[string]bool{}
 		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
-		// Flags given on the command line win over the environment.
+		// Flags given on the command line (or as SLUICE_* variables) win
+		// over envoyproxy/ratelimit's environment.
 		for name, p := range map[string]*string{"config": &c.config, "redis": &c.redis, "http": httpAddr, "grpc": grpcAddr, "log-format": &c.logFormat} {
 			if !set[name] {
 				*p = map[string]string{"config": ee.config, "redis": ee.redis, "http": ee.http, "grpc": ee.grpc, "log-format": ee.logFormat}[name]
@@ -94,11 +93,9 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if len(ee.ineffective) > 0 {
 		log.Info("-envoy-env: these variables are read and have nothing to do in sluice", "variables", strings.Join(ee.ineffective, "; "))
 	}
-	fs.Visit(func(f *flag.Flag) {
-		if f.Name == "admin-token" {
-			log.Warn("the admin token given with -admin-token shows in ps and in shell history; use -admin-token-file or SLUICE_ADMIN_TOKEN")
-		}
-	})
+	if cli["admin-token"] {
+		log.Warn("the admin token given with -admin-token shows in ps and in shell history; use -admin-token-file or SLUICE_ADMIN_TOKEN")
+	}
 	if *tokenFile != "" {
 		data, err := os.ReadFile(*tokenFile)
 		if err != nil || strings.TrimSpace(string(data)) == "" {
@@ -124,21 +121,14 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if source == "" {
 		source = config.DefaultName
 	}
-	fmt.Fprintf(stdout, `sluice %s serving
-  policies   %s
-  store      %s
-  HTTP       http://%s   (POST /v1/check, POST /json, GET /metrics, /healthz, /readyz)
-  gRPC       %s          (sluice.v1.CheckService, envoy.service.ratelimit.v3.RateLimitService, grpc.health.v1)
-`, version, source, srv.StoreType(), a.HTTP, a.GRPC)
-	if a.Admin != "" {
-		fmt.Fprintf(stdout, "  admin      http://%s   (bearer token required)\n", a.Admin)
-	} else {
-		fmt.Fprintln(stdout, "  admin      off (set admin.token or SLUICE_ADMIN_TOKEN)")
+	build := buildinfo.Read()
+	log.Info("sluice serving", "version", build.Version, "revision", build.Revision, "modified", build.Modified, "go", build.Go,
+		"http", a.HTTP, "grpc", a.GRPC, "admin", a.Admin, "store", srv.StoreType(), "config", source,
+		"policies", len(srv.Config().Policies), "domains", len(srv.Config().Domains))
+	if c.logFormat != "json" {
+		// With JSON logs every line is JSON: the record above says it all.
+		banner(stdout, build, source, srv.StoreType(), a)
 	}
-	fmt.Fprintf(stdout, `Try it:
-  curl -s http://%s/v1/check -H 'Content-Type: application/json' -d '{"checks":[{"policy":"default","key":"alice"}]}'
-  sluice check -addr %s -policy default -key alice
-`, a.HTTP, a.HTTP)
 
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
@@ -159,19 +149,15 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var c common
 	c.register(fs)
-	listen := fs.String("listen", env("SLUICE_PROXY_ADDR", "127.0.0.1:8090"), "listen address (env SLUICE_PROXY_ADDR)")
-	upstream := fs.String("upstream", env("SLUICE_UPSTREAM", ""), "upstream URL to forward allowed requests to (env SLUICE_UPSTREAM); required")
-	drain := new(time.Duration)
-	if err := durationVar(fs, drain, "shutdown-timeout", "SLUICE_SHUTDOWN_TIMEOUT", 10*time.Second, "how long in-flight requests may take to finish on SIGINT or SIGTERM (env SLUICE_SHUTDOWN_TIMEOUT)"); err != nil {
-		fmt.Fprintln(stderr, "sluice proxy:", err)
-		return 2
-	}
+	listen := fs.String("listen", "127.0.0.1:8090", "listen address")
+	upstream := fs.String("upstream", "", "upstream URL to forward allowed requests to; required")
+	drain := fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish on SIGINT or SIGTERM")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sluice proxy -upstream URL [flags]\n\nA reverse proxy applying the policy file's policies (match, key, shape) to what it forwards.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if _, code := parseFlags(fs, args, stderr); code >= 0 {
+		return code
 	}
 	u, err := url.Parse(*upstream)
 	if *upstream == "" || err != nil || u.Host == "" {
@@ -245,8 +231,12 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 func validate(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
+		fmt.Fprintln(stdout, "usage: sluice config validate FILE|DIR\n\nChecks a policy file, or a directory of them, and lists every problem as file:line:column: field: problem; exits 0 when valid, 1 when not.")
+		return 0
+	}
 	if len(args) != 1 {
-		fmt.Fprintln(stderr, "usage: sluice config validate FILE")
+		fmt.Fprintln(stderr, "usage: sluice config validate FILE|DIR")
 		return 2
 	}
 	cfg, err := config.Load(args[0])
@@ -256,4 +246,24 @@ func validate(args []string, stdout, stderr io.Writer) int {
 	}
 	fmt.Fprintf(stdout, "%s: ok: %d policies, %d domains, %s store\n", args[0], len(cfg.Policies), len(cfg.Domains), cfg.Store.Type())
 	return 0
+}
+
+// banner tells a person at a terminal where the service listens and how
+// to try it.
+func banner(stdout io.Writer, build buildinfo.Info, source, store string, a server.Addrs) {
+	fmt.Fprintf(stdout, `sluice %s serving
+  policies   %s
+  store      %s
+  HTTP       http://%s   (POST /v1/check, POST /json, GET /metrics, /healthz, /readyz)
+  gRPC       %s          (sluice.v1.CheckService, envoy.service.ratelimit.v3.RateLimitService, grpc.health.v1)
+`, build, source, store, a.HTTP, a.GRPC)
+	if a.Admin != "" {
+		fmt.Fprintf(stdout, "  admin      http://%s   (bearer token required)\n", a.Admin)
+	} else {
+		fmt.Fprintln(stdout, "  admin      off (set admin.token or SLUICE_ADMIN_TOKEN)")
+	}
+	fmt.Fprintf(stdout, `Try it:
+  curl -s http://%s/v1/check -H 'Content-Type: application/json' -d '{"checks":[{"policy":"default","key":"alice"}]}'
+  sluice check -addr %s -policy default -key alice
+`, a.HTTP, a.HTTP)
 }

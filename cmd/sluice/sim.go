@@ -36,8 +36,8 @@ func simCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: sluice sim [flags]\n\nRuns algorithms side by side on the same traffic in simulated time and prints what each admitted.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if _, code := parseFlags(fs, args, stderr); code >= 0 {
+		return code
 	}
 	limit, err := sluice.ParseLimit(*limitS)
 	if err != nil {

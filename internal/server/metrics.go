@@ -1,10 +1,13 @@
 package server
 
 import (
+	"strconv"
 	"sync"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/sluicehq/sluice/internal/buildinfo"
 )
 
 // metrics are the service's Prometheus collectors, on their own registry.
@@ -77,7 +80,12 @@ func newMetrics() *metrics {
 			Help: "Config reloads by result: success or failure.",
 		}, []string{"result"}),
 	}
-	m.reg.MustRegister(m.checks, m.latency, m.storeLatency, m.storeErrors, m.reloads, m.descriptors,
+	build := buildinfo.Read()
+	info := prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "sluice_build_info", Help: "1, labelled with the build: module version, VCS revision, whether the tree was modified, Go version.",
+	}, []string{"version", "revision", "modified", "goversion"})
+	info.WithLabelValues(build.Version, build.Revision, strconv.FormatBool(build.Modified), build.Go).Set(1)
+	m.reg.MustRegister(info, m.checks, m.latency, m.storeLatency, m.storeErrors, m.reloads, m.descriptors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
