@@ -71,6 +71,7 @@ type Server struct {
 	// inflight counts checks being decided and answered, for Shutdown.
 	inflight atomic.Int64
 	logs     *sample.Sampler // sampled lines: unknown domains
+	tracing  *tracing        // nil when OTEL_* asks for no traces
 
 	mu        sync.Mutex // guards the listeners below
 	httpSrv   *http.Server
@@ -107,6 +108,10 @@ func New(opts Options) (*Server, error) {
 	if err := s.openStore(cfg); err != nil {
 		return nil, err
 	}
+	if s.tracing, err = newTracing(context.Background()); err != nil {
+		s.closer()
+		return nil, err
+	}
 	if err := s.openGuard(cfg); err != nil {
 		s.closer()
 		return nil, err
@@ -123,7 +128,11 @@ func (s *Server) openGuard(cfg *config.Config) error {
 		local = memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
 	}
 	m := s.metrics
-	g, err := sluice.NewGuard(s.store, sluice.GuardOptions{
+	store := s.store
+	if s.tracing != nil {
+		store = tracedStore{Store: store, tracer: s.tracing.tracer}
+	}
+	g, err := sluice.NewGuard(store, sluice.GuardOptions{
 		Timeout: cfg.Store.Timeout, Local: local, Instances: cfg.Store.Instances, Logger: s.log,
 		OnStoreCall: func(took time.Duration, err error) {
 			m.storeLatency.Observe(took.Seconds())
@@ -232,10 +241,10 @@ func (s *Server) Start() error {
 	}
 	s.addrs = Addrs{HTTP: hl.Addr().String(), GRPC: gl.Addr().String()}
 
-	s.httpSrv = HTTPServer(s.httpHandler(), lim, false, s.log)
+	s.httpSrv = HTTPServer(s.tracing.httpHandler(s.httpHandler()), lim, false, s.log)
 	go s.serveHTTP(s.httpSrv, hl)
 
-	s.grpcSrv = grpc.NewServer(grpcOptions(lim)...)
+	s.grpcSrv = grpc.NewServer(append(grpcOptions(lim), s.tracing.grpcOptions()...)...)
 	rlspb.RegisterRateLimitServiceServer(s.grpcSrv, &rls{s: s})
 	sluicev1.RegisterCheckServiceServer(s.grpcSrv, &native{s: s})
 	if _, ok := s.store.(*shard.Store); ok {
@@ -338,6 +347,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
+	s.tracing.shutdown(ctx)
 	s.closer()
 	if n := s.inflight.Load(); n > 0 {
 		return fmt.Errorf("%d checks were cut before they were answered", n)
