@@ -51,6 +51,7 @@ type Config struct {
 	Store          Store
 	Listeners      Listeners
 	Envoy          Envoy
+	Metrics        Metrics
 	TrustedProxies []string // CIDRs whose X-Forwarded-For the proxy trusts
 	Admin          Admin
 	Policies       []*Policy
@@ -155,6 +156,14 @@ type Envoy struct {
 	ShadowMode bool
 }
 
+// Metrics configures what the service counts beyond results.
+type Metrics struct {
+	// NearLimitRatio: an allowed check with at most 1 - NearLimitRatio of
+	// its limit left counts as near the limit (envoyproxy/ratelimit's
+	// NEAR_LIMIT_RATIO). Default 0.8.
+	NearLimitRatio float64
+}
+
 // Admin configures the admin API.
 type Admin struct {
 	Token string // required for the admin API to start (or SLUICE_ADMIN_TOKEN)
@@ -238,7 +247,7 @@ func loadDir(dir string) (*Config, error) {
 	if cfg == nil {
 		cfg = &Config{File: dir, Domains: map[string]*Domain{}}
 		cfg.Store = (&checker{}).store(nil, defaults.store)
-		cfg.Listeners, cfg.Envoy = Listeners(defaults.listeners), Envoy(defaults.envoy)
+		cfg.Listeners, cfg.Envoy, cfg.Metrics = Listeners(defaults.listeners), Envoy(defaults.envoy), Metrics(defaults.metrics)
 	}
 	for _, c := range domainFiles {
 		for name, d := range c.Domains {
@@ -272,6 +281,7 @@ type fileYAML struct {
 	Store          storeYAML     `yaml:"store"`
 	Listeners      listenersYAML `yaml:"listeners"`
 	Envoy          envoyYAML     `yaml:"envoy"`
+	Metrics        metricsYAML   `yaml:"metrics"`
 	Admin          adminYAML     `yaml:"admin"`
 	Policies       []*yaml.Node  `yaml:"policies"`
 	Domains        []*yaml.Node  `yaml:"domains"`
@@ -305,6 +315,10 @@ type listenersYAML struct {
 	MaxConnections    int           `yaml:"max_connections"`
 	MaxStreams        int           `yaml:"max_streams"`
 	Drain             time.Duration `yaml:"drain"`
+}
+
+type metricsYAML struct {
+	NearLimitRatio float64 `yaml:"near_limit_ratio"`
 }
 
 type envoyYAML struct {
@@ -355,13 +369,16 @@ func Parse(file string, data []byte) (*Config, error) {
 		}
 		cfg.Store = c.store(nil, defaults.store)
 		cfg.Listeners = Listeners(defaults.listeners)
-		cfg.Envoy = Envoy(defaults.envoy)
+		cfg.Envoy, cfg.Metrics = Envoy(defaults.envoy), Metrics(defaults.metrics)
 	} else {
-		f := fileYAML{Store: defaults.store, Listeners: defaults.listeners, Envoy: defaults.envoy}
+		f := fileYAML{Store: defaults.store, Listeners: defaults.listeners, Envoy: defaults.envoy, Metrics: defaults.metrics}
 		m := c.decodeInto(doc, "", &f)
 		cfg.Store = c.store(m["store"], f.Store)
 		cfg.Listeners = c.listeners(m["listeners"], f.Listeners)
-		cfg.Envoy = Envoy(f.Envoy)
+		cfg.Envoy, cfg.Metrics = Envoy(f.Envoy), Metrics(f.Metrics)
+		if r := cfg.Metrics.NearLimitRatio; r <= 0 || r > 1 {
+			c.add(m["metrics"], "metrics.near_limit_ratio", "%v: want a share above 0 and at most 1, such as 0.8", r)
+		}
 		for i, n := range f.TrustedProxies {
 			field := fmt.Sprintf("trusted_proxies[%d]", i)
 			v, _ := c.scalar(n, field)

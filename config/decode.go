@@ -96,6 +96,15 @@ func (c *checker) value(n *yaml.Node, field string, v reflect.Value) {
 			}
 			v.SetInt(i)
 		}
+	case reflect.Float64:
+		if s, ok := c.scalar(n, field); ok {
+			f, err := strconv.ParseFloat(s, 64)
+			if err != nil {
+				c.add(n, field, "%q: want a number", s)
+				return
+			}
+			v.SetFloat(f)
+		}
 	case reflect.Bool:
 		if s, ok := c.scalar(n, field); ok {
 			b, err := strconv.ParseBool(s)

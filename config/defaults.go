@@ -12,8 +12,11 @@ var defaults = struct {
 	store     storeYAML
 	listeners listenersYAML
 	envoy     envoyYAML
+	metrics   metricsYAML
 	policy    policyYAML
 }{
+	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO.
+	metrics: metricsYAML{NearLimitRatio: 0.8},
 	// As envoyproxy/ratelimit: no rate headers unless asked for, and then
 	// under its names.
 	envoy: envoyYAML{LimitHeader: "RateLimit-Limit", RemainingHeader: "RateLimit-Remaining", ResetHeader: "RateLimit-Reset"},

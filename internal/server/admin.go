@@ -109,7 +109,10 @@ func (s *Server) adminKey(w http.ResponseWriter, r *http.Request) {
 	var out []DecisionJSON
 	for _, l := range limits {
 		if r.Method == http.MethodDelete {
-			if err := s.store.Reset(r.Context(), key, l); err != nil {
+			start := time.Now()
+			err := s.store.Reset(r.Context(), key, l)
+			s.metrics.storeCall("reset", time.Since(start), err)
+			if err != nil {
 				problem(w, http.StatusServiceUnavailable, err.Error(), "")
 				return
 			}

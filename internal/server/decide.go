@@ -32,6 +32,35 @@ func inputError(format string, args ...any) error {
 	return fmt.Errorf("%w: %s", errInput, fmt.Sprintf(format, args...))
 }
 
+// subject is what a check is counted under: a policy, or an Envoy domain.
+type subject struct {
+	name   string
+	domain bool
+}
+
+// labels returns the policy and domain labels of the subject's metrics:
+// one of them empty.
+func (s subject) labels() (policy, domain string) {
+	if s.domain {
+		return "", s.name
+	}
+	return s.name, ""
+}
+
+// countNearLimit counts a check allowed with at most the config's
+// near-limit share of its closest limit left (envoyproxy/ratelimit's
+// near_limit): a policy approaching its limit before it denies.
+func (s *Server) countNearLimit(policy, domain string, ds []sluice.Decision, v sluice.Verdict) {
+	if v.Closest < 0 || v.Outcome != sluice.Allowed {
+		return
+	}
+	d := ds[v.Closest]
+	capacity := float64(d.Limit.Capacity())
+	if float64(d.Remaining) <= capacity*(1-s.state().cfg.Metrics.NearLimitRatio) {
+		s.metrics.nearLimit.WithLabelValues(policy, domain).Inc()
+	}
+}
+
 // outcome is the decision for one check or descriptor: every limit's
 // decision and the one closest to its limit.
 type outcome struct {
@@ -54,14 +83,15 @@ func (o *outcome) allowed() bool {
 // Guard, and counts the check once under label. A shadow check's limits
 // are decided as enforced ones that fail open, and its denial is reported,
 // never enforced.
-func (s *Server) decide(ctx context.Context, label, key string, limits []sluice.Limit, cost int64, shadow bool, fail sluice.FailMode) outcome {
+func (s *Server) decide(ctx context.Context, sub subject, key string, limits []sluice.Limit, cost int64, shadow bool, fail sluice.FailMode) outcome {
+	label := sub.name
 	out := outcome{Closest: -1, Shadow: shadow}
 	if len(limits) == 0 {
 		return out
 	}
 	var span trace.Span
 	if s.tracing != nil {
-		ctx, span = s.tracing.check(ctx, label, s.state().cfg.Domains[label] != nil)
+		ctx, span = s.tracing.check(ctx, label, sub.domain)
 		defer func() {
 			span.SetAttributes(attribute.String("sluice.result", out.Result.String()))
 			span.End()
@@ -86,14 +116,16 @@ func (s *Server) decide(ctx context.Context, label, key string, limits []sluice.
 		v.Outcome = sluice.ShadowDenied
 	}
 	out.Result = v.Outcome
-	s.metrics.checks.WithLabelValues(label, v.Outcome.String()).Inc()
+	policy, domain := sub.labels()
+	s.metrics.checks.WithLabelValues(policy, domain, v.Outcome.String()).Inc()
+	s.countNearLimit(policy, domain, ds, v)
 	took := time.Since(start).Seconds()
 	if span != nil && span.SpanContext().IsSampled() {
 		// The check's trace beside its latency, for a dashboard to follow.
-		s.metrics.latency.WithLabelValues(label).(prometheus.ExemplarObserver).ObserveWithExemplar(took,
+		s.metrics.latency.WithLabelValues(policy, domain).(prometheus.ExemplarObserver).ObserveWithExemplar(took,
 			prometheus.Labels{"trace_id": span.SpanContext().TraceID().String()})
 	} else {
-		s.metrics.latency.WithLabelValues(label).Observe(took)
+		s.metrics.latency.WithLabelValues(policy, domain).Observe(took)
 	}
 	switch v.Outcome {
 	case sluice.Invalid:
@@ -119,7 +151,7 @@ func (s *Server) checkPolicy(ctx context.Context, cfg *config.Config, policy, ke
 	if cost != nil {
 		c = *cost
 	}
-	return s.decide(ctx, p.Name, p.Name+"\x00"+key, p.Limits, c, p.Shadow, p.FailMode)
+	return s.decide(ctx, subject{name: p.Name}, p.Name+"\x00"+key, p.Limits, c, p.Shadow, p.FailMode)
 }
 
 // descriptor is a request descriptor's decision: the node of the domain's
@@ -171,7 +203,7 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 	outs := make([]descriptor, len(descs))
 	d := cfg.Domains[domain]
 	if d == nil {
-		s.metrics.checks.WithLabelValues(unknownDomain, "unknown_domain").Add(float64(len(descs)))
+		s.metrics.checks.WithLabelValues("", unknownDomain, "unknown_domain").Add(float64(len(descs)))
 		s.noteUnknownDomain(domain)
 		for i := range outs {
 			outs[i].Closest = -1
@@ -230,10 +262,10 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 		}
 		shadow := o.Node.Shadow && overrides[i] == nil
 		if over {
-			o.outcome = s.overLimit(domain, limits, shadow)
+			o.outcome = s.overLimit(subject{name: domain, domain: true}, limits, shadow)
 			continue
 		}
-		o.outcome = s.decide(ctx, domain, key, limits, hits[i], shadow, cfg.Store.FailMode)
+		o.outcome = s.decide(ctx, subject{name: domain, domain: true}, key, limits, hits[i], shadow, cfg.Store.FailMode)
 	}
 	return outs, nil
 }
@@ -274,7 +306,7 @@ const unknownDomain = "(unknown domain)"
 // overLimit is the outcome of hits that no state could allow (a limit of
 // requests_per_unit 0, or more hits than the limit): over every limit,
 // nothing taken, no store call.
-func (s *Server) overLimit(label string, limits []sluice.Limit, shadow bool) outcome {
+func (s *Server) overLimit(sub subject, limits []sluice.Limit, shadow bool) outcome {
 	ds := make([]sluice.Decision, len(limits))
 	for i, l := range limits {
 		ds[i] = sluice.Decision{Limit: l, RetryAfter: l.Period}
@@ -283,6 +315,7 @@ func (s *Server) overLimit(label string, limits []sluice.Limit, shadow bool) out
 	if shadow {
 		result = sluice.ShadowDenied
 	}
-	s.metrics.checks.WithLabelValues(label, result.String()).Inc()
+	policy, domain := sub.labels()
+	s.metrics.checks.WithLabelValues(policy, domain, result.String()).Inc()
 	return outcome{Decisions: ds, Closest: 0, Shadow: shadow, Result: result}
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -16,10 +17,13 @@ import (
 type metrics struct {
 	reg          *prometheus.Registry
 	checks       *prometheus.CounterVec
+	nearLimit    *prometheus.CounterVec
 	latency      *prometheus.HistogramVec
-	storeLatency prometheus.Histogram
-	storeErrors  prometheus.Counter
+	storeLatency *prometheus.HistogramVec
+	storeCalls   *prometheus.CounterVec
 	reloads      *prometheus.CounterVec
+	lastReload   prometheus.Gauge
+	reloadOK     prometheus.Gauge
 	descriptors  *prometheus.CounterVec
 	detailed     seriesCap
 }
@@ -55,21 +59,33 @@ func newMetrics() *metrics {
 		reg: prometheus.NewRegistry(),
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_checks_total",
-			Help: "Checks by policy (or Envoy domain) and result: allowed, denied, shadow_denied, failed_open, error.",
-		}, []string{"policy", "result"}),
+			Help: "Checks by policy or Envoy domain (the other label empty) and result: allowed, denied, shadow_denied, local_allowed, local_denied, failed_open, failed_closed, invalid, unknown_domain.",
+		}, []string{"policy", "domain", "result"}),
+		nearLimit: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_checks_near_limit_total",
+			Help: "Checks allowed with at most 1 - metrics.near_limit_ratio of their closest limit left, by policy or domain.",
+		}, []string{"policy", "domain"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_check_duration_seconds",
-			Help:    "Time to decide one check, by policy.",
+			Help:    "Time to decide one check, by policy or domain; with tracing on, exemplars carry the trace id.",
 			Buckets: prometheus.ExponentialBuckets(0.00001, 2, 18),
-		}, []string{"policy"}),
-		storeLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+		}, []string{"policy", "domain"}),
+		storeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "sluice_store_duration_seconds",
-			Help:    "Time of one store call.",
+			Help:    "Time of one store call, by operation: take (a check, or a peek), reset, sync (local-sync's pushes).",
 			Buckets: prometheus.ExponentialBuckets(0.00001, 2, 18),
+		}, []string{"operation"}),
+		storeCalls: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_store_calls_total",
+			Help: "Store calls by operation (take, reset, sync) and result (ok, error); calls the breaker spared are not made.",
+		}, []string{"operation", "result"}),
+		lastReload: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_config_last_reload_success_timestamp_seconds",
+			Help: "When the config in use was loaded (at start, or by the last successful reload), in Unix seconds.",
 		}),
-		storeErrors: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "sluice_store_errors_total",
-			Help: "Store calls that failed.",
+		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sluice_config_last_reload_successful",
+			Help: "1 when the last load or reload of the config succeeded, 0 when it was refused (the previous config serving).",
 		}),
 		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_envoy_descriptor_checks_total",
@@ -85,7 +101,19 @@ func newMetrics() *metrics {
 		Name: "sluice_build_info", Help: "1, labelled with the build: module version, VCS revision, whether the tree was modified, Go version.",
 	}, []string{"version", "revision", "modified", "goversion"})
 	info.WithLabelValues(build.Version, build.Revision, strconv.FormatBool(build.Modified), build.Go).Set(1)
-	m.reg.MustRegister(info, m.checks, m.latency, m.storeLatency, m.storeErrors, m.reloads, m.descriptors,
+	m.lastReload.SetToCurrentTime()
+	m.reloadOK.Set(1)
+	m.reg.MustRegister(info, m.checks, m.nearLimit, m.latency, m.storeLatency, m.storeCalls, m.reloads, m.lastReload, m.reloadOK, m.descriptors,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// storeCall counts one store call of operation.
+func (m *metrics) storeCall(operation string, took time.Duration, err error) {
+	m.storeLatency.WithLabelValues(operation).Observe(took.Seconds())
+	result := "ok"
+	if err != nil {
+		result = "error"
+	}
+	m.storeCalls.WithLabelValues(operation, result).Inc()
 }

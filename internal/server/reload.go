@@ -23,6 +23,7 @@ func (s *Server) Reload() error {
 	cfg, err := load(s.opts)
 	if err != nil {
 		s.metrics.reloads.WithLabelValues("failure").Inc()
+		s.metrics.reloadOK.Set(0)
 		s.log.Error("config reload rejected; the previous config keeps serving", "file", s.opts.Config, "problems", err.Error())
 		return err
 	}
@@ -38,6 +39,8 @@ func (s *Server) Reload() error {
 		s.opts.OnReload(cfg)
 	}
 	s.metrics.reloads.WithLabelValues("success").Inc()
+	s.metrics.reloadOK.Set(1)
+	s.metrics.lastReload.SetToCurrentTime()
 	s.log.Info("config reloaded", "file", s.opts.Config, "policies", len(cfg.Policies), "domains", len(cfg.Domains))
 	return nil
 }

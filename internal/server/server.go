@@ -134,12 +134,7 @@ func (s *Server) openGuard(cfg *config.Config) error {
 	}
 	g, err := sluice.NewGuard(store, sluice.GuardOptions{
 		Timeout: cfg.Store.Timeout, Local: local, Instances: cfg.Store.Instances, Logger: s.log,
-		OnStoreCall: func(took time.Duration, err error) {
-			m.storeLatency.Observe(took.Seconds())
-			if err != nil {
-				m.storeErrors.Inc()
-			}
-		},
+		OnStoreCall: func(took time.Duration, err error) { m.storeCall("take", took, err) },
 	})
 	if err != nil {
 		return err
@@ -212,7 +207,7 @@ func (s *Server) openStore(cfg *config.Config) error {
 		ls, err := localsync.New(localsync.Options{
 			Shared: rs, Interval: r.LocalSync.Interval, Instances: cfg.Store.Instances, Timeout: cfg.Store.Timeout,
 			OnError: func(err error) {
-				s.metrics.storeErrors.Inc()
+				s.metrics.storeCall("sync", 0, err)
 				s.log.Warn("local-sync: sync failed; kept for the next", "error", err)
 			},
 		})

@@ -243,7 +243,7 @@ func (r *running) storeQuantile(t testing.TB, q float64) time.Duration {
 	type bucket struct{ le, n float64 }
 	var buckets []bucket
 	for _, line := range strings.Split(string(data), "\n") {
-		rest, ok := strings.CutPrefix(line, `sluice_store_duration_seconds_bucket{le="`)
+		rest, ok := strings.CutPrefix(line, `sluice_store_duration_seconds_bucket{operation="take",le="`)
 		if !ok {
 			continue
 		}
@@ -467,6 +467,34 @@ func TestEnvoyDescriptorMetrics(t *testing.T) {
 		`sluice_envoy_descriptor_checks_total{descriptor="d.plain",result="allowed"} 2`,
 		`sluice_envoy_descriptor_checks_total{descriptor="d.detailed_7",result="allowed"} 1`,
 		`sluice_envoy_descriptor_checks_total{descriptor="(overflow)",result="allowed"} 5`,
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+}
+
+// The metrics an operator watches beyond results: checks near their limit
+// (at the configured ratio), store calls by operation and result, and the
+// config's last load.
+func TestOperatorMetrics(t *testing.T) {
+	r := start(t, "metrics: {near_limit_ratio: 0.5}\npolicies: [{name: p, limit: fixed_window 4/1h}]", "")
+	for range 4 {
+		r.check(t, "p", "k")
+	}
+	resp, err := client.Get(r.base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		// 4/1h with half as the ratio: near once 2 or fewer are left, the 2nd, 3rd and 4th.
+		`sluice_checks_near_limit_total{domain="",policy="p"} 3`,
+		`sluice_checks_total{domain="",policy="p",result="allowed"} 4`,
+		`sluice_config_last_reload_successful 1`,
+		`sluice_config_last_reload_success_timestamp_seconds `,
+		`sluice_build_info{`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %s", want)
