@@ -6,6 +6,7 @@
 //	sluice sim              compare the algorithms on simulated traffic
 //	sluice config validate  check a policy file
 //	sluice version
+//	sluice completion bash|zsh
 //
 // Every flag has an environment variable, SLUICE_ and its name in upper
 // case with "_" for "-" (-shutdown-timeout: SLUICE_SHUTDOWN_TIMEOUT);
@@ -48,6 +49,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 2
 		}
 		return validate(args[2:], stdout, stderr)
+	case "completion":
+		return completion(args[1:], stdout, stderr)
 	case "version", "-version", "--version":
 		fmt.Fprintln(stdout, "sluice", buildinfo.Read())
 		return 0
@@ -70,6 +73,7 @@ Commands:
   sim              compare the algorithms on simulated traffic, with a chart
   config validate  check a policy file and list every problem
   version          print the version
+  completion       print a shell completion script: bash or zsh
 
 Run 'sluice COMMAND -h' for a command's flags.
 `)

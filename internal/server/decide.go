@@ -119,6 +119,9 @@ func (s *Server) decide(ctx context.Context, sub subject, key string, limits []s
 	policy, domain := sub.labels()
 	s.metrics.checks.WithLabelValues(policy, domain, v.Outcome.String()).Inc()
 	s.countNearLimit(policy, domain, ds, v)
+	if v.Outcome == sluice.Denied || v.Outcome == sluice.LocalDenied {
+		s.noteDenied(sub, ds[v.Closest])
+	}
 	took := time.Since(start).Seconds()
 	if span != nil && span.SpanContext().IsSampled() {
 		// The check's trace beside its latency, for a dashboard to follow.
@@ -268,6 +271,19 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 		o.outcome = s.decide(ctx, subject{name: domain, domain: true}, key, limits, hits[i], shadow, cfg.Store.FailMode)
 	}
 	return outs, nil
+}
+
+// noteDenied logs a denial, sampled per policy or domain as the
+// middleware logs them: at most one line a second each, with the count
+// held back.
+func (s *Server) noteDenied(sub subject, d sluice.Decision) {
+	if ok, held := s.logs.Allow(sub.name); ok {
+		kind := "policy"
+		if sub.domain {
+			kind = "domain"
+		}
+		s.log.Info("rate limited", kind, sub.name, "limit", d.Limit.String(), "retry_after", d.RetryAfter, "suppressed", held)
+	}
 }
 
 // noteUnknownDomain logs a request for a domain the config does not have,
