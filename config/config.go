@@ -31,6 +31,14 @@ import (
 //go:embed default.yaml
 var defaultYAML []byte
 
+//go:embed schema.json
+var schemaJSON []byte
+
+// Schema returns the JSON Schema (draft 2020-12) of the policy file, for
+// editors: what Parse reads, less what only Parse can check (a limit's
+// grammar, a pattern's syntax, which fields a store's mode uses).
+func Schema() []byte { return slices.Clone(schemaJSON) }
+
 // DefaultName is the name the embedded default file is reported under.
 const DefaultName = "(embedded default)"
 
