@@ -364,7 +364,8 @@ func Parse(file string, data []byte) (*Config, error) {
 	c := &checker{file: file}
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, Problems{{File: file, Line: lineOf(err), Column: 1, Msg: strings.TrimPrefix(err.Error(), "yaml: ")}}
+		line, col := syntaxPosition(data, err)
+		return nil, Problems{{File: file, Line: line, Column: col, Msg: syntaxMessage(err)}}
 	}
 	if root.Kind == 0 || len(root.Content) == 0 {
 		return nil, Problems{{File: file, Line: 1, Column: 1, Msg: "empty file: want policies, domains, or an envoyproxy/ratelimit domain"}}
@@ -425,6 +426,52 @@ func hasKey(n *yaml.Node, key string) bool {
 		}
 	}
 	return false
+}
+
+// syntaxPosition finds where a file that YAML cannot parse goes wrong:
+// the first line whose addition to the lines above it makes them fail to
+// parse (YAML's own report names the line where the enclosing list or
+// mapping began, often line 1), at its first non-blank column.
+func syntaxPosition(data []byte, err error) (line, col int) {
+	lines := strings.SplitAfter(string(data), "\n")
+	line = lineOf(err)
+	if len(lines) <= 5000 {
+		var prefix strings.Builder
+		var v yaml.Node
+		for i, l := range lines {
+			prefix.WriteString(l)
+			if yaml.Unmarshal([]byte(prefix.String()), &v) != nil {
+				line = i + 1
+				break
+			}
+		}
+	}
+	col = 1
+	if line-1 < len(lines) {
+		col += len(lines[line-1]) - len(strings.TrimLeft(lines[line-1], " \t"))
+	}
+	return line, col
+}
+
+// syntaxMessage says what YAML found wrong in sluice's words, keeping
+// YAML's for the rest.
+func syntaxMessage(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "yaml: ")
+	if _, rest, ok := strings.Cut(msg, ": "); ok && strings.HasPrefix(msg, "line ") {
+		msg = rest
+	}
+	for yamlSays, we := range map[string]string{
+		"did not find expected '-' indicator":            "this line does not line up with the list above it: check its indentation",
+		"did not find expected key":                      "this line does not line up with the fields above it: check its indentation",
+		"mapping values are not allowed in this context": "a ':' where a value was expected: quote the value, or check the indentation",
+		"found unexpected end of stream":                 "the file ends inside a quoted value or a bracket",
+		"found character that cannot start any token":    "a character that cannot start a value (a tab used for indentation?)",
+	} {
+		if strings.Contains(msg, yamlSays) {
+			return we
+		}
+	}
+	return "not valid YAML: " + msg
 }
 
 func lineOf(err error) int {

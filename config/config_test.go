@@ -239,3 +239,19 @@ policies:
 		t.Errorf("an unparsable file shown: %q", got)
 	}
 }
+
+// A file YAML cannot parse is reported at the line that breaks it, in
+// sluice's words, not at the start of the list around it in the YAML
+// library's.
+func TestSyntaxErrorsInOurWords(t *testing.T) {
+	for src, want := range map[string]string{
+		"policies:\n  - name: a\n    limit: 1/s\n   - name: b\n    limit: 2/s\n": "f.yaml:4:4: this line does not line up with the list above it",
+		"store:\n  type: memory\n policies: []\n":                                "f.yaml:3:2: this line does not line up with the fields above it",
+		"policies:\n  - name: \"a\n":                                             "f.yaml:2:3: the file ends inside a quoted value or a bracket",
+	} {
+		_, err := config.Parse("f.yaml", []byte(src))
+		if err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("%q: %v; want %s", src, err, want)
+		}
+	}
+}
