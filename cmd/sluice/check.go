@@ -47,7 +47,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 	c := &http.Client{Timeout: 5 * time.Second}
 	resp, err := c.Post("http://"+*addr+path, "application/json", bytes.NewReader(body))
 	if err != nil {
-		fmt.Fprintln(stderr, "sluice check:", err)
+		fail(stderr, "check", err)
 		return 2
 	}
 	defer resp.Body.Close()

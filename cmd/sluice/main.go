@@ -80,6 +80,16 @@ Run 'sluice COMMAND -h' for a command's flags.
 }
 
 // env returns the environment variable name, or def.
+// fail reports err for command cmd on w, prefixed once: "sluice sim:
+// unknown algorithm", not "sluice sim: sluice: unknown algorithm".
+func fail(w io.Writer, cmd string, err error) {
+	msg := err.Error()
+	for _, prefix := range []string{"sluice: ", "config: ", "sim: "} {
+		msg = strings.TrimPrefix(msg, prefix)
+	}
+	fmt.Fprintf(w, "sluice %s: %s\n", cmd, msg)
+}
+
 // envName is a flag's environment variable, by the one rule every flag
 // follows: SLUICE_ and the flag's name in upper case, "-" as "_"
 // (-shutdown-timeout: SLUICE_SHUTDOWN_TIMEOUT).

@@ -84,7 +84,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	}
 	log, err := logger(c.logLevel, c.logFormat, stderr)
 	if err != nil {
-		fmt.Fprintln(stderr, "sluice serve:", err)
+		fail(stderr, "serve", err)
 		return 2
 	}
 	if len(ee.unsupported) > 0 {
@@ -113,7 +113,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	if err := srv.Start(); err != nil {
-		fmt.Fprintln(stderr, "sluice serve:", err)
+		fail(stderr, "serve", err)
 		return 1
 	}
 	a := srv.Addrs()
@@ -166,7 +166,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	log, err := logger(c.logLevel, c.logFormat, stderr)
 	if err != nil {
-		fmt.Fprintln(stderr, "sluice proxy:", err)
+		fail(stderr, "proxy", err)
 		return 2
 	}
 	// The handler is rebuilt from each config a reload puts in place and
@@ -196,13 +196,13 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if err := build(srv.Config(), srv.Guard()); err != nil {
-		fmt.Fprintln(stderr, "sluice proxy:", err)
+		fail(stderr, "proxy", err)
 		return 1
 	}
 	lim := srv.Config().Listeners
 	ln, err := server.Listen(*listen, lim)
 	if err != nil {
-		fmt.Fprintln(stderr, "sluice proxy:", err)
+		fail(stderr, "proxy", err)
 		return 1
 	}
 	hs := server.HTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -216,7 +216,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 	go func() { served <- hs.Serve(ln) }()
 	select {
 	case err := <-served:
-		fmt.Fprintln(stderr, "sluice proxy:", err)
+		fail(stderr, "proxy", err)
 		return 1
 	case <-ctx.Done():
 	}

@@ -41,7 +41,7 @@ func simCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	limit, err := sluice.ParseLimit(*limitS)
 	if err != nil {
-		fmt.Fprintln(stderr, "sluice sim:", err)
+		fail(stderr, "sim", err)
 		return 2
 	}
 	var list []sluice.Algorithm
@@ -49,7 +49,7 @@ func simCmd(args []string, stdout, stderr io.Writer) int {
 		for _, name := range strings.Split(*algs, ",") {
 			a, err := sluice.ParseAlgorithm(strings.TrimSpace(name))
 			if err != nil {
-				fmt.Fprintln(stderr, "sluice sim:", err)
+				fail(stderr, "sim", err)
 				return 2
 			}
 			list = append(list, a)
@@ -110,7 +110,7 @@ func simCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	traffic, err := newTraffic()
 	if err != nil {
-		fmt.Fprintln(stderr, "sluice sim:", err)
+		fail(stderr, "sim", err)
 		return 2
 	}
 	cfg := sim.Config{Algorithms: list, Limit: limit, Traffic: traffic, Bin: *bin}
@@ -128,7 +128,7 @@ func simCmd(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err != nil {
-		fmt.Fprintln(stderr, "sluice sim:", err)
+		fail(stderr, "sim", err)
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s traffic, limit %d/%v\n\n", *shape, limit.Rate, limit.Period)
@@ -153,7 +153,7 @@ func simCmd(args []string, stdout, stderr io.Writer) int {
 					}
 				}
 				if err != nil {
-					fmt.Fprintln(stderr, "sluice sim:", err)
+					fail(stderr, "sim", err)
 					return 1
 				}
 			}
@@ -167,7 +167,7 @@ func simCmd(args []string, stdout, stderr io.Writer) int {
 			b = max(limit.Period/10, time.Millisecond)
 		}
 		if err := sim.Plot(*out, fmt.Sprintf("%s traffic, limit %d/%v", *shape, limit.Rate, limit.Period), limit, b, results); err != nil {
-			fmt.Fprintln(stderr, "sluice sim:", err)
+			fail(stderr, "sim", err)
 			return 1
 		}
 		fmt.Fprintln(stdout, "\nplot:", *out)
