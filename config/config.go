@@ -60,6 +60,7 @@ type Config struct {
 	Listeners      Listeners
 	Envoy          Envoy
 	Metrics        Metrics
+	UI             UI
 	TrustedProxies []string // CIDRs whose X-Forwarded-For the proxy trusts
 	Admin          Admin
 	Policies       []*Policy
@@ -172,6 +173,15 @@ type Metrics struct {
 	NearLimitRatio float64
 }
 
+// UI configures the status page (/ui/ on the admin listener).
+type UI struct {
+	// TopKeys is how many of the most denied keys the page keeps per
+	// policy or domain (a space-saving sketch of that many counters, keys
+	// cut to 256 bytes); 0 keeps none. Keys can be personal data: they are
+	// shown only behind the page's login. Default 32.
+	TopKeys int
+}
+
 // Admin configures the admin API.
 type Admin struct {
 	Token string // required for the admin API to start (or SLUICE_ADMIN_TOKEN)
@@ -255,7 +265,7 @@ func loadDir(dir string) (*Config, error) {
 	if cfg == nil {
 		cfg = &Config{File: dir, Domains: map[string]*Domain{}}
 		cfg.Store = (&checker{}).store(nil, defaults.store)
-		cfg.Listeners, cfg.Envoy, cfg.Metrics = Listeners(defaults.listeners), Envoy(defaults.envoy), Metrics(defaults.metrics)
+		cfg.Listeners, cfg.Envoy, cfg.Metrics, cfg.UI = Listeners(defaults.listeners), Envoy(defaults.envoy), Metrics(defaults.metrics), UI(defaults.ui)
 	}
 	for _, c := range domainFiles {
 		for name, d := range c.Domains {
@@ -290,6 +300,7 @@ type fileYAML struct {
 	Listeners      listenersYAML `yaml:"listeners"`
 	Envoy          envoyYAML     `yaml:"envoy"`
 	Metrics        metricsYAML   `yaml:"metrics"`
+	UI             uiYAML        `yaml:"ui"`
 	Admin          adminYAML     `yaml:"admin"`
 	Policies       []*yaml.Node  `yaml:"policies"`
 	Domains        []*yaml.Node  `yaml:"domains"`
@@ -323,6 +334,10 @@ type listenersYAML struct {
 	MaxConnections    int           `yaml:"max_connections"`
 	MaxStreams        int           `yaml:"max_streams"`
 	Drain             time.Duration `yaml:"drain"`
+}
+
+type uiYAML struct {
+	TopKeys int `yaml:"top_keys"`
 }
 
 type metricsYAML struct {
@@ -378,13 +393,16 @@ func Parse(file string, data []byte) (*Config, error) {
 		}
 		cfg.Store = c.store(nil, defaults.store)
 		cfg.Listeners = Listeners(defaults.listeners)
-		cfg.Envoy, cfg.Metrics = Envoy(defaults.envoy), Metrics(defaults.metrics)
+		cfg.Envoy, cfg.Metrics, cfg.UI = Envoy(defaults.envoy), Metrics(defaults.metrics), UI(defaults.ui)
 	} else {
-		f := fileYAML{Store: defaults.store, Listeners: defaults.listeners, Envoy: defaults.envoy, Metrics: defaults.metrics}
+		f := fileYAML{Store: defaults.store, Listeners: defaults.listeners, Envoy: defaults.envoy, Metrics: defaults.metrics, UI: defaults.ui}
 		m := c.decodeInto(doc, "", &f)
 		cfg.Store = c.store(m["store"], f.Store)
 		cfg.Listeners = c.listeners(m["listeners"], f.Listeners)
-		cfg.Envoy, cfg.Metrics = Envoy(f.Envoy), Metrics(f.Metrics)
+		cfg.Envoy, cfg.Metrics, cfg.UI = Envoy(f.Envoy), Metrics(f.Metrics), UI(f.UI)
+		if cfg.UI.TopKeys < 0 || cfg.UI.TopKeys > 1000 {
+			c.add(m["ui"], "ui.top_keys", "%d: want 0 (keep no keys) to 1000", cfg.UI.TopKeys)
+		}
 		if r := cfg.Metrics.NearLimitRatio; r <= 0 || r > 1 {
 			c.add(m["metrics"], "metrics.near_limit_ratio", "%v: want a share above 0 and at most 1, such as 0.8", r)
 		}

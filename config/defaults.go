@@ -13,8 +13,11 @@ var defaults = struct {
 	listeners listenersYAML
 	envoy     envoyYAML
 	metrics   metricsYAML
+	ui        uiYAML
 	policy    policyYAML
 }{
+	// The status page keeps the 32 most denied keys of each policy.
+	ui: uiYAML{TopKeys: 32},
 	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO.
 	metrics: metricsYAML{NearLimitRatio: 0.8},
 	// As envoyproxy/ratelimit: no rate headers unless asked for, and then

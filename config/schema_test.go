@@ -102,7 +102,7 @@ func TestSchemaMatchesTheDecoder(t *testing.T) {
 	}
 	for def, typ := range map[string]any{
 		"file": fileYAML{}, "store": storeYAML{}, "listeners": listenersYAML{}, "envoy": envoyYAML{},
-		"metrics": metricsYAML{}, "admin": adminYAML{}, "policy": policyYAML{}, "limit": limitYAML{},
+		"metrics": metricsYAML{}, "ui": uiYAML{}, "admin": adminYAML{}, "policy": policyYAML{}, "limit": limitYAML{},
 		"domain": domainYAML{}, "descriptor": descriptorYAML{}, "rateLimit": rateLimitYAML{},
 	} {
 		want := map[string]bool{}

@@ -37,7 +37,16 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("DELETE /admin/keys", s.adminKey)
 	failures, _ := sluice.NewLimiter(memstore.New(memstore.Options{MaxKeys: 100_000}),
 		sluice.Limit{Algorithm: sluice.FixedWindow, Rate: adminFailures, Period: time.Minute}, sluice.LimiterOptions{})
+	s.ui = newUI(s, failures)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/") {
+			if r.URL.Path == "/ui" {
+				http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
+				return
+			}
+			s.ui.ServeHTTP(w, r) // its own login, by cookie
+			return
+		}
 		from := remoteIP(r)
 		if d, _ := failures.Peek(r.Context(), from); !d.Allowed {
 			s.log.Warn("admin: wrong tokens from this address; refused until the minute is over", "remote", from, "method", r.Method, "path", r.URL.Path)

@@ -24,6 +24,7 @@ func (s *Server) Reload() error {
 	if err != nil {
 		s.metrics.reloads.WithLabelValues("failure").Inc()
 		s.metrics.reloadOK.Set(0)
+		s.history.add(false, err.Error())
 		s.log.Error("config reload rejected; the previous config keeps serving", "file", s.opts.Config, "problems", err.Error())
 		return err
 	}
@@ -41,6 +42,10 @@ func (s *Server) Reload() error {
 	s.metrics.reloads.WithLabelValues("success").Inc()
 	s.metrics.reloadOK.Set(1)
 	s.metrics.lastReload.SetToCurrentTime()
+	s.history.add(true, "")
+	if cfg.UI.TopKeys == 0 {
+		s.activity.forgetKeys()
+	}
 	s.log.Info("config reloaded", "file", s.opts.Config, "policies", len(cfg.Policies), "domains", len(cfg.Domains))
 	return nil
 }

@@ -72,6 +72,9 @@ type Server struct {
 	inflight atomic.Int64
 	logs     *sample.Sampler // sampled lines: unknown domains
 	tracing  *tracing        // nil when OTEL_* asks for no traces
+	activity *activity       // what the status page shows of the traffic
+	history  reloads         // the last loads of the config
+	ui       *ui
 
 	mu        sync.Mutex // guards the listeners below
 	httpSrv   *http.Server
@@ -103,7 +106,8 @@ func New(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, log: opts.Logger, metrics: newMetrics(), logs: sample.New(1)}
+	s := &Server{opts: opts, log: opts.Logger, metrics: newMetrics(), logs: sample.New(1), activity: newActivity()}
+	s.history.add(true, "")
 	s.cfg.Store(&state{cfg: cfg})
 	if err := s.openStore(cfg); err != nil {
 		return nil, err

@@ -1,0 +1,402 @@
+package server
+
+import (
+	"bytes"
+	"crypto/rand"
+	"crypto/subtle"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"maps"
+	"net/http"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/sim"
+)
+
+// The status page, /ui/ on the admin listener: server-rendered pages that
+// work without JavaScript, behind a login that asks the admin token once
+// and keeps a session in an HttpOnly, SameSite=Strict cookie. Every form
+// that changes something carries the session's CSRF token. Without a
+// session no page shows a policy name or a key.
+
+//go:embed ui/pages.html ui/style.css ui/refresh.js
+var uiFiles embed.FS
+
+var uiPages = template.Must(template.New("").ParseFS(uiFiles, "ui/pages.html"))
+
+const (
+	sessionCookie = "sluice_ui"
+	sessionTTL    = 8 * time.Hour
+	maxSessions   = 1000
+)
+
+type session struct {
+	csrf    string
+	expires time.Time
+}
+
+// ui serves the status page.
+type ui struct {
+	s        *Server
+	failures *sluice.Limiter // wrong tokens per address, shared with the admin API
+	static   http.Handler
+	mu       sync.Mutex
+	sessions map[string]session
+}
+
+func newUI(s *Server, failures *sluice.Limiter) *ui {
+	sub, _ := fs.Sub(uiFiles, "ui")
+	return &ui{s: s, failures: failures, sessions: map[string]session{},
+		static: http.StripPrefix("/ui/static/", http.FileServerFS(sub))}
+}
+
+func token() string {
+	b := make([]byte, 24)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// session returns the request's live session and its id.
+func (u *ui) session(r *http.Request) (string, session, bool) {
+	c, err := r.Cookie(sessionCookie)
+	if err != nil {
+		return "", session{}, false
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	sess, ok := u.sessions[c.Value]
+	if !ok || time.Now().After(sess.expires) {
+		delete(u.sessions, c.Value)
+		return "", session{}, false
+	}
+	return c.Value, sess, true
+}
+
+func (u *ui) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Security-Policy", "default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'")
+	w.Header().Set("X-Content-Type-Options", "nosniff")
+	w.Header().Set("Cache-Control", "no-store")
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/ui/static/"):
+		u.static.ServeHTTP(w, r)
+		return
+	case r.URL.Path == "/ui/login":
+		u.login(w, r)
+		return
+	}
+	_, sess, ok := u.session(r)
+	if !ok {
+		http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+		return
+	}
+	if r.Method == http.MethodPost && subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(sess.csrf)) != 1 {
+		http.Error(w, "a form from this session is required (CSRF token)", http.StatusForbidden)
+		return
+	}
+	page := map[string]any{"Session": true, "CSRF": sess.csrf}
+	switch {
+	case r.URL.Path == "/ui/" && r.Method == http.MethodGet:
+		u.overview(w, page)
+	case strings.HasPrefix(r.URL.Path, "/ui/policy/") && r.Method == http.MethodGet:
+		u.policy(w, r, strings.TrimPrefix(r.URL.Path, "/ui/policy/"), page)
+	case r.URL.Path == "/ui/reset" && r.Method == http.MethodPost:
+		u.reset(w, r)
+	case r.URL.Path == "/ui/logout" && r.Method == http.MethodPost:
+		u.logout(w, r)
+	case r.URL.Path == "/ui/sim" && r.Method == http.MethodGet:
+		u.simulate(w, r, page)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (u *ui) render(w http.ResponseWriter, name string, page map[string]any) {
+	var b bytes.Buffer
+	if err := uiPages.ExecuteTemplate(&b, name, page); err != nil {
+		http.Error(w, "rendering the page failed", http.StatusInternalServerError)
+		u.s.log.Error("ui: rendering failed", "page", name, "error", err)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Write(b.Bytes())
+}
+
+// login asks for the admin token once; wrong tokens are throttled per
+// address and logged, as on the admin API.
+func (u *ui) login(w http.ResponseWriter, r *http.Request) {
+	page := map[string]any{"Title": "Log in"}
+	if r.Method != http.MethodPost {
+		u.render(w, "login", page)
+		return
+	}
+	from := remoteIP(r)
+	if d, _ := u.failures.Peek(r.Context(), from); !d.Allowed {
+		u.s.log.Warn("ui: wrong tokens from this address; refused until the minute is over", "remote", from)
+		w.WriteHeader(http.StatusTooManyRequests)
+		page["Flash"] = "Too many wrong tokens from this address: try again in a minute."
+		u.render(w, "login", page)
+		return
+	}
+	if subtle.ConstantTimeCompare([]byte(r.PostFormValue("token")), []byte(u.s.adminToken())) != 1 {
+		u.failures.Allow(r.Context(), from)
+		u.s.log.Warn("ui: refused: wrong admin token", "remote", from)
+		w.WriteHeader(http.StatusUnauthorized)
+		page["Flash"] = "That is not the admin token."
+		u.render(w, "login", page)
+		return
+	}
+	id := token()
+	u.mu.Lock()
+	if len(u.sessions) >= maxSessions {
+		for k := range u.sessions { // drop one: the oldest matters little
+			delete(u.sessions, k)
+			break
+		}
+	}
+	u.sessions[id] = session{csrf: token(), expires: time.Now().Add(sessionTTL)}
+	u.mu.Unlock()
+	u.s.log.Info("ui: logged in", "remote", from)
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/ui/", HttpOnly: true,
+		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: int(sessionTTL / time.Second)})
+	http.Redirect(w, r, "/ui/", http.StatusSeeOther)
+}
+
+func (u *ui) logout(w http.ResponseWriter, r *http.Request) {
+	if id, _, ok := u.session(r); ok {
+		u.mu.Lock()
+		delete(u.sessions, id)
+		u.mu.Unlock()
+	}
+	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: "", Path: "/ui/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
+}
+
+// row is one policy's or domain's line of the overview.
+type row struct {
+	Name, Limits, FailMode  string
+	Shadow                  bool
+	Allowed, Denied, Failed int64
+	Spark                   template.HTML
+}
+
+// sparkWindow is the seconds a sparkline shows.
+const sparkWindow = 300
+
+func (u *ui) row(name string) row {
+	a, d, f := u.s.activity.rates(name, sparkWindow)
+	r := row{Name: name, Spark: sparkline(a, d, f)}
+	for i := sparkWindow - 60; i < sparkWindow; i++ {
+		r.Allowed, r.Denied, r.Failed = r.Allowed+a[i], r.Denied+d[i], r.Failed+f[i]
+	}
+	return r
+}
+
+func (u *ui) overview(w http.ResponseWriter, page map[string]any) {
+	cfg := u.s.state().cfg
+	var policies, domains []row
+	for _, p := range cfg.Policies {
+		r := u.row(p.Name)
+		r.Limits, r.FailMode, r.Shadow = limitsText(p.Limits), p.FailMode.String(), p.Shadow
+		policies = append(policies, r)
+	}
+	for _, name := range slices.Sorted(maps.Keys(cfg.Domains)) {
+		r := u.row(name)
+		r.Limits = fmt.Sprintf("%d descriptors", len(cfg.Domains[name].Descriptors))
+		domains = append(domains, r)
+	}
+	page["Title"], page["Refresh"] = "Overview", true
+	page["Policies"], page["Domains"], page["Reloads"] = policies, domains, u.s.history.all()
+	page["Health"], page["Store"] = u.s.guard.Health(), u.s.storeType
+	u.render(w, "overview", page)
+}
+
+// keyState is one limit's state of an inspected key.
+type keyState struct {
+	Limit                  string
+	Allowed                bool
+	Remaining              int64
+	RetryAfter, ResetAfter time.Duration
+}
+
+type topRow struct {
+	Key        string
+	Count, Min int64
+}
+
+func (u *ui) policy(w http.ResponseWriter, r *http.Request, name string, page map[string]any) {
+	cfg := u.s.state().cfg
+	p := cfg.Policy(name)
+	if p == nil && cfg.Domains[name] == nil {
+		http.NotFound(w, r)
+		return
+	}
+	rw := u.row(name)
+	page["Title"], page["Name"], page["Spark"] = name, name, rw.Spark
+	page["IsPolicy"], page["KeysOff"] = p != nil, cfg.UI.TopKeys == 0
+	if p != nil {
+		page["Limits"] = limitsText(p.Limits)
+	} else {
+		page["Limits"] = "Envoy domain"
+	}
+	var top []topRow
+	for _, it := range u.s.activity.top(name) {
+		top = append(top, topRow{Key: it.Key, Count: it.Count, Min: it.Count - it.Error})
+	}
+	page["Top"] = top
+	if f := r.URL.Query().Get("flash"); f != "" {
+		page["Flash"] = f
+	}
+	if key := r.URL.Query().Get("key"); key != "" && p != nil {
+		page["Key"] = key
+		var states []keyState
+		for _, l := range p.Limits {
+			d, err := u.s.store.Take(r.Context(), sluice.Request{Key: p.Name + "\x00" + key, Limit: l})
+			if err != nil {
+				page["Flash"] = "The store did not answer: " + err.Error()
+				break
+			}
+			states = append(states, keyState{Limit: l.String(), Allowed: d.Allowed, Remaining: d.Remaining,
+				RetryAfter: d.RetryAfter.Round(time.Millisecond), ResetAfter: d.ResetAfter.Round(time.Millisecond)})
+		}
+		page["State"] = states
+	}
+	u.render(w, "policy", page)
+}
+
+// reset forgets a key under a policy's limits, after the form's
+// confirmation; audited in the log.
+func (u *ui) reset(w http.ResponseWriter, r *http.Request) {
+	name, key := r.PostFormValue("policy"), r.PostFormValue("key")
+	p := u.s.state().cfg.Policy(name)
+	if p == nil || key == "" {
+		http.NotFound(w, r)
+		return
+	}
+	if r.PostFormValue("confirm") != "yes" {
+		http.Redirect(w, r, "/ui/policy/"+name+"?key="+urlQuery(key)+"&flash="+urlQuery("Tick the box to confirm the reset."), http.StatusSeeOther)
+		return
+	}
+	for _, l := range p.Limits {
+		start := time.Now()
+		err := u.s.store.Reset(r.Context(), p.Name+"\x00"+key, l)
+		u.s.metrics.storeCall("reset", time.Since(start), err)
+		if err != nil {
+			http.Error(w, "the store did not answer", http.StatusServiceUnavailable)
+			return
+		}
+	}
+	u.s.log.Info("ui: key reset", "remote", remoteIP(r), "policy", name, "key", key)
+	http.Redirect(w, r, "/ui/policy/"+name+"?key="+urlQuery(key)+"&flash="+urlQuery("Reset: the key starts afresh."), http.StatusSeeOther)
+}
+
+// simulate runs the simulator on a bounded amount of traffic and shows
+// its table and chart.
+func (u *ui) simulate(w http.ResponseWriter, r *http.Request, page map[string]any) {
+	q := r.URL.Query()
+	traffic, limitText, algs := orDefault(q.Get("traffic"), "boundary"), orDefault(q.Get("limit"), "10/1s"), q.Get("algorithms")
+	page["Title"], page["Traffic"], page["Limit"], page["Algorithms"] = "Simulator", traffic, limitText, algs
+	page["Traffics"] = []string{"boundary", "bursty", "zipf"}
+	defer u.render(w, "sim", page)
+	limit, err := sluice.ParseLimit(limitText)
+	if err != nil {
+		page["Error"] = err.Error()
+		return
+	}
+	cfg := sim.Config{Limit: limit}
+	for _, a := range strings.FieldsFunc(algs, func(r rune) bool { return r == ',' || r == ' ' }) {
+		alg, err := sluice.ParseAlgorithm(a)
+		if err != nil {
+			page["Error"] = err.Error()
+			return
+		}
+		cfg.Algorithms = append(cfg.Algorithms, alg)
+	}
+	switch traffic {
+	case "bursty":
+		cfg.Traffic = sim.OnOff(6*float64(limit.Rate)/limit.Period.Seconds(), limit.Period/2, limit.Period*3/2, 20*limit.Period, 3, 1)
+	case "zipf":
+		cfg.Traffic = sim.Zipf(30_000, 3_000, 1_000, 1.1, 1)
+	default:
+		cfg.Traffic = sim.BoundaryAttack(limit.Rate, limit.Period, 5)
+	}
+	results, err := sim.Run(cfg)
+	if err != nil {
+		page["Error"] = err.Error()
+		return
+	}
+	var table bytes.Buffer
+	sim.Format(&table, limit, results)
+	page["Table"] = table.String()
+	f, err := os.CreateTemp("", "sluice-sim-*.svg")
+	if err != nil {
+		page["Error"] = err.Error()
+		return
+	}
+	f.Close()
+	defer os.Remove(f.Name())
+	bin := max(limit.Period/10, time.Millisecond)
+	if err := sim.Plot(f.Name(), traffic+" traffic, limit "+limit.String(), limit, bin, results); err != nil {
+		page["Error"] = err.Error()
+		return
+	}
+	svg, _ := os.ReadFile(f.Name())
+	if i := bytes.Index(svg, []byte("<svg")); i > 0 {
+		svg = svg[i:] // inline: no XML declaration
+	}
+	page["Chart"] = template.HTML(svg) // made by the simulator from numbers and the names above, escaped by it
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+func urlQuery(s string) string { return template.URLQueryEscaper(s) }
+
+func limitsText(ls []sluice.Limit) string {
+	parts := make([]string, len(ls))
+	for i, l := range ls {
+		parts[i] = l.String()
+	}
+	return strings.Join(parts, " and ")
+}
+
+// sparkline draws per-second counts as an inline SVG: allowed blue,
+// denied red, failed amber, on one scale.
+func sparkline(series ...[]int64) template.HTML {
+	const w, h = 240, 36
+	var top int64 = 1
+	for _, s := range series {
+		for _, v := range s {
+			top = max(top, v)
+		}
+	}
+	colors := []string{"#2f81f7", "#d1242f", "#bf8700"}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg class="spark" width="%d" height="%d" viewBox="0 0 %d %d" role="img" aria-label="checks per second, peak %d">`, w, h, w, h, top)
+	for i, s := range series {
+		if len(s) < 2 {
+			continue
+		}
+		b.WriteString(`<polyline fill="none" stroke-width="1.2" stroke="` + colors[i%len(colors)] + `" points="`)
+		for j, v := range s {
+			x := float64(j) * float64(w-1) / float64(len(s)-1)
+			y := float64(h-2) - float64(v)*float64(h-4)/float64(top)
+			b.WriteString(strconv.FormatFloat(x, 'f', 1, 64) + "," + strconv.FormatFloat(y, 'f', 1, 64) + " ")
+		}
+		b.WriteString(`"/>`)
+	}
+	b.WriteString(`<text x="2" y="10" font-size="9" fill="#57606a">` + strconv.FormatInt(top, 10) + `/s</text></svg>`)
+	return template.HTML(b.String())
+}
