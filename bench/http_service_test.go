@@ -23,9 +23,9 @@ func BenchmarkHTTPCheck(b *testing.B) {
 		addr func(b *testing.B) string
 	}{
 		{"empty-handler", startEmptyHTTP},
-		{"sluice-memory", func(b *testing.B) string { return startServer(b, "").HTTP }},
+		{"sluice-memory", func(b *testing.B) string { return startServer(b, "", "").HTTP }},
 		{"sluice-redis", func(b *testing.B) string {
-			return startServer(b, "redis://"+redistest.Standalone(b).Addr).HTTP
+			return startServer(b, "redis://"+redistest.Standalone(b).Addr, "").HTTP
 		}},
 	}
 	for _, tg := range targets {

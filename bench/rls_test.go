@@ -6,6 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"slices"
 	"sync/atomic"
 	"testing"
@@ -43,12 +45,12 @@ func startEmpty(b *testing.B) string {
 	return l.Addr().String()
 }
 
-func startSluice(b *testing.B, redisURL string) string { return startServer(b, redisURL).GRPC }
+func startSluice(b *testing.B, redisURL string) string { return startServer(b, redisURL, "").GRPC }
 
-// startServer starts the service, on Redis when redisURL is set, and
-// returns its addresses.
-func startServer(b *testing.B, redisURL string) server.Addrs {
-	s, err := server.New(server.Options{RedisURL: redisURL, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0",
+// startServer starts the service, on Redis when redisURL is set, with the
+// config at path ("" for the embedded default), and returns its addresses.
+func startServer(b *testing.B, redisURL, path string) server.Addrs {
+	s, err := server.New(server.Options{Config: path, RedisURL: redisURL, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		b.Fatal(err)
@@ -126,9 +128,67 @@ func BenchmarkRLS(b *testing.B) {
 	})
 }
 
+// BenchmarkRLSTopKeys prices the status page's most-denied-keys sketch:
+// the same service, with ui.top_keys 32 and with 0 (no sketch), answering
+// checks on 10k addresses that are all over their limit, so that every
+// check goes through the sketch. Rounds alternate between the two, as
+// BenchmarkRLS's interleaved run does; it reports the median over rounds
+// of the sketch's checks/s against no sketch's.
+func BenchmarkRLSTopKeys(b *testing.B) {
+	dir := b.TempDir()
+	addr := func(topKeys int) string {
+		path := filepath.Join(dir, fmt.Sprint("top", topKeys, ".yaml"))
+		cfg := fmt.Sprintf(`ui:
+  top_keys: %d
+domains:
+  - domain: edge
+    descriptors:
+      - key: remote_address
+        rate_limit: {unit: day, requests_per_unit: 1}
+`, topKeys)
+		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+			b.Fatal(err)
+		}
+		return startServer(b, "", path).GRPC
+	}
+	checks := []func() error{
+		rlsClientWant(b, addr(0), rlspb.RateLimitResponse_OVER_LIMIT),
+		rlsClientWant(b, addr(32), rlspb.RateLimitResponse_OVER_LIMIT),
+	}
+	// Spend each address's one allowed check before timing.
+	for _, check := range checks {
+		for range 10_000 {
+			check()
+		}
+	}
+	const rounds = 5
+	var ratios []float64
+	b.ResetTimer()
+	for range rounds {
+		var perSec [2]float64
+		for i, check := range checks {
+			el, _, err := load(64, b.N, func(string) error { return check() })
+			if err != nil {
+				b.Fatal(err)
+			}
+			perSec[i] = float64(b.N) / el.Seconds()
+		}
+		ratios = append(ratios, perSec[1]/perSec[0])
+	}
+	b.StopTimer()
+	slices.Sort(ratios)
+	b.ReportMetric(ratios[len(ratios)/2], "top32-vs-off")
+	b.ReportMetric(0, "ns/op")
+}
+
 // rlsClient returns a function that sends one ShouldRateLimit to addr,
 // cycling over 10k descriptors that are always allowed.
 func rlsClient(b *testing.B, addr string) func() error {
+	return rlsClientWant(b, addr, rlspb.RateLimitResponse_OK)
+}
+
+// rlsClientWant is rlsClient for descriptors whose answer is want.
+func rlsClientWant(b *testing.B, addr string, want rlspb.RateLimitResponse_Code) func() error {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
@@ -144,8 +204,8 @@ func rlsClient(b *testing.B, addr string) func() error {
 	var n atomic.Int64
 	return func() error {
 		resp, err := c.ShouldRateLimit(context.Background(), reqs[n.Add(1)%int64(len(reqs))])
-		if err == nil && resp.OverallCode != rlspb.RateLimitResponse_OK {
-			err = fmt.Errorf("over limit: %v", resp)
+		if err == nil && resp.OverallCode != want {
+			err = fmt.Errorf("want %v: %v", want, resp)
 		}
 		return err
 	}

@@ -306,6 +306,10 @@ func (u *ui) simulate(w http.ResponseWriter, r *http.Request, page map[string]an
 	page["Title"], page["Traffic"], page["Limit"], page["Algorithms"] = "Simulator", traffic, limitText, algs
 	page["Traffics"] = []string{"boundary", "bursty", "zipf"}
 	defer u.render(w, "sim", page)
+	if !slices.Contains(page["Traffics"].([]string), traffic) {
+		page["Error"] = fmt.Sprintf("traffic %q: want one of boundary, bursty or zipf", traffic)
+		return
+	}
 	limit, err := sluice.ParseLimit(limitText)
 	if err != nil {
 		page["Error"] = err.Error()
@@ -325,7 +329,7 @@ func (u *ui) simulate(w http.ResponseWriter, r *http.Request, page map[string]an
 		cfg.Traffic = sim.OnOff(6*float64(limit.Rate)/limit.Period.Seconds(), limit.Period/2, limit.Period*3/2, 20*limit.Period, 3, 1)
 	case "zipf":
 		cfg.Traffic = sim.Zipf(30_000, 3_000, 1_000, 1.1, 1)
-	default:
+	case "boundary":
 		cfg.Traffic = sim.BoundaryAttack(limit.Rate, limit.Period, 5)
 	}
 	results, err := sim.Run(cfg)

@@ -123,6 +123,19 @@ func TestStatusPage(t *testing.T) {
 	if !strings.Contains(r.log.String(), "ui: key reset") {
 		t.Fatal("the reset is not in the log")
 	}
+	// The simulator: its traffic is one of three, and a bad limit is said.
+	_, body, _ = fetch(t, b, "GET", admin+"/ui/sim?traffic="+url.QueryEscape(evil), nil)
+	if strings.Contains(body, evil) || !strings.Contains(body, "want one of boundary, bursty or zipf") {
+		t.Fatalf("the simulator with an unknown traffic: %s", body)
+	}
+	_, body, _ = fetch(t, b, "GET", admin+"/ui/sim?traffic=bursty&limit=ten", nil)
+	if !strings.Contains(body, "ten") || strings.Contains(body, "<svg") {
+		t.Fatalf("the simulator with a bad limit: %s", body)
+	}
+	_, body, _ = fetch(t, b, "GET", admin+"/ui/sim?traffic=boundary&limit=10/1s&algorithms=fixed_window", nil)
+	if !strings.Contains(body, "<svg") || !strings.Contains(body, "fixed_window") {
+		t.Fatalf("the simulator: %s", body)
+	}
 	fetch(t, b, "POST", admin+"/ui/logout", url.Values{"csrf": {m[1]}})
 	if code, _, _ := fetch(t, b, "GET", admin+"/ui/", nil); code != http.StatusSeeOther {
 		t.Fatalf("after logout: %d", code)
