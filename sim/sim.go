@@ -50,6 +50,10 @@ type Result struct {
 	// Series is the cost admitted (leaving, for the leaky bucket) in each
 	// Bin, over all keys.
 	Series []int64
+	// Window is, for each Bin, the most cost one key had admitted in any
+	// interval of length Period ending in that bin: what the charts draw
+	// against the limit's Rate. Its maximum is MaxInPeriod.
+	Window []int64
 }
 
 // All is every algorithm, in the order tables show them.
@@ -70,7 +74,10 @@ type runner struct {
 	limit  sluice.Limit
 	store  *memstore.Store
 	window map[string]*ring // admitted (or leaving) per key in the last Period
-	delay  time.Duration    // total shaping delay
+	// admits is every key's admissions (leaving times), in order, for
+	// Result.Window.
+	admits map[string]*admits
+	delay  time.Duration // total shaping delay
 	// maxEntries is the most entries one key's window held: the sliding
 	// log's state, an entry per instant.
 	maxEntries int64
@@ -145,6 +152,7 @@ func Run(cfg Config) ([]Result, error) {
 		if r.res.Admitted > 0 {
 			r.res.MeanDelay = r.delay / time.Duration(r.res.Admitted)
 		}
+		r.res.Window = windowSeries(r.admits, len(r.res.Series), r.limit.Period, cfg.Bin)
 		if w, ok := stateWords[r.limit.Algorithm]; ok {
 			r.res.StateBytes = 8 * w
 		} else {
@@ -161,6 +169,7 @@ func newRunner(l sluice.Limit) *runner {
 		limit:  l,
 		store:  memstore.New(memstore.Options{MaxKeys: 1 << 30}),
 		window: map[string]*ring{},
+		admits: map[string]*admits{},
 	}
 }
 
@@ -186,6 +195,12 @@ func (r *runner) record(a Arrival, d sluice.Decision, bin time.Duration) {
 		r.window[a.Key] = w
 	}
 	r.res.MaxInPeriod = max(r.res.MaxInPeriod, w.add(leave, a.Cost, r.limit.Period))
+	ad := r.admits[a.Key]
+	if ad == nil {
+		ad = &admits{}
+		r.admits[a.Key] = ad
+	}
+	ad.t, ad.cost = append(ad.t, leave), append(ad.cost, a.Cost)
 	r.maxEntries = max(r.maxEntries, int64(len(w.t)))
 }
 
@@ -211,6 +226,50 @@ func (w *ring) add(t time.Duration, cost int64, period time.Duration) int64 {
 	}
 	w.sum += cost
 	return w.sum
+}
+
+// admits is one key's admissions, oldest first.
+type admits struct {
+	t    []time.Duration
+	cost []int64
+}
+
+// windowSeries returns, for each of n bins, the most cost one key had
+// admitted in (t − period, t] for any t in the bin. A key's count only
+// rises at an admission, so its most in a bin is at the bin's start or at
+// one of its admissions in the bin: a sweep over those per key, with the
+// window's two ends moving forward only.
+func windowSeries(keys map[string]*admits, n int, period, bin time.Duration) []int64 {
+	out := make([]int64, n)
+	for _, ad := range keys {
+		lo, hi, sum := 0, 0, int64(0)
+		at := func(t time.Duration) int64 {
+			for hi < len(ad.t) && ad.t[hi] <= t {
+				sum += ad.cost[hi]
+				hi++
+			}
+			for lo < hi && ad.t[lo] <= t-period {
+				sum -= ad.cost[lo]
+				lo++
+			}
+			return sum
+		}
+		first := int(ad.t[0] / bin)
+		last := min(int((ad.t[len(ad.t)-1]+period)/bin), n-1)
+		next := 0 // the next admission to evaluate at
+		for b := first; b <= last; b++ {
+			start, end := time.Duration(b)*bin, time.Duration(b+1)*bin
+			m := at(start)
+			for next < len(ad.t) && ad.t[next] < end {
+				if ad.t[next] >= start {
+					m = max(m, at(ad.t[next]))
+				}
+				next++
+			}
+			out[b] = max(out[b], m)
+		}
+	}
+	return out
 }
 
 // Format writes results as a table.

@@ -2,6 +2,7 @@ package sim_test
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -172,5 +173,65 @@ func TestSubWindowsByHand(t *testing.T) {
 	}
 	if _, err := sim.SubWindows(limit, traffic, []int{3}); err == nil {
 		t.Fatal("3 sub-windows of 1s accepted: 333,333.3µs each")
+	}
+}
+
+// Result.Window peaks at MaxInPeriod, and on the boundary attack shows
+// the fixed window's 2× in the bins after the edge.
+func TestWindowSeries(t *testing.T) {
+	limit := sluice.Limit{Rate: 10, Period: time.Second, Burst: 10}
+	for i, traffic := range []func() sim.Traffic{
+		func() sim.Traffic { return sim.BoundaryAttack(10, time.Second, 3) },
+		func() sim.Traffic { return sim.Zipf(20_000, 2_000, 200, 1.2, 3) },
+		func() sim.Traffic {
+			return sim.OnOff(60, 500*time.Millisecond, 1500*time.Millisecond, 10*time.Second, 3, 1)
+		},
+	} {
+		rs, err := sim.Run(sim.Config{Limit: limit, Traffic: traffic(), Bin: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs {
+			if len(r.Window) != len(r.Series) || slices.Max(r.Window) != r.MaxInPeriod {
+				t.Errorf("%v: window peaks at %d over %d bins; MaxInPeriod %d over %d", r.Algorithm, slices.Max(r.Window), len(r.Window), r.MaxInPeriod, len(r.Series))
+			}
+			if i == 0 && r.Algorithm == sluice.FixedWindow && r.Window[10] != 20 {
+				t.Errorf("fixed window: %d admitted in the second ending just after the edge; want 20", r.Window[10])
+			}
+		}
+	}
+}
+
+// The chart has a panel and a table row per algorithm, in a sans-serif
+// face, and its last bin is not an empty partial one.
+func TestChart(t *testing.T) {
+	limit := sluice.Limit{Rate: 10, Period: time.Second, Burst: 10}
+	rs, err := sim.Run(sim.Config{Limit: limit, Traffic: sim.BoundaryAttack(10, time.Second, 3), Bin: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := sim.Chart(&b, "svg", "boundary", limit, 100*time.Millisecond, rs); err != nil {
+		t.Fatal(err)
+	}
+	svg := b.String()
+	for _, want := range []string{"sans-serif", "2.00×", "max in any period"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("the chart lacks %q", want)
+		}
+	}
+	if strings.Contains(svg, "Serif") {
+		t.Error("the chart has a serif face")
+	}
+	for _, r := range rs {
+		if !strings.Contains(svg, ">"+r.Algorithm.String()+"<") {
+			t.Errorf("no panel for %v", r.Algorithm)
+		}
+		if r.Window[len(r.Window)-1] == 0 {
+			t.Errorf("%v: the last bin is empty", r.Algorithm)
+		}
+	}
+	if err := sim.Chart(&b, "gif", "", limit, time.Second, rs); err == nil {
+		t.Error("a chart as gif: no error")
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"io/fs"
 	"maps"
 	"net/http"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -315,7 +314,8 @@ func (u *ui) simulate(w http.ResponseWriter, r *http.Request, page map[string]an
 		page["Error"] = err.Error()
 		return
 	}
-	cfg := sim.Config{Limit: limit}
+	bin := max(limit.Period/10, time.Millisecond)
+	cfg := sim.Config{Limit: limit, Bin: bin}
 	for _, a := range strings.FieldsFunc(algs, func(r rune) bool { return r == ',' || r == ' ' }) {
 		alg, err := sluice.ParseAlgorithm(a)
 		if err != nil {
@@ -340,23 +340,16 @@ func (u *ui) simulate(w http.ResponseWriter, r *http.Request, page map[string]an
 	var table bytes.Buffer
 	sim.Format(&table, limit, results)
 	page["Table"] = table.String()
-	f, err := os.CreateTemp("", "sluice-sim-*.svg")
-	if err != nil {
+	var svg bytes.Buffer
+	if err := sim.Chart(&svg, "svg", fmt.Sprintf("%s traffic, limit %d per %v", traffic, limit.Rate, limit.Period), limit, bin, results); err != nil {
 		page["Error"] = err.Error()
 		return
 	}
-	f.Close()
-	defer os.Remove(f.Name())
-	bin := max(limit.Period/10, time.Millisecond)
-	if err := sim.Plot(f.Name(), traffic+" traffic, limit "+limit.String(), limit, bin, results); err != nil {
-		page["Error"] = err.Error()
-		return
+	chart := svg.Bytes()
+	if i := bytes.Index(chart, []byte("<svg")); i > 0 {
+		chart = chart[i:] // inline: no XML declaration
 	}
-	svg, _ := os.ReadFile(f.Name())
-	if i := bytes.Index(svg, []byte("<svg")); i > 0 {
-		svg = svg[i:] // inline: no XML declaration
-	}
-	page["Chart"] = template.HTML(svg) // made by the simulator from numbers and the names above, escaped by it
+	page["Chart"] = template.HTML(chart) // made by the simulator from numbers and the names above, escaped by it
 }
 
 func orDefault(s, def string) string {

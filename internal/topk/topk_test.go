@@ -20,6 +20,13 @@ func TestHeavyHittersKept(t *testing.T) {
 		s.Observe(k)
 	}
 	top := s.Top()
+	var sum int64
+	for _, it := range top {
+		sum += it.Count
+	}
+	if sum != n {
+		t.Errorf("the counts sum to %d; space-saving's sum is the stream's length, %d", sum, n)
+	}
 	kept := map[string]Item{}
 	for _, it := range top {
 		kept[it.Key] = it
@@ -45,5 +52,22 @@ func TestLongKeysCut(t *testing.T) {
 	s.Observe(long)
 	if got := s.Top()[0].Key; len(got) != MaxItemLen {
 		t.Fatalf("kept %d bytes", len(got))
+	}
+}
+
+// BenchmarkObserve is the worst case: every key unseen, so every
+// observation replaces the least counted of a full sketch.
+func BenchmarkObserve(b *testing.B) {
+	keys := make([]string, 10_000)
+	for i := range keys {
+		keys[i] = fmt.Sprint("10.0.", i/256, ".", i%256)
+	}
+	for _, k := range []int{32, 1000} {
+		b.Run(fmt.Sprint("k=", k), func(b *testing.B) {
+			s := New(k)
+			for i := range b.N {
+				s.Observe(keys[i%len(keys)])
+			}
+		})
 	}
 }
