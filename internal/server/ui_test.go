@@ -170,3 +170,37 @@ func TestOverviewWithManyPolicies(t *testing.T) {
 		t.Fatalf("the overview took %v; want under 100ms", best)
 	}
 }
+
+// Wrong tokens are throttled per address: after adminFailures of them in a
+// minute, even the right one is refused until the minute is over, and each
+// refusal is logged.
+func TestStatusPageLoginThrottled(t *testing.T) {
+	r, admin := startUI(t, "policies:\n  - {name: auth, limit: fixed_window 2/h}\n")
+	b := browser()
+	for i := range adminFailures {
+		if code, _, _ := fetch(t, b, "POST", admin+"/ui/login", url.Values{"token": {fmt.Sprint("guess", i)}}); code != http.StatusUnauthorized {
+			t.Fatalf("wrong token %d: %d", i, code)
+		}
+	}
+	code, body, h := fetch(t, b, "POST", admin+"/ui/login", url.Values{"token": {"s3cret"}})
+	if code != http.StatusTooManyRequests || h.Get("Set-Cookie") != "" || strings.Contains(body, "auth") {
+		t.Fatalf("the right token after %d wrong ones: %d %v", adminFailures, code, h)
+	}
+	if n := strings.Count(r.log.String(), "ui: refused: wrong admin token"); n != adminFailures {
+		t.Fatalf("%d wrong tokens logged; want %d", n, adminFailures)
+	}
+}
+
+// ui.top_keys: 0 keeps no keys: the policy's page says so and shows none.
+func TestStatusPageKeysOff(t *testing.T) {
+	r, admin := startUI(t, "ui: {top_keys: 0}\npolicies:\n  - {name: auth, limit: fixed_window 1/h}\n")
+	for range 3 {
+		r.check(t, "auth", "alice@example.com")
+	}
+	b := browser()
+	fetch(t, b, "POST", admin+"/ui/login", url.Values{"token": {"s3cret"}})
+	_, body, _ := fetch(t, b, "GET", admin+"/ui/policy/auth", nil)
+	if strings.Contains(body, "alice@example.com") || !strings.Contains(body, "top_keys") {
+		t.Fatalf("with top_keys 0: %s", body)
+	}
+}
