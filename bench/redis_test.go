@@ -314,3 +314,21 @@ func BenchmarkRedisLatencyKnee(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkRedisHotKey is one hot key at 1000/1m from 64 callers, past
+// its limit after the first 1000 checks: the sliding log, whose state is an
+// entry per instant, against GCRA's one number, on one redis-server.
+func BenchmarkRedisHotKey(b *testing.B) {
+	srv := redistest.Standalone(b)
+	store := redisstore.New(rueidisClient(b, srv.Addr), redisstore.Options{Prefix: "bench:"})
+	for _, alg := range []sluice.Algorithm{sluice.GCRA, sluice.SlidingLog} {
+		b.Run(fmt.Sprintf("%v/callers=64", alg), func(b *testing.B) {
+			limit := sluice.Limit{Algorithm: alg, Rate: 1000, Period: time.Minute}
+			key := fmt.Sprint("hot:", alg, ":", hotRun.Add(1))
+			drive(b, 64, func(string) error {
+				_, err := store.Take(context.Background(), sluice.Request{Key: key, Limit: limit, Cost: 1})
+				return err
+			})
+		})
+	}
+}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -328,5 +329,47 @@ func TestSentinel(t *testing.T) {
 	}
 	if d, err := s.Take(context.Background(), sluice.Request{Key: "k", Limit: l, Cost: 1}); err != nil || d.Allowed {
 		t.Fatalf("second take through Sentinel: %+v, %v", d, err)
+	}
+}
+
+// A sliding log written without its header (one entry per instant, as
+// sluice kept logs before the header) decides as the memory store does on
+// the same history, and is rewritten with the header on its next write;
+// an entry sluice did not write, found where a check reads, is an error.
+func TestSlidingLogWithoutHeader(t *testing.T) {
+	srv := redistest.Standalone(t)
+	prefix := uniquePrefix(t)
+	s := redisstore.New(client(t, srv.Addr), redisstore.Options{Prefix: prefix})
+	mem := memstore.New(memstore.Options{})
+	ctx := context.Background()
+	l := sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 5, Period: time.Second}
+	t0 := time.Now().Truncate(time.Second)
+	key := prefix + "{old}:sliding_log:1000000"
+	for _, ms := range []int{-1500, -500, -300, -300, -100} {
+		at := t0.Add(time.Duration(ms) * time.Millisecond)
+		mem.Take(ctx, sluice.Request{Key: "old", Limit: l, Cost: 1, Now: at})
+	}
+	srv.Do("RPUSH", key, fmt.Sprint(t0.Add(-1500*time.Millisecond).UnixMicro(), ":1"),
+		fmt.Sprint(t0.Add(-500*time.Millisecond).UnixMicro(), ":1"), fmt.Sprint(t0.Add(-300*time.Millisecond).UnixMicro(), ":2"),
+		fmt.Sprint(t0.Add(-100*time.Millisecond).UnixMicro(), ":1"))
+	for i, ms := range []int{0, 0, 150, 250, 600, 900} {
+		req := sluice.Request{Key: "old", Limit: l, Cost: 1, Now: t0.Add(time.Duration(ms) * time.Millisecond)}
+		want, _ := mem.Take(ctx, req)
+		got, err := s.Take(ctx, req)
+		if err != nil || got != want {
+			t.Fatalf("check %d: %+v, %v; the memory store says %+v", i, got, err, want)
+		}
+		if i == 0 {
+			if head := srv.Do("LINDEX", key, "0"); head != "s:5" {
+				t.Fatalf("after the first write the log's head is %q; want the header s:5", head)
+			}
+		}
+	}
+
+	bad := prefix + "{bad}:sliding_log:1000000"
+	srv.Do("RPUSH", bad, "s:2", "junk", fmt.Sprint(t0.UnixMicro(), ":1"))
+	d, err := s.Take(ctx, sluice.Request{Key: "bad", Limit: l, Cost: 1, Now: t0.Add(2 * time.Second)})
+	if err == nil || !strings.Contains(err.Error(), "did not write") || d.Allowed {
+		t.Fatalf("a log with a foreign entry: %+v, %v", d, err)
 	}
 }

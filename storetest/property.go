@@ -27,6 +27,7 @@ func RunProperties(t *testing.T, newStore NewStore) {
 		t.Run(alg.String(), func(t *testing.T) {
 			t.Run("matches reference", func(t *testing.T) { matchesReference(t, newStore(t), alg) })
 			t.Run("extreme limits", func(t *testing.T) { extremeLimits(t, newStore(t), alg) })
+			t.Run("long state", func(t *testing.T) { longState(t, newStore(t), alg) })
 			t.Run("hot key exact", func(t *testing.T) { hotKeyExact(t, newStore(t), alg) })
 			t.Run("batch atomic", func(t *testing.T) { batchAtomic(t, newStore(t), alg) })
 			t.Run("reset", func(t *testing.T) { reset(t, newStore(t), alg) })
@@ -137,6 +138,35 @@ func extremeLimits(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
 			if got != want {
 				t.Fatalf("%v step %d, cost %d:\n got %+v\nwant %+v", l, step, cost, got, want)
 			}
+		}
+	}
+}
+
+// longState replays traffic on one key under 500/1s: hundreds of
+// admissions within a period (a sliding log of hundreds of entries), and
+// now and then a pause that expires many at once, and compares with the
+// reference.
+func longState(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(uint64(alg), 9))
+	l := sluice.Limit{Algorithm: alg, Rate: 500, Period: time.Second}
+	ref := newReference()
+	now := Epoch
+	for step := range 4000 {
+		switch r := rng.IntN(100); {
+		case r == 0:
+			now = now.Add(time.Duration(500+rng.IntN(1000)) * time.Millisecond)
+		case r < 70:
+			now = now.Add(time.Duration(rng.IntN(4000)) * time.Microsecond)
+		}
+		req := sluice.Request{Key: "long", Limit: l, Cost: int64(rng.IntN(4)), Now: now}
+		want := ref.take([]sluice.Request{req}, now.UnixMicro())[0]
+		got, err := store.Take(ctx, req)
+		if err != nil {
+			t.Fatalf("step %d: %v", step, err)
+		}
+		if got != want {
+			t.Fatalf("step %d at %v, cost %d:\n got %+v\nwant %+v", step, now.Sub(Epoch), req.Cost, got, want)
 		}
 	}
 }

@@ -1,34 +1,122 @@
 -- Sliding log: the twin of algorithm/slidinglog.go.
--- The log is a list of {time, cost}, oldest first.
+--
+-- On Redis the log is a list: a header 's:SUM', the sum of the costs of
+-- its entries, then an entry 'TIME:COST' per instant, oldest first. A
+-- check reads the header and the newest entry, and entries from the oldest
+-- only as far as it needs them: those that expired, and for a denial those
+-- that must expire before it fits. Each entry expires once, so a check is
+-- O(1) amortised however long the log, where reading it whole is O(n). A
+-- list without the header (as sluice wrote logs before it) is read whole
+-- once and rewritten with one on its next write.
+
+local LOG_CHUNK = 32
+
+local function parse_entry(v)
+  local t, c = string.match(v, '^(-?%d+):(%d+)$')
+  if not t then
+    return nil
+  end
+  return {num(t), num(c)}
+end
+
+local function log_foreign(key)
+  return redis.error_reply('sluice: key ' .. key .. ' holds a list sluice did not write')
+end
+
+-- open_log returns key's log: n entries of costs summing to sum, the
+-- newest at newest, those read so far in got (got[i] is entry i). On a
+-- key that is not a log it returns a table with err.
+local function open_log(key)
+  local log = {key = key, n = 0, sum = 0, newest = 0, newest_cost = 0, got = {}, legacy = false, err = false}
+  local head = rpcall('LINDEX', key, 0)
+  if type(head) == 'table' and head.err then
+    return head
+  end
+  if not head then
+    return log
+  end
+  local s = string.match(head, '^s:(%d+)$')
+  if s then
+    log.sum, log.n = num(s), rcall('LLEN', key) - 1
+    if log.n > 0 then
+      local e = parse_entry(rcall('LINDEX', key, -1))
+      if not e then
+        return log_foreign(key)
+      end
+      log.newest, log.newest_cost = e[1], e[2]
+    end
+    return log
+  end
+  local raw = rcall('LRANGE', key, 0, -1)
+  for i, v in ipairs(raw) do
+    local e = parse_entry(v)
+    if not e then
+      return log_foreign(key)
+    end
+    log.got[i], log.sum = e, log.sum + e[2]
+  end
+  log.n, log.legacy = #raw, true
+  log.newest, log.newest_cost = log.got[#raw][1], log.got[#raw][2]
+  return log
+end
+
+-- FOREIGN stands for an entry that could not be read: never expired, it
+-- stops every walk, and the log's err says why.
+local FOREIGN = {1 / 0, 0}
+
+-- log_entry returns entry i (1 ≤ i ≤ n), reading from Redis the entries
+-- not read yet, in chunks that grow with what was read.
+local function log_entry(log, i)
+  local got = log.got
+  if i > #got then
+    local from = #got + 1
+    local raw = rcall('LRANGE', log.key, from, from + max(LOG_CHUNK, #got) - 1)
+    for j, v in ipairs(raw) do
+      local e = parse_entry(v)
+      if not e then
+        log.err = log_foreign(log.key)
+        return FOREIGN
+      end
+      got[from + j - 1] = e
+    end
+    if i > #got then
+      log.err = log_foreign(log.key)
+      return FOREIGN
+    end
+  end
+  return got[i]
+end
 
 local function log_retry(log, drop, excess, p, now)
   local freed = 0
-  for i = drop + 1, #log do
-    freed = freed + log[i][2]
+  for i = drop + 1, log.n do
+    local e = log_entry(log, i)
+    freed = freed + e[2]
     if freed >= excess then
-      return log[i][1] + p.P - now
+      return e[1] + p.P - now
     end
   end
   return p.P
 end
 
 local function sliding_log(log, p, now, cost)
-  local n = #log
+  local n = log.n
   local at = now
-  if n > 0 and at < log[n][1] then
-    at = log[n][1]
+  if n > 0 and at < log.newest then
+    at = log.newest
   end
-  local drop = 0
-  while drop < n and log[drop + 1][1] <= at - p.P do
+  local drop, sum = 0, log.sum
+  while drop < n do
+    local e = log_entry(log, drop + 1)
+    if e[1] > at - p.P then
+      break
+    end
+    sum = sum - e[2]
     drop = drop + 1
-  end
-  local sum = 0
-  for i = drop + 1, n do
-    sum = sum + log[i][2]
   end
   local newest = -1
   if drop < n then
-    newest = log[n][1]
+    newest = log.newest
   end
   local allowed, retry, reset = false, 0, 0
   if sum + cost <= p.R then
@@ -56,4 +144,48 @@ local function take_log(log, p, now, cost)
     return drop, at, allowed, remaining, retry, reset, 0
   end
   return sliding_log(log, p, now, cost)
+end
+
+-- write_log drops log's first drop entries, records cost at at, and keeps
+-- the key until ttl_ms.
+local function write_log(log, drop, at, cost, ttl)
+  local key, got = log.key, log.got
+  local sum = log.sum + cost
+  for i = 1, drop do
+    sum = sum - got[i][2]
+  end
+  local header = 's:' .. fmt('%.0f', sum)
+  if log.legacy then
+    -- Rewrite with the header: what is kept, then the new entry.
+    rcall('DEL', key)
+    rcall('RPUSH', key, header)
+    for i = drop + 1, log.n do
+      local e = got[i]
+      if i == log.n and e[1] == at then
+        e = {at, e[2] + cost}
+        cost = 0
+      end
+      rcall('RPUSH', key, fmt('%.0f', e[1]) .. ':' .. fmt('%.0f', e[2]))
+    end
+    if cost > 0 then
+      rcall('RPUSH', key, fmt('%.0f', at) .. ':' .. fmt('%.0f', cost))
+    end
+  else
+    if drop > 0 then
+      -- The header and the expired entries go; an emptied list is deleted,
+      -- and the header's LPUSH makes it again.
+      rcall('LTRIM', key, drop + 1, -1)
+      rcall('LPUSH', key, header)
+    elseif log.n > 0 then
+      rcall('LSET', key, 0, header)
+    else
+      rcall('RPUSH', key, header)
+    end
+    if log.n > drop and log.newest == at then
+      rcall('LSET', key, -1, fmt('%.0f', at) .. ':' .. fmt('%.0f', log.newest_cost + cost))
+    else
+      rcall('RPUSH', key, fmt('%.0f', at) .. ':' .. fmt('%.0f', cost))
+    end
+  end
+  rcall('PEXPIRE', key, ttl)
 end

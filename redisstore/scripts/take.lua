@@ -81,28 +81,8 @@ local function load_state(key)
   return unpack('<d<d<d', v)
 end
 
-local function load_log(key)
-  local raw = rpcall('LRANGE', key, 0, -1)
-  if raw.err then
-    return raw
-  end
-  local log = {}
-  for i, v in ipairs(raw) do
-    local t, c = string.match(v, '^(-?%d+):(%d+)$')
-    if not t then
-      return redis.error_reply('sluice: key ' .. key .. ' holds a list sluice did not write')
-    end
-    log[i] = {num(t), num(c)}
-  end
-  return log
-end
-
 local function ttl_ms(reset)
   return ceil(reset / 1000) + TTL_MARGIN_MS
-end
-
-local function int(x)
-  return fmt('%.0f', x)
 end
 
 -- params returns the params of a limit given as its argument string, with
@@ -191,12 +171,15 @@ local function group(keys, argv, limits, ki, ai, g, idkey, now, out, n)
     end
     local force = cost < 0
     if q.alg == LOG then
-      local log = load_log(q.key)
+      local log = open_log(q.key)
       if log.err then
         return fail(out, n, g, log.err)
       end
       q.log = log
       q.drop, q.at, q.allowed, q.remaining, q.retry, q.reset, q.delay = take_log(log, q.p, now, q.cost)
+      if log.err then
+        return fail(out, n, g, log.err)
+      end
       q.forced = force and q.cost > 0
       if q.forced and not q.allowed then
         q.remaining, q.reset, q.delay = 0, q.at + q.p.P - now, 0
@@ -218,16 +201,7 @@ local function group(keys, argv, limits, ki, ai, g, idkey, now, out, n)
     local key = q.key
     if q.cost > 0 and (all or q.forced) then
       if q.alg == LOG then
-        if q.drop > 0 then
-          rcall('LTRIM', key, q.drop, -1)
-        end
-        local log, nl = q.log, #q.log
-        if nl > q.drop and log[nl][1] == q.at then
-          rcall('LSET', key, -1, int(q.at) .. ':' .. int(log[nl][2] + q.cost))
-        else
-          rcall('RPUSH', key, int(q.at) .. ':' .. int(q.cost))
-        end
-        rcall('PEXPIRE', key, ttl_ms(q.reset))
+        write_log(q.log, q.drop, q.at, q.cost, ttl_ms(q.reset))
       else
         rcall('SET', key, pack('<d<d<d', q.na, q.nb, q.nc), 'PX', ttl_ms(q.reset))
       end
