@@ -360,14 +360,15 @@ func TestSlidingLogWithoutHeader(t *testing.T) {
 			t.Fatalf("check %d: %+v, %v; the memory store says %+v", i, got, err, want)
 		}
 		if i == 0 {
-			if head := srv.Do("LINDEX", key, "0"); head != "s:5" {
-				t.Fatalf("after the first write the log's head is %q; want the header s:5", head)
+			want := fmt.Sprint("s:5:4:", t0.UnixMicro(), ":1") // sum, entries, the newest's time and cost
+			if head := srv.Do("LINDEX", key, "0"); head != want {
+				t.Fatalf("after the first write the log's head is %q; want the header %s", head, want)
 			}
 		}
 	}
 
 	bad := prefix + "{bad}:sliding_log:1000000"
-	srv.Do("RPUSH", bad, "s:2", "junk", fmt.Sprint(t0.UnixMicro(), ":1"))
+	srv.Do("RPUSH", bad, fmt.Sprint("s:2:2:", t0.UnixMicro(), ":1"), "junk", fmt.Sprint(t0.UnixMicro(), ":1"))
 	d, err := s.Take(ctx, sluice.Request{Key: "bad", Limit: l, Cost: 1, Now: t0.Add(2 * time.Second)})
 	if err == nil || !strings.Contains(err.Error(), "did not write") || d.Allowed {
 		t.Fatalf("a log with a foreign entry: %+v, %v", d, err)

@@ -1,15 +1,16 @@
 -- Sliding log: the twin of algorithm/slidinglog.go.
 --
--- On Redis the log is a list: a header 's:SUM', the sum of the costs of
--- its entries, then an entry 'TIME:COST' per instant, oldest first. A
--- check reads the header and the newest entry, and entries from the oldest
--- only as far as it needs them: those that expired, and for a denial those
--- that must expire before it fits. Each entry expires once, so a check is
--- O(1) amortised however long the log, where reading it whole is O(n). A
--- list without the header (as sluice wrote logs before it) is read whole
--- once and rewritten with one on its next write.
+-- On Redis the log is a list: a header 's:SUM:N:T:C' (the sum of the
+-- costs of its N entries, and the newest entry's time and cost), then an
+-- entry 'TIME:COST' per instant, oldest first. A check reads the header,
+-- and entries from the oldest only as far as it needs them: those that
+-- expired, and for a denial those that must expire before it fits. Each
+-- entry expires once, so a check is O(1) amortised however long the log,
+-- where reading it whole is O(n). A list without the header (as sluice
+-- wrote logs before it) is read whole once and rewritten with one on its
+-- next write.
 
-local LOG_CHUNK = 32
+local LOG_CHUNK = 2 -- the first read; each read after doubles what was read
 
 local function parse_entry(v)
   local t, c = string.match(v, '^(-?%d+):(%d+)$')
@@ -35,16 +36,9 @@ local function open_log(key)
   if not head then
     return log
   end
-  local s = string.match(head, '^s:(%d+)$')
-  if s then
-    log.sum, log.n = num(s), rcall('LLEN', key) - 1
-    if log.n > 0 then
-      local e = parse_entry(rcall('LINDEX', key, -1))
-      if not e then
-        return log_foreign(key)
-      end
-      log.newest, log.newest_cost = e[1], e[2]
-    end
+  local sum, n, t, c = string.match(head, '^s:(%d+):(%d+):(-?%d+):(%d+)$')
+  if sum then
+    log.sum, log.n, log.newest, log.newest_cost = num(sum), num(n), num(t), num(c)
     return log
   end
   local raw = rcall('LRANGE', key, 0, -1)
@@ -154,22 +148,21 @@ local function write_log(log, drop, at, cost, ttl)
   for i = 1, drop do
     sum = sum - got[i][2]
   end
-  local header = 's:' .. fmt('%.0f', sum)
+  local merge = log.n > drop and log.newest == at -- one instant, one entry
+  local n, newest_cost = log.n - drop + 1, cost
+  if merge then
+    n, newest_cost = n - 1, log.newest_cost + cost
+  end
+  local header = 's:' .. fmt('%.0f', sum) .. ':' .. n .. ':' .. fmt('%.0f', at) .. ':' .. fmt('%.0f', newest_cost)
+  local entry = fmt('%.0f', at) .. ':' .. fmt('%.0f', newest_cost)
   if log.legacy then
     -- Rewrite with the header: what is kept, then the new entry.
     rcall('DEL', key)
     rcall('RPUSH', key, header)
-    for i = drop + 1, log.n do
-      local e = got[i]
-      if i == log.n and e[1] == at then
-        e = {at, e[2] + cost}
-        cost = 0
-      end
-      rcall('RPUSH', key, fmt('%.0f', e[1]) .. ':' .. fmt('%.0f', e[2]))
+    for i = drop + 1, log.n - (merge and 1 or 0) do
+      rcall('RPUSH', key, fmt('%.0f', got[i][1]) .. ':' .. fmt('%.0f', got[i][2]))
     end
-    if cost > 0 then
-      rcall('RPUSH', key, fmt('%.0f', at) .. ':' .. fmt('%.0f', cost))
-    end
+    rcall('RPUSH', key, entry)
   else
     if drop > 0 then
       -- The header and the expired entries go; an emptied list is deleted,
@@ -181,10 +174,10 @@ local function write_log(log, drop, at, cost, ttl)
     else
       rcall('RPUSH', key, header)
     end
-    if log.n > drop and log.newest == at then
-      rcall('LSET', key, -1, fmt('%.0f', at) .. ':' .. fmt('%.0f', log.newest_cost + cost))
+    if merge then
+      rcall('LSET', key, -1, entry)
     else
-      rcall('RPUSH', key, fmt('%.0f', at) .. ':' .. fmt('%.0f', cost))
+      rcall('RPUSH', key, entry)
     end
   end
   rcall('PEXPIRE', key, ttl)
