@@ -43,9 +43,12 @@ type Options struct {
 	// sweeping and eviction; fewer shards keep their tables in cache.
 	Shards int
 	// MaxKeys bounds the number of keys held. When a new key would exceed
-	// its shard's share, the store evicts a key already back to full (which
-	// grants nobody extra quota) if one is among up to 1,024 it looks at,
-	// else the soonest to expire of 16; the latter is counted in Evictions.
+	// its shard's share, the store looks at 8 of the shard's keys, from
+	// where its sweep of expired keys left off, and evicts one already back
+	// to full (which grants nobody extra quota) if it finds one, else the
+	// soonest to expire of the 8, counted in Evictions. A sample, not a
+	// search, so a new key at the bound costs about twice one below it
+	// however full of live keys the store is (BenchmarkFullStore).
 	// Default 4,000,000 (under 400 MB for the O(1) algorithms).
 	MaxKeys int
 	// Clock returns the current time for Requests without Now. Default:
@@ -69,10 +72,9 @@ type Store struct {
 var _ sluice.Store = (*Store)(nil)
 
 const (
-	sweepPerInsert = 2    // expired entries examined per new key
-	sweepScan      = 64   // index slots looked at per sweep, at most
-	evictScan      = 1024 // keys looked at for one back to full under MaxKeys
-	evictSample    = 16   // of which the live victim is chosen
+	sweepPerInsert = 2  // expired entries examined per new key
+	sweepScan      = 64 // index slots looked at per sweep, at most
+	evictSample    = 8  // keys looked at for one to evict under MaxKeys
 )
 
 // New returns a Store configured by opts.

@@ -364,8 +364,11 @@ func (sh *shard) sweep(s *Store, t *table, now int64, n int) {
 }
 
 // evict removes one key of the shard: the first back to full (expired)
-// among up to evictScan looked at; failing that, the soonest to expire
-// among the first evictSample, which is live. It reports whether it
+// among evictSample keys looked at from where the last sweep ended;
+// failing that, the soonest to expire of them, which is live. A sample,
+// not a search: a new key at the bound costs a few more keys looked at,
+// however full of live keys the shard is, and the sweep that runs on
+// every insert finds the expired ones elsewhere. It reports whether it
 // removed one and whether that one was live.
 func (sh *shard) evict(s *Store, now int64) (live, ok bool) {
 	var (
@@ -380,7 +383,7 @@ func (sh *shard) evict(s *Store, now int64) (live, ok bool) {
 	// consider notes a candidate, locked if it is an entry, and reports
 	// whether the search is over.
 	consider := func(t *table, i uint64, e *entry, st algorithm.State, key string, exp int64) bool {
-		if n < evictSample && (vt == nil || exp < best) || exp <= now {
+		if vt == nil || exp < best {
 			if ve != nil {
 				ve.unlock(vst, vt.swaps)
 			}
@@ -389,7 +392,7 @@ func (sh *shard) evict(s *Store, now int64) (live, ok bool) {
 			e.unlock(st, t.swaps)
 		}
 		n++
-		return exp <= now || n == evictScan
+		return exp <= now || n == evictSample
 	}
 	done := false
 	for _, t := range sh.list() {
@@ -401,8 +404,9 @@ func (sh *shard) evict(s *Store, now int64) (live, ok bool) {
 			}
 		} else {
 			ix := t.ix.Load()
-			for j := range len(ix.slots) {
-				i := (t.cursor + uint64(j)) & ix.mask
+			for range len(ix.slots) {
+				i := t.cursor & ix.mask
+				t.cursor++
 				e, st, ok := ix.tryLockAt(i, t.swaps)
 				if !ok {
 					continue

@@ -3,6 +3,9 @@ package memstore_test
 import (
 	"context"
 	"fmt"
+	"runtime"
+	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -61,5 +64,85 @@ func BenchmarkTakeCount(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkFullStore is a new key on a store below its MaxKeys and on one
+// at it, every key held live (a limit of an hour, so none is back to full):
+// at the cap each new key evicts one, and the figure is what that costs.
+// The existing-key p99 is of checks from a second goroutine, while the
+// first inserts, on the thousand keys inserted last (held keys, not the
+// ones evicted).
+//
+//	go test -run '^$' -bench FullStore -count 3 ./memstore/
+func BenchmarkFullStore(b *testing.B) {
+	const held = 200_000
+	limit := sluice.Limit{Algorithm: sluice.GCRA, Rate: 10, Period: time.Hour}
+	ctx := context.Background()
+	for _, full := range []bool{false, true} {
+		name := "new-key/below-cap"
+		if full {
+			name = "new-key/at-cap"
+		}
+		b.Run(name, func(b *testing.B) {
+			maxKeys := 1 << 30
+			if full {
+				maxKeys = held
+			}
+			s := memstore.New(memstore.Options{MaxKeys: maxKeys})
+			heldKeys := make([]string, held)
+			for i := range heldKeys {
+				heldKeys[i] = fmt.Sprintf("held-%09d", i)
+				s.Take(ctx, sluice.Request{Key: heldKeys[i], Limit: limit, Cost: 1})
+			}
+			keys := make([]string, b.N)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("new-%012d", i)
+			}
+			// Checks on held keys beside the inserts, timed one by one.
+			var inserted atomic.Int64
+			stop := make(chan struct{})
+			lat := make(chan []time.Duration)
+			go func() {
+				var ds []time.Duration
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						lat <- ds
+						return
+					default:
+					}
+					n := inserted.Load()
+					if n < 1000 {
+						runtime.Gosched()
+						continue
+					}
+					t := time.Now()
+					d, _ := s.Take(ctx, sluice.Request{Key: keys[n-1-int64(i%1000)], Limit: limit, Cost: 0})
+					ds = append(ds, time.Since(t))
+					if d.Remaining != limit.Rate-1 {
+						panic(fmt.Sprintf("a key inserted last is not held: %+v", d))
+					}
+				}
+			}()
+			b.ReportAllocs()
+			b.ResetTimer()
+			for i := range b.N {
+				if _, err := s.Take(ctx, sluice.Request{Key: keys[i], Limit: limit, Cost: 1}); err != nil {
+					b.Fatal(err)
+				}
+				inserted.Store(int64(i + 1))
+			}
+			b.StopTimer()
+			close(stop)
+			ds := <-lat
+			if len(ds) > 0 {
+				slices.Sort(ds)
+				b.ReportMetric(float64(ds[len(ds)*99/100].Nanoseconds()), "held-p99-ns")
+			}
+			if full && s.Evictions() == 0 {
+				b.Fatal("no eviction at the cap")
+			}
+		})
 	}
 }
