@@ -143,7 +143,7 @@ func Chart(w io.Writer, format, title string, limit sluice.Limit, bin time.Durat
 		if last {
 			y0 -= axisExtra
 		}
-		p.Draw(draw.Crop(dc, 0, -tableW, y0, y1-height))
+		p.Draw(draw.Crop(dc, 0.12*vg.Inch, -tableW, y0, y1-height)) // room for a wider fallback face
 
 		// The row of the table beside the panel.
 		ratio := float64(r.MaxInPeriod) / float64(limit.Rate)
