@@ -121,6 +121,10 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if source == "" {
 		source = config.DefaultName
 	}
+	// Watch before announcing: a change made once the banner is out is seen.
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	srv.WatchReload(ctx)
 	build := buildinfo.Read()
 	log.Info("sluice serving", "version", build.Version, "revision", build.Revision, "modified", build.Modified, "go", build.Go,
 		"http", a.HTTP, "grpc", a.GRPC, "admin", a.Admin, "store", srv.StoreType(), "config", source,
@@ -130,9 +134,6 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		banner(stdout, build, source, srv.StoreType(), a)
 	}
 
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	go srv.WatchReload(ctx)
 	<-ctx.Done()
 	log.Info("shutting down; finishing in-flight checks")
 	sctx, cancel := context.WithTimeout(context.Background(), *drain)
@@ -208,10 +209,10 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 	hs := server.HTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		(*handler.Load()).ServeHTTP(w, r)
 	}), lim, true, log)
-	fmt.Fprintf(stdout, "sluice proxy listening on http://%s, forwarding to %s\n", ln.Addr(), u)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	go srv.WatchReload(ctx) // SIGHUP and file changes
+	srv.WatchReload(ctx) // SIGHUP and file changes, watched before announcing
+	fmt.Fprintf(stdout, "sluice proxy listening on http://%s, forwarding to %s\n", ln.Addr(), u)
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	select {

@@ -53,26 +53,36 @@ func (s *Server) Reload() error {
 // WatchReload reloads on SIGHUP and when the config file changes (watching
 // its directory, so that an editor's rename or a Kubernetes ConfigMap's
 // symlink swap is seen), or, for a config directory, any of its YAML
-// files, until ctx ends.
+// files, until ctx ends. It returns once the signal and the watch are in
+// place, so that a change made after it returns is never missed (and a
+// SIGHUP never finds the default action, which ends the process).
 func (s *Server) WatchReload(ctx context.Context) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
+	var w *fsnotify.Watcher
 	var events <-chan fsnotify.Event
 	dir, name := filepath.Dir(s.opts.Config), filepath.Base(s.opts.Config)
 	if st, err := os.Stat(s.opts.Config); err == nil && st.IsDir() {
 		dir, name = s.opts.Config, ""
 	}
 	if s.opts.Config != "" {
-		if w, err := fsnotify.NewWatcher(); err != nil {
+		var err error
+		if w, err = fsnotify.NewWatcher(); err != nil {
 			s.log.Warn("cannot watch the config file; reload with SIGHUP", "error", err)
 		} else {
-			defer w.Close()
 			if err := w.Add(dir); err != nil {
 				s.log.Warn("cannot watch the config file; reload with SIGHUP", "error", err)
 			}
 			events = w.Events
 		}
+	}
+	go s.watch(ctx, hup, w, events, name)
+}
+
+func (s *Server) watch(ctx context.Context, hup chan os.Signal, w *fsnotify.Watcher, events <-chan fsnotify.Event, name string) {
+	defer signal.Stop(hup)
+	if w != nil {
+		defer w.Close()
 	}
 	var debounce <-chan time.Time
 	for {
