@@ -73,14 +73,10 @@ type runner struct {
 	res    Result
 	limit  sluice.Limit
 	store  *memstore.Store
-	window map[string]*ring // admitted (or leaving) per key in the last Period
-	// admits is every key's admissions (leaving times), in order, for
-	// Result.Window.
+	// admits is every key's admissions (leaving times), in order: what
+	// Window, MaxInPeriod and the sliding log's state are measured on.
 	admits map[string]*admits
 	delay  time.Duration // total shaping delay
-	// maxEntries is the most entries one key's window held: the sliding
-	// log's state, an entry per instant.
-	maxEntries int64
 
 	lastAllowed bool // the decision of the latest arrival
 }
@@ -152,11 +148,12 @@ func Run(cfg Config) ([]Result, error) {
 		if r.res.Admitted > 0 {
 			r.res.MeanDelay = r.delay / time.Duration(r.res.Admitted)
 		}
-		r.res.Window = windowSeries(r.admits, len(r.res.Series), r.limit.Period, cfg.Bin)
+		var entries int64
+		r.res.Window, r.res.MaxInPeriod, entries = windowSeries(r.admits, len(r.res.Series), r.limit.Period, cfg.Bin)
 		if w, ok := stateWords[r.limit.Algorithm]; ok {
 			r.res.StateBytes = 8 * w
 		} else {
-			r.res.StateBytes = 16 * r.maxEntries
+			r.res.StateBytes = 16 * entries
 		}
 		out[i] = r.res
 	}
@@ -168,7 +165,6 @@ func newRunner(l sluice.Limit) *runner {
 		res:    Result{Algorithm: l.Algorithm},
 		limit:  l,
 		store:  memstore.New(memstore.Options{MaxKeys: 1 << 30}),
-		window: map[string]*ring{},
 		admits: map[string]*admits{},
 	}
 }
@@ -189,58 +185,33 @@ func (r *runner) record(a Arrival, d sluice.Decision, bin time.Duration) {
 		r.res.Series = append(r.res.Series, 0)
 	}
 	r.res.Series[i] += a.Cost
-	w := r.window[a.Key]
-	if w == nil {
-		w = &ring{}
-		r.window[a.Key] = w
-	}
-	r.res.MaxInPeriod = max(r.res.MaxInPeriod, w.add(leave, a.Cost, r.limit.Period))
 	ad := r.admits[a.Key]
 	if ad == nil {
 		ad = &admits{}
 		r.admits[a.Key] = ad
 	}
-	ad.t, ad.cost = append(ad.t, leave), append(ad.cost, a.Cost)
-	r.maxEntries = max(r.maxEntries, int64(len(w.t)))
-}
-
-// ring holds one key's admissions in the last Period, oldest first.
-type ring struct {
-	t    []time.Duration
-	cost []int64
-	sum  int64
-}
-
-// add records cost leaving at t and returns the cost in (t − period, t].
-func (w *ring) add(t time.Duration, cost int64, period time.Duration) int64 {
-	drop := 0
-	for drop < len(w.t) && w.t[drop] <= t-period {
-		w.sum -= w.cost[drop]
-		drop++
-	}
-	w.t, w.cost = w.t[drop:], w.cost[drop:]
-	if n := len(w.t); n > 0 && w.t[n-1] == t {
-		w.cost[n-1] += cost // one instant is one entry, as the stores' logs keep it
+	if n := len(ad.t); n > 0 && ad.t[n-1] == leave {
+		ad.cost[n-1] += a.Cost // one instant is one entry, as the stores' logs keep it
 	} else {
-		w.t, w.cost = append(w.t, t), append(w.cost, cost)
+		ad.t, ad.cost = append(ad.t, leave), append(ad.cost, a.Cost)
 	}
-	w.sum += cost
-	return w.sum
 }
 
-// admits is one key's admissions, oldest first.
+// admits is one key's admissions, oldest first, one entry per instant.
 type admits struct {
 	t    []time.Duration
 	cost []int64
 }
 
 // windowSeries returns, for each of n bins, the most cost one key had
-// admitted in (t − period, t] for any t in the bin. A key's count only
-// rises at an admission, so its most in a bin is at the bin's start or at
-// one of its admissions in the bin: a sweep over those per key, with the
-// window's two ends moving forward only.
-func windowSeries(keys map[string]*admits, n int, period, bin time.Duration) []int64 {
-	out := make([]int64, n)
+// admitted in (t − period, t] for any t in the bin; the most over all bins
+// (MaxInPeriod); and the most entries one key had in such an interval
+// (the sliding log's state). A key's count only rises at an admission, so
+// its most in a bin is at the bin's start or at one of its admissions in
+// the bin: a sweep over those per key, with the window's two ends moving
+// forward only.
+func windowSeries(keys map[string]*admits, n int, period, bin time.Duration) (out []int64, most, entries int64) {
+	out = make([]int64, n)
 	for _, ad := range keys {
 		lo, hi, sum := 0, 0, int64(0)
 		at := func(t time.Duration) int64 {
@@ -261,15 +232,15 @@ func windowSeries(keys map[string]*admits, n int, period, bin time.Duration) []i
 			start, end := time.Duration(b)*bin, time.Duration(b+1)*bin
 			m := at(start)
 			for next < len(ad.t) && ad.t[next] < end {
-				if ad.t[next] >= start {
-					m = max(m, at(ad.t[next]))
-				}
+				m = max(m, at(ad.t[next]))
+				entries = max(entries, int64(hi-lo))
 				next++
 			}
 			out[b] = max(out[b], m)
+			most = max(most, m)
 		}
 	}
-	return out
+	return out, most, entries
 }
 
 // Format writes results as a table.
