@@ -93,36 +93,16 @@ func BenchmarkRLS(b *testing.B) {
 			redis = nil
 		})
 	}
-	// The three side by side: rounds of b.N checks against each in turn,
-	// so that this machine's drift over the run moves them together. It
-	// reports, per store, the median over rounds of the round's checks/s
+	// The three side by side (see interleaved): per store, its checks/s
 	// against the empty handler's.
 	b.Run("interleaved/callers=64", func(b *testing.B) {
 		checks := make([]func() error, len(targets))
 		for i, tg := range targets {
 			checks[i] = rlsClient(b, tg.addr(b))
 		}
-		const rounds = 5
-		ratios := make([][]float64, len(targets))
-		b.ResetTimer()
-		for range rounds {
-			var perSec [3]float64
-			for i, check := range checks {
-				el, _, err := load(64, b.N, func(string) error { return check() })
-				if err != nil {
-					b.Fatal(err)
-				}
-				perSec[i] = float64(b.N) / el.Seconds()
-			}
-			for i := range targets {
-				ratios[i] = append(ratios[i], perSec[i]/perSec[0])
-			}
-		}
-		b.StopTimer()
+		ratios := interleaved(b, checks)
 		for i, tg := range targets[1:] {
-			r := ratios[i+1]
-			slices.Sort(r)
-			b.ReportMetric(r[len(r)/2], tg.name+"-vs-empty")
+			b.ReportMetric(ratios[i+1], tg.name+"-vs-empty")
 		}
 		b.ReportMetric(0, "ns/op")
 	})
@@ -131,9 +111,8 @@ func BenchmarkRLS(b *testing.B) {
 // BenchmarkRLSTopKeys prices the status page's most-denied-keys sketch:
 // the same service, with ui.top_keys 32 and with 0 (no sketch), answering
 // checks on 10k addresses that are all over their limit, so that every
-// check goes through the sketch. Rounds alternate between the two, as
-// BenchmarkRLS's interleaved run does; it reports the median over rounds
-// of the sketch's checks/s against no sketch's.
+// check goes through the sketch; interleaved, the sketch's checks/s
+// against no sketch's.
 func BenchmarkRLSTopKeys(b *testing.B) {
 	dir := b.TempDir()
 	addr := func(topKeys int) string {
@@ -161,11 +140,20 @@ domains:
 			check()
 		}
 	}
+	b.ReportMetric(interleaved(b, checks)[1], "top32-vs-off")
+	b.ReportMetric(0, "ns/op")
+}
+
+// interleaved runs rounds of b.N checks from 64 callers against each of
+// checks in turn, so that this machine's drift over the run moves them
+// together, and returns for each the median over rounds of its round's
+// checks/s against the first's.
+func interleaved(b *testing.B, checks []func() error) []float64 {
 	const rounds = 5
-	var ratios []float64
+	ratios := make([][]float64, len(checks))
 	b.ResetTimer()
 	for range rounds {
-		var perSec [2]float64
+		perSec := make([]float64, len(checks))
 		for i, check := range checks {
 			el, _, err := load(64, b.N, func(string) error { return check() })
 			if err != nil {
@@ -173,12 +161,17 @@ domains:
 			}
 			perSec[i] = float64(b.N) / el.Seconds()
 		}
-		ratios = append(ratios, perSec[1]/perSec[0])
+		for i := range checks {
+			ratios[i] = append(ratios[i], perSec[i]/perSec[0])
+		}
 	}
 	b.StopTimer()
-	slices.Sort(ratios)
-	b.ReportMetric(ratios[len(ratios)/2], "top32-vs-off")
-	b.ReportMetric(0, "ns/op")
+	medians := make([]float64, len(checks))
+	for i, r := range ratios {
+		slices.Sort(r)
+		medians[i] = r[len(r)/2]
+	}
+	return medians
 }
 
 // rlsClient returns a function that sends one ShouldRateLimit to addr,
