@@ -233,23 +233,29 @@ func cluster(t testing.TB, replicas, nodeTimeoutMS int) []*Server {
 func Sentinel(t testing.TB) (master *Server, sentinelAddr string) {
 	t.Helper()
 	master = start(t, nil)
-	bin := binary(t, "redis-server")
+	_, mport, _ := net.SplitHostPort(master.Addr)
+	return master, startSentinel(t, "sentinel monitor mymaster 127.0.0.1 "+mport+" 1\nsentinel down-after-milliseconds mymaster 1000\n")
+}
+
+// startSentinel starts a redis-sentinel with the config lines monitor
+// (after its port, bind and dir) and returns its address once it answers.
+func startSentinel(t testing.TB, monitor string) string {
+	t.Helper()
 	port := freePort(t)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf")
-	_, mport, _ := net.SplitHostPort(master.Addr)
-	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster 127.0.0.1 %s 1\nsentinel down-after-milliseconds mymaster 1000\n", port, dir, mport)
+	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\n%s", port, dir, monitor)
 	if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), t: t, dir: dir, args: []string{conf, "--sentinel", "--logfile", filepath.Join(dir, "redis.log")}}
-	s.cmd = exec.Command(bin, s.args...)
+	s.cmd = exec.Command(binary(t, "redis-server"), s.args...)
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("redistest: starting redis-sentinel: %v", err)
 	}
 	t.Cleanup(s.Kill)
 	s.waitReady()
-	return master, s.Addr
+	return s.Addr
 }
 
 // clusterSynced reports whether a node of a Cluster with replicas sees
@@ -271,24 +277,9 @@ func Sentinels(t testing.TB, downAfterMS int) (master, replica *Server, sentinel
 	master = start(t, nil)
 	_, mport, _ := net.SplitHostPort(master.Addr)
 	replica = start(t, []string{"--replicaof", "127.0.0.1", mport})
-	bin := binary(t, "redis-server")
 	for range 3 {
-		port := freePort(t)
-		dir := t.TempDir()
-		conf := filepath.Join(dir, "sentinel.conf")
-		body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\nsentinel monitor mymaster 127.0.0.1 %s 2\n"+
-			"sentinel down-after-milliseconds mymaster %d\nsentinel failover-timeout mymaster 10000\n", port, dir, mport, downAfterMS)
-		if err := os.WriteFile(conf, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), t: t, dir: dir, args: []string{conf, "--sentinel", "--logfile", filepath.Join(dir, "redis.log")}}
-		s.cmd = exec.Command(bin, s.args...)
-		if err := s.cmd.Start(); err != nil {
-			t.Fatalf("redistest: starting redis-sentinel: %v", err)
-		}
-		t.Cleanup(s.Kill)
-		s.waitReady()
-		sentinels = append(sentinels, s.Addr)
+		sentinels = append(sentinels, startSentinel(t, fmt.Sprintf("sentinel monitor mymaster 127.0.0.1 %s 2\n"+
+			"sentinel down-after-milliseconds mymaster %d\nsentinel failover-timeout mymaster 10000\n", mport, downAfterMS)))
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
