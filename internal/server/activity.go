@@ -53,14 +53,14 @@ func (a *activity) label(name string) *labelActivity {
 	return v.(*labelActivity)
 }
 
-// record counts a check of label with outcome, and its key when denied
-// and topKeys > 0.
-func (a *activity) record(label string, o sluice.Outcome, key string, topKeys int) {
+// record counts a check of label with outcome made at at (the check's own
+// clock reading), and its key when denied and topKeys > 0.
+func (a *activity) record(label string, o sluice.Outcome, key string, topKeys int, at time.Time) {
 	l := a.label(label)
 	if l == nil {
 		return
 	}
-	now := int64(time.Since(a.start) / time.Second)
+	now := int64(at.Sub(a.start) / time.Second)
 	s := &l.slots[now%historySeconds]
 	if at := s.at.Load(); at != now && s.at.CompareAndSwap(at, now) {
 		s.allowed.Store(0)

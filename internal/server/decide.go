@@ -119,7 +119,7 @@ func (s *Server) decide(ctx context.Context, sub subject, key string, limits []s
 	policy, domain := sub.labels()
 	s.metrics.checks.WithLabelValues(policy, domain, v.Outcome.String()).Inc()
 	s.countNearLimit(policy, domain, ds, v)
-	s.activity.record(label, v.Outcome, key, s.state().cfg.UI.TopKeys)
+	s.activity.record(label, v.Outcome, key, s.state().cfg.UI.TopKeys, start)
 	if v.Outcome == sluice.Denied || v.Outcome == sluice.LocalDenied {
 		s.noteDenied(sub, ds[v.Closest])
 	}
