@@ -68,12 +68,12 @@ func Chart(w io.Writer, format, title string, limit sluice.Limit, bin time.Durat
 	}
 	dc := draw.New(c)
 
-	bins, top := 0, float64(limit.Rate)
+	bins, most := 0, float64(limit.Rate)
 	for _, r := range results {
 		bins = max(bins, len(r.Window))
-		top = max(top, float64(r.MaxInPeriod))
+		most = max(most, float64(r.MaxInPeriod))
 	}
-	top *= 1.12
+	top := most * 1.12 // room above the highest step
 	end := (time.Duration(bins) * bin).Seconds()
 
 	// The header: title, and what is drawn, outside the panels.
@@ -102,7 +102,7 @@ func Chart(w io.Writer, format, title string, limit sluice.Limit, bin time.Durat
 		p.Title.TextStyle.Font.Size = vg.Points(10.5)
 		p.Title.Padding = vg.Points(2)
 		p.X.Min, p.X.Max, p.Y.Min, p.Y.Max = 0, end, 0, top
-		p.Y.Tick.Marker = plot.ConstantTicks(ticks(top/1.12, limit.Rate))
+		p.Y.Tick.Marker = plot.ConstantTicks(ticks(most, limit.Rate))
 		last := i == len(results)-1
 		if last {
 			p.X.Label.Text = "time (s)"
@@ -198,12 +198,12 @@ func steps(window []int64, bin time.Duration, limit float64) (all plotter.XYs, a
 	return all, above
 }
 
-// ticks returns the y axis's ticks: 0, the limit, and the top when it is
+// ticks returns the y axis's ticks: 0, the limit, and most when it is
 // well above the limit.
-func ticks(top float64, limit int64) []plot.Tick {
+func ticks(most float64, limit int64) []plot.Tick {
 	t := []plot.Tick{{Value: 0, Label: "0"}, {Value: float64(limit), Label: fmt.Sprint(limit)}}
-	if top >= 1.5*float64(limit) {
-		t = append(t, plot.Tick{Value: top, Label: fmt.Sprint(int64(top))})
+	if most >= 1.5*float64(limit) {
+		t = append(t, plot.Tick{Value: most, Label: fmt.Sprint(int64(most))})
 	}
 	return t
 }
