@@ -70,9 +70,9 @@ var stateWords = map[sluice.Algorithm]int64{
 
 // runner is one algorithm under simulation.
 type runner struct {
-	res    Result
-	limit  sluice.Limit
-	store  *memstore.Store
+	res   Result
+	limit sluice.Limit
+	store *memstore.Store
 	// admits is every key's admissions (leaving times), in order: what
 	// Window, MaxInPeriod and the sliding log's state are measured on.
 	admits map[string]*admits
