@@ -2,10 +2,7 @@ package server
 
 import (
 	"io"
-	"log/slog"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -14,22 +11,8 @@ import (
 // caller's address, throttles an address that sends wrong tokens, and
 // shows the config with its secrets redacted.
 func TestAdminAudited(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "sluice.yaml")
-	src := "listeners: {drain: 0s}\nadmin: {token: s3cret-admin}\nstore: {type: memory}\npolicies: [{name: p, limit: 5/1h}]\n"
-	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	buf := &syncBuffer{}
-	s, err := New(Options{Config: path, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
-		Logger: slog.New(slog.NewTextHandler(buf, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Shutdown(t.Context()) })
-	admin := "http://" + s.Addrs().Admin
+	r, admin := startUI(t, "store: {type: memory}\npolicies: [{name: p, limit: 5/1h}]\n")
+	buf := r.log
 	call := func(method, path, token string) (int, string) {
 		req, _ := http.NewRequest(method, admin+path, nil)
 		if token != "" {
@@ -43,10 +26,10 @@ func TestAdminAudited(t *testing.T) {
 		body, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(body)
 	}
-	if code, body := call("GET", "/admin/config", "s3cret-admin"); code != 200 || strings.Contains(body, "s3cret") || !strings.Contains(body, "REDACTED") {
+	if code, body := call("GET", "/admin/config", "s3cret"); code != 200 || strings.Contains(body, "s3cret") || !strings.Contains(body, "REDACTED") {
 		t.Fatalf("/admin/config: %d\n%s", code, body)
 	}
-	if code, _ := call("DELETE", "/admin/keys?policy=p&key=alice", "s3cret-admin"); code != 200 {
+	if code, _ := call("DELETE", "/admin/keys?policy=p&key=alice", "s3cret"); code != 200 {
 		t.Fatalf("reset: %d", code)
 	}
 	log := buf.String()
@@ -66,7 +49,7 @@ func TestAdminAudited(t *testing.T) {
 	if code, _ := call("GET", "/admin/config", "guess"); code != 429 {
 		t.Fatalf("wrong token past the allowance: %d, want 429", code)
 	}
-	if code, _ := call("GET", "/admin/config", "s3cret-admin"); code != 429 {
+	if code, _ := call("GET", "/admin/config", "s3cret"); code != 429 {
 		t.Fatalf("right token from a throttled address: %d, want 429", code)
 	}
 }

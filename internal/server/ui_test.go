@@ -15,7 +15,8 @@ import (
 	"time"
 )
 
-// startUI runs a server with the admin listener and the status page.
+// startUI starts a server with the admin listener (token s3cret) and the
+// config lines given, and returns it and the admin listener's base URL.
 func startUI(t *testing.T, policies string) (*running, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
