@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -20,6 +21,7 @@ const (
 	TokenBucket                // capacity Burst, refilled continuously at Rate/Period
 	LeakyBucket                // queue of capacity Burst draining at Rate/Period; reports Delay
 	GCRA                       // one theoretical arrival time per key
+	Calendar                   // counter per calendar minute, hour, day, week or month in a time zone
 	numAlgorithms
 )
 
@@ -31,6 +33,7 @@ var algorithmNames = [numAlgorithms]string{
 	TokenBucket:      "token_bucket",
 	LeakyBucket:      "leaky_bucket",
 	GCRA:             "gcra",
+	Calendar:         "calendar",
 }
 
 // String returns the algorithm's configuration name, such as "token_bucket".
@@ -50,14 +53,14 @@ func (a Algorithm) Resolved() Algorithm {
 }
 
 // ParseAlgorithm returns the Algorithm named s: fixed_window, sliding_log,
-// sliding_window, token_bucket, leaky_bucket or gcra.
+// sliding_window, token_bucket, leaky_bucket, gcra or calendar.
 func ParseAlgorithm(s string) (Algorithm, error) {
 	for a := FixedWindow; a < numAlgorithms; a++ {
 		if algorithmNames[a] == s {
 			return a, nil
 		}
 	}
-	return 0, fmt.Errorf("sluice: unknown algorithm %q (want fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket or gcra)", s)
+	return 0, fmt.Errorf("sluice: unknown algorithm %q (want fixed_window, sliding_log, sliding_window, token_bucket, leaky_bucket, gcra or calendar)", s)
 }
 
 // MarshalText implements encoding.TextMarshaler.
@@ -105,6 +108,67 @@ type Limit struct {
 	// request as a forced one (Request.Forced). Default false: only
 	// admitted requests count ("count admitted").
 	CountAll bool
+	// Zone is the time zone whose calendar aligns a Calendar limit's
+	// windows (nil is UTC); other algorithms refuse one. Load it with
+	// LoadZone, so that limits read twice from one name are equal.
+	Zone *time.Location
+}
+
+// The periods of a Calendar limit. CalendarMonth stands for one calendar
+// month, whatever its length (its value is the longest); a week starts on
+// Monday (ISO 8601).
+const (
+	CalendarMinute = time.Minute
+	CalendarHour   = time.Hour
+	CalendarDay    = 24 * time.Hour
+	CalendarWeek   = 7 * CalendarDay
+	CalendarMonth  = 31 * CalendarDay
+)
+
+var calendarUnits = []struct {
+	name string
+	d    time.Duration
+}{
+	{"minute", CalendarMinute}, {"hour", CalendarHour}, {"day", CalendarDay},
+	{"week", CalendarWeek}, {"month", CalendarMonth},
+}
+
+// calendarUnit returns the name of a Calendar period, or "".
+func calendarUnit(d time.Duration) string {
+	for _, u := range calendarUnits {
+		if u.d == d {
+			return u.name
+		}
+	}
+	return ""
+}
+
+var zones sync.Map // name → *time.Location
+
+// LoadZone returns the time zone named name (an IANA name such as
+// "America/New_York", or "UTC"), the same *time.Location for the same
+// name, so that Limits read from one name compare equal.
+func LoadZone(name string) (*time.Location, error) {
+	if z, ok := zones.Load(name); ok {
+		return z.(*time.Location), nil
+	}
+	loc, err := time.LoadLocation(name)
+	if err != nil || name == "" || name == "Local" {
+		return nil, fmt.Errorf("%w: unknown time zone %q (want an IANA name such as America/New_York, or UTC)", ErrInvalidLimit, name)
+	}
+	if name == "UTC" {
+		loc = time.UTC
+	}
+	z, _ := zones.LoadOrStore(name, loc)
+	return z.(*time.Location), nil
+}
+
+// SameState reports whether l and o keep one state per key: the same
+// algorithm, period and zone. Stores identify a key's state by them, so a
+// new rate or burst keeps it; a batch may not hold two requests on one
+// key's same state.
+func (l Limit) SameState(o Limit) bool {
+	return l.Algorithm.Resolved() == o.Algorithm.Resolved() && l.Period == o.Period && l.Zone == o.Zone
 }
 
 // PerSecond returns a Limit of n events per second with the default algorithm.
@@ -151,8 +215,12 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("%w: period %v exceeds %v", ErrInvalidLimit, l.Period, MaxSpan)
 	case l.Period%time.Microsecond != 0:
 		return fmt.Errorf("%w: period %v is not a whole number of microseconds", ErrInvalidLimit, l.Period)
-	case l.CountAll && l.Algorithm != FixedWindow && l.Algorithm != SlidingWindow:
-		return fmt.Errorf("%w: count all is for fixed_window and sliding_window, not %v", ErrInvalidLimit, l.Algorithm.Resolved())
+	case l.CountAll && l.Algorithm != FixedWindow && l.Algorithm != SlidingWindow && l.Algorithm != Calendar:
+		return fmt.Errorf("%w: count all is for fixed_window, sliding_window and calendar, not %v", ErrInvalidLimit, l.Algorithm.Resolved())
+	case l.Algorithm == Calendar && calendarUnit(l.Period) == "":
+		return fmt.Errorf("%w: calendar period %v: want a minute, hour, day, week or month", ErrInvalidLimit, l.Period)
+	case l.Zone != nil && l.Algorithm != Calendar:
+		return fmt.Errorf("%w: a time zone is for calendar limits, not %v", ErrInvalidLimit, l.Algorithm.Resolved())
 	case l.Algorithm == SlidingLog && l.Rate > MaxSlidingLogRate:
 		return fmt.Errorf("%w: rate %d exceeds %d for sliding_log, which stores one entry per request", ErrInvalidLimit, l.Rate, MaxSlidingLogRate)
 	}
@@ -171,13 +239,21 @@ func (l Limit) String() string {
 	b.WriteByte(' ')
 	b.WriteString(strconv.FormatInt(l.Rate, 10))
 	b.WriteByte('/')
-	b.WriteString(formatPeriod(l.Period))
+	if u := calendarUnit(l.Period); l.Algorithm == Calendar && u != "" {
+		b.WriteString(u)
+	} else {
+		b.WriteString(formatPeriod(l.Period))
+	}
 	if l.Burst != 0 {
 		b.WriteString(" burst ")
 		b.WriteString(strconv.FormatInt(l.Burst, 10))
 	}
 	if l.CountAll {
 		b.WriteString(" count all")
+	}
+	if l.Zone != nil && l.Zone != time.UTC {
+		b.WriteString(" tz=")
+		b.WriteString(l.Zone.String())
 	}
 	return b.String()
 }
@@ -203,10 +279,12 @@ var periodUnits = []struct {
 }
 
 // ParseLimit reads a Limit written as "[algorithm] rate/period [burst n]
-// [count all|admitted]": "100/1m", "10/s", "5000/1h burst 200",
-// "token_bucket 10/s burst 50", "sliding_window 10/s count all".
-// The period is a count and a unit (us, ms, s, m, h, d) with the count
-// optional, or any time.ParseDuration string. The result is validated.
+// [count all|admitted] [tz=ZONE]": "100/1m", "10/s", "5000/1h burst 200",
+// "token_bucket 10/s burst 50", "sliding_window 10/s count all",
+// "calendar 50000/month tz=America/New_York". The period is a count and
+// a unit (us, ms, s, m, h, d) with the count optional, or any
+// time.ParseDuration string; a calendar's is minute, hour, day, week or
+// month, and only a calendar takes a zone. The result is validated.
 func ParseLimit(s string) (Limit, error) {
 	var l Limit
 	fields := strings.Fields(s)
@@ -221,6 +299,13 @@ func ParseLimit(s string) (Limit, error) {
 		l.Algorithm = a
 		fields = fields[1:]
 	}
+	if n := len(fields); n > 1 && strings.HasPrefix(fields[n-1], "tz=") {
+		z, err := LoadZone(strings.TrimPrefix(fields[n-1], "tz="))
+		if err != nil {
+			return l, fmt.Errorf("%w: %q: %v", ErrInvalidLimit, s, strings.TrimPrefix(err.Error(), ErrInvalidLimit.Error()+": "))
+		}
+		l.Zone, fields = z, fields[:n-1]
+	}
 	if len(fields) != 1 && len(fields) != 3 && len(fields) != 5 {
 		return l, fmt.Errorf("%w: %q: want [algorithm] rate/period [burst n] [count all|admitted]", ErrInvalidLimit, s)
 	}
@@ -232,7 +317,11 @@ func ParseLimit(s string) (Limit, error) {
 	if l.Rate, err = strconv.ParseInt(rate, 10, 64); err != nil {
 		return l, fmt.Errorf("%w: %q: rate %q is not an integer", ErrInvalidLimit, s, rate)
 	}
-	if l.Period, err = parsePeriod(period); err != nil {
+	if l.Algorithm == Calendar {
+		if l.Period = calendarPeriod(period); l.Period == 0 {
+			return l, fmt.Errorf("%w: %q: calendar period %q: want minute, hour, day, week or month", ErrInvalidLimit, s, period)
+		}
+	} else if l.Period, err = parsePeriod(period); err != nil {
 		return l, fmt.Errorf("%w: %q: %v", ErrInvalidLimit, s, err)
 	}
 	for i := 1; i+1 < len(fields); i += 2 {
@@ -254,6 +343,16 @@ func ParseLimit(s string) (Limit, error) {
 		return l, err
 	}
 	return l, nil
+}
+
+// calendarPeriod returns the Calendar period named s, or 0.
+func calendarPeriod(s string) time.Duration {
+	for _, u := range calendarUnits {
+		if u.name == s {
+			return u.d
+		}
+	}
+	return 0
 }
 
 func parsePeriod(s string) (time.Duration, error) {

@@ -22,6 +22,9 @@ func TestParseLimit(t *testing.T) {
 		{"sliding_log 1/d", sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 1, Period: 24 * time.Hour}},
 		{"gcra 7/1m30s", sluice.Limit{Algorithm: sluice.GCRA, Rate: 7, Period: 90 * time.Second}},
 		{"1000000000/8760h", sluice.Limit{Rate: 1e9, Period: 365 * 24 * time.Hour}},
+		{"calendar 1000/day", sluice.Limit{Algorithm: sluice.Calendar, Rate: 1000, Period: sluice.CalendarDay}},
+		{"calendar 50000/month tz=America/New_York", sluice.Limit{Algorithm: sluice.Calendar, Rate: 50000, Period: sluice.CalendarMonth, Zone: zone(t, "America/New_York")}},
+		{"calendar 5/week count all tz=Asia/Kolkata", sluice.Limit{Algorithm: sluice.Calendar, Rate: 5, Period: sluice.CalendarWeek, CountAll: true, Zone: zone(t, "Asia/Kolkata")}},
 	}
 	for _, tt := range tests {
 		got, err := sluice.ParseLimit(tt.in)
@@ -30,7 +33,7 @@ func TestParseLimit(t *testing.T) {
 			continue
 		}
 		back, err := sluice.ParseLimit(got.String())
-		if err != nil || back.Rate != got.Rate || back.Period != got.Period || back.Burst != got.Burst || back.Algorithm.Resolved() != got.Algorithm.Resolved() {
+		if err != nil || back.Rate != got.Rate || back.Period != got.Period || back.Burst != got.Burst || back.Algorithm.Resolved() != got.Algorithm.Resolved() || back.Zone != got.Zone || back.CountAll != got.CountAll {
 			t.Errorf("ParseLimit(%q).String() = %q does not read back: %+v, %v", tt.in, got.String(), back, err)
 		}
 	}
@@ -56,6 +59,11 @@ func TestParseLimitErrors(t *testing.T) {
 		{"1/36600d", "out of range"},
 		{"1/8760h burst 1000", "to drain"},
 		{"sliding_log 100000/s", "sliding_log"},
+		{"calendar 10/fortnight", `calendar period "fortnight"`},
+		{"calendar 10/1d", `calendar period "1d"`},
+		{"calendar 10/day tz=Mars/Olympus_Mons", `unknown time zone "Mars/Olympus_Mons"`},
+		{"calendar 10/day tz=", `unknown time zone ""`},
+		{"10/1m tz=UTC", "a time zone is for calendar limits"},
 	}
 	for _, tt := range tests {
 		_, err := sluice.ParseLimit(tt.in)
@@ -134,5 +142,30 @@ func TestParseLimitCountAll(t *testing.T) {
 		if _, err := sluice.ParseLimit(in); err == nil {
 			t.Errorf("%q accepted", in)
 		}
+	}
+}
+
+func zone(t *testing.T, name string) *time.Location {
+	t.Helper()
+	z, err := sluice.LoadZone(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return z
+}
+
+func TestCalendarLimitsValidate(t *testing.T) {
+	for _, l := range []sluice.Limit{
+		{Algorithm: sluice.Calendar, Rate: 10, Period: 2 * sluice.CalendarDay},
+		{Algorithm: sluice.Calendar, Rate: 10, Period: time.Second},
+		{Algorithm: sluice.GCRA, Rate: 10, Period: time.Minute, Zone: time.UTC},
+	} {
+		if err := l.Validate(); !errors.Is(err, sluice.ErrInvalidLimit) {
+			t.Errorf("%+v: Validate() = %v; want ErrInvalidLimit", l, err)
+		}
+	}
+	a, b := zone(t, "Europe/Paris"), zone(t, "Europe/Paris")
+	if a != b {
+		t.Error("LoadZone returned two locations for one name: limits read twice would differ")
 	}
 }

@@ -19,6 +19,8 @@ func Admit(a sluice.Algorithm, s State, p *Params, now, cost int64) (next State,
 		return tokenAdmit(s, p, now, cost)
 	case sluice.LeakyBucket, sluice.GCRA:
 		return gcraAdmit(s, p, now, cost)
+	case sluice.Calendar:
+		return calendarAdmit(s, p, now, cost)
 	}
 	panic("algorithm: Admit called with " + a.String())
 }
@@ -45,6 +47,8 @@ func Admitted(a sluice.Algorithm, s, next State, p *Params, now int64) (remainin
 		delay = tatDelay(dq, dr, now)
 	case sluice.GCRA:
 		remaining, resetAfter = gcraReport(next, p, now)
+	case sluice.Calendar:
+		remaining, resetAfter = calendarReport(next, p, now)
 	default:
 		panic("algorithm: Admitted called with " + a.String())
 	}

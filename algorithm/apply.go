@@ -9,7 +9,7 @@ import "github.com/sluicehq/sluice"
 func Apply(a sluice.Algorithm, s State, p *Params, now, cost int64) State {
 	s, _ = Status(a, s, p, now, 0) // roll windows, refill buckets
 	switch a.Resolved() {
-	case sluice.FixedWindow, sluice.SlidingWindow:
+	case sluice.FixedWindow, sluice.SlidingWindow, sluice.Calendar:
 		s.B += cost
 	case sluice.TokenBucket:
 		s.A += cost

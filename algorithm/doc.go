@@ -16,6 +16,7 @@
 package algorithm
 
 import (
+	"cmp"
 	"time"
 
 	"github.com/sluicehq/sluice"
@@ -33,6 +34,8 @@ type Params struct {
 	bq, br int64 // Burst × Period/Rate, likewise
 
 	byRate, byPeriod divisor // division by Rate and by Period without a divide instruction
+
+	zone *time.Location // a Calendar's; nil for every other algorithm
 }
 
 // NewParams returns the Params of rate events per period (µs) with capacity
@@ -47,7 +50,11 @@ func NewParams(rate, period, burst int64) Params {
 
 // ParamsOf converts a validated Limit.
 func ParamsOf(l sluice.Limit) Params {
-	return NewParams(l.Rate, int64(l.Period/time.Microsecond), l.Capacity())
+	p := NewParams(l.Rate, int64(l.Period/time.Microsecond), l.Capacity())
+	if l.Algorithm == sluice.Calendar {
+		p.zone = cmp.Or(l.Zone, time.UTC)
+	}
+	return p
 }
 
 // State is the fixed-size state of the O(1) algorithms. Its fields mean
@@ -95,6 +102,8 @@ func Status(a sluice.Algorithm, s State, p *Params, now, cost int64) (State, Res
 		return LeakyBucket(s, p, now, cost)
 	case sluice.GCRA:
 		return GCRA(s, p, now, cost)
+	case sluice.Calendar:
+		return Calendar(s, p, now, cost)
 	}
 	panic("algorithm: Status called with " + a.String())
 }

@@ -19,6 +19,10 @@ func FullAt(a sluice.Algorithm, s State, p *Params) int64 {
 		case s.C > 0:
 			return s.A + p.Period
 		}
+	case sluice.Calendar:
+		if s.B > 0 {
+			return s.C
+		}
 	case sluice.TokenBucket:
 		if s.A > 0 {
 			return s.B + refillTime(s.A, s.C, p)
@@ -33,7 +37,7 @@ func FullAt(a sluice.Algorithm, s State, p *Params) int64 {
 // no more.
 func Words(a sluice.Algorithm) int {
 	switch a.Resolved() {
-	case sluice.SlidingWindow, sluice.TokenBucket:
+	case sluice.SlidingWindow, sluice.TokenBucket, sluice.Calendar:
 		return 3
 	}
 	return 2

@@ -683,10 +683,12 @@ type limitYAML struct {
 	Period    time.Duration `yaml:"period"`
 	Burst     int64         `yaml:"burst"`
 	Count     string        `yaml:"count"` // all or admitted
+	Unit      string        `yaml:"unit"`  // calendar: minute, hour, day, week or month
+	TZ        string        `yaml:"tz"`    // calendar: an IANA time zone
 }
 
 // limit reads "100/1m" (ParseLimit) or a mapping of algorithm, rate,
-// period and burst.
+// period and burst; a calendar's of algorithm, rate, unit and tz.
 func (c *checker) limit(n *yaml.Node, field string) sluice.Limit {
 	if n.Kind == yaml.ScalarNode {
 		l, err := sluice.ParseLimit(n.Value)
@@ -707,6 +709,27 @@ func (c *checker) limit(n *yaml.Node, field string) sluice.Limit {
 			c.add(cmp.Or(m["algorithm"], n), field+".algorithm", "%v", strings.TrimPrefix(err.Error(), "sluice: "))
 		}
 		l.Algorithm = a
+	}
+	if l.Algorithm == sluice.Calendar && y.Unit != "" {
+		cl, err := sluice.ParseLimit(fmt.Sprintf("calendar 1/%s", y.Unit))
+		if err != nil {
+			c.add(cmp.Or(m["unit"], n), field+".unit", "%q: want minute, hour, day, week or month", y.Unit)
+			return l
+		}
+		if m["period"] != nil {
+			c.add(m["period"], field+".period", "a calendar limit takes unit, not period")
+		}
+		l.Period = cl.Period
+	} else if y.Unit != "" {
+		c.add(m["unit"], field+".unit", "only for algorithm calendar")
+	}
+	if y.TZ != "" {
+		z, err := sluice.LoadZone(y.TZ)
+		if err != nil {
+			c.add(m["tz"], field+".tz", "%v", strings.TrimPrefix(err.Error(), "sluice: invalid limit: "))
+			return l
+		}
+		l.Zone = z
 	}
 	if err := l.Validate(); err != nil {
 		c.add(n, field, "%v", strings.TrimPrefix(err.Error(), "sluice: "))

@@ -83,6 +83,10 @@ func TestBadFiles(t *testing.T) {
 		"dup domain":   "domains: [{domain: d, descriptors: []}, {domain: d, descriptors: []}]",
 		"shape bucket": "policies: [{name: a, limit: 1/s, shape: true}]",
 		"bad match":    "policies: [{name: a, limit: 1/s, match: \"GET /x/{\"}]",
+		"bad zone":     "policies: [{name: a, limit: calendar 1/day tz=Moon/Base}]",
+		"bad unit":     "policies: [{name: a, limit: {algorithm: calendar, rate: 5, unit: fortnight}}]",
+		"zone map":     "policies: [{name: a, limit: {algorithm: calendar, rate: 5, unit: day, tz: Moon/Base}}]",
+		"unit no cal":  "policies: [{name: a, limit: {rate: 5, period: 1s, unit: day}}]",
 	} {
 		if _, err := config.Parse("f.yaml", []byte(src)); err == nil || !strings.HasPrefix(err.Error(), "f.yaml:") {
 			t.Errorf("%s: %v; want a file:line error", name, err)
@@ -253,5 +257,27 @@ func TestSyntaxErrorsInOurWords(t *testing.T) {
 		if err == nil || !strings.HasPrefix(err.Error(), want) {
 			t.Errorf("%q: %v; want %s", src, err, want)
 		}
+	}
+}
+
+func TestCalendarLimits(t *testing.T) {
+	src := `policies:
+  - name: monthly
+    limit: calendar 50000/month tz=America/New_York
+  - name: daily
+    limit: {algorithm: calendar, rate: 1000, unit: day, tz: Europe/Paris}
+`
+	cfg, err := config.Parse("c.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"monthly": "calendar 50000/month tz=America/New_York", "daily": "calendar 1000/day tz=Europe/Paris"} {
+		if got := cfg.Policy(name).Limits[0].String(); got != want {
+			t.Errorf("%s: %q, want %q", name, got, want)
+		}
+	}
+	_, err = config.Parse("c.yaml", []byte("policies:\n  - name: a\n    limit: {algorithm: calendar, rate: 5, unit: fortnight}\n"))
+	if err == nil || !strings.Contains(err.Error(), "c.yaml:3:") || !strings.Contains(err.Error(), "policies[0].limit.unit") {
+		t.Errorf("unknown unit: %v; want an error at policies[0].limit.unit", err)
 	}
 }

@@ -88,6 +88,7 @@ type ident struct {
 	key    string
 	alg    sluice.Algorithm
 	period time.Duration
+	zone   *time.Location
 }
 
 // entry is one key's local view. Fields guarded by Store.mu.
@@ -179,7 +180,7 @@ func (s *Store) TakeAll(_ context.Context, reqs []sluice.Request, dst []sluice.D
 	all := true
 	for i := range reqs {
 		for j := range i {
-			if reqs[j].Key == reqs[i].Key && reqs[j].Limit.Algorithm.Resolved() == reqs[i].Limit.Algorithm.Resolved() && reqs[j].Limit.Period == reqs[i].Limit.Period {
+			if reqs[j].Key == reqs[i].Key && reqs[j].Limit.SameState(reqs[i].Limit) {
 				return fmt.Errorf("%w: requests %d and %d", sluice.ErrDuplicateRequest, j, i)
 			}
 		}
@@ -236,7 +237,7 @@ func (s *Store) decideLocked(req *sluice.Request) (sluice.Decision, *entry, erro
 // entryLocked returns req's entry, making one (full until the first sync
 // says otherwise) if there is room. The caller holds s.mu.
 func (s *Store) entryLocked(req sluice.Request, now time.Time) *entry {
-	id := ident{req.Key, req.Limit.Algorithm.Resolved(), req.Limit.Period}
+	id := ident{req.Key, req.Limit.Algorithm.Resolved(), req.Limit.Period, req.Limit.Zone}
 	e := s.entries[id]
 	if e != nil {
 		e.limit = req.Limit // a changed rate keeps the entry
@@ -268,7 +269,7 @@ func share(remaining int64, instances int) int64 { return remaining / int64(inst
 // Reset forgets key locally and in the shared store.
 func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error {
 	s.mu.Lock()
-	delete(s.entries, ident{key, limit.Algorithm.Resolved(), limit.Period})
+	delete(s.entries, ident{key, limit.Algorithm.Resolved(), limit.Period, limit.Zone})
 	s.mu.Unlock()
 	return s.opts.Shared.Reset(ctx, key, limit)
 }

@@ -363,10 +363,11 @@ func lockAll(shards []*shard) []*shard {
 func uintptrOf(s *shard) uintptr { return uintptr(unsafe.Pointer(s)) }
 
 func sameState(a, b *sluice.Request) bool {
-	return a.Key == b.Key && a.Limit.Algorithm.Resolved() == b.Limit.Algorithm.Resolved() && a.Limit.Period == b.Limit.Period
+	return a.Key == b.Key && a.Limit.SameState(b.Limit)
 }
 
-// Reset forgets the state of key under limit (its algorithm and period).
+// Reset forgets the state of key under limit (its algorithm, period and
+// zone).
 func (s *Store) Reset(_ context.Context, key string, limit sluice.Limit) error {
 	if err := limit.Validate(); err != nil {
 		return err
@@ -374,7 +375,7 @@ func (s *Store) Reset(_ context.Context, key string, limit sluice.Limit) error {
 	sh := &s.shards[s.hash(key)&s.mask]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if t := sh.table(limit.Algorithm.Resolved(), int64(limit.Period/time.Microsecond)); t != nil {
+	if t := sh.table(&limit); t != nil {
 		sh.remove(s, t, key)
 	}
 	return nil

@@ -21,11 +21,12 @@ type shard struct {
 	_      [40]byte                 // keep neighbouring shards' locks off one cache line
 }
 
-// table holds the keys of one (algorithm, period): state is identified by
-// both, so one key can carry several limits.
+// table holds the keys of one (algorithm, period, zone): state is
+// identified by them, so one key can carry several limits.
 type table struct {
 	alg    sluice.Algorithm
 	period int64
+	zone   *time.Location // a calendar's; nil for the rest
 	swaps  bool // its entries' first word is also swapped without their lock: swaps(alg)
 	// configs caches the limits used here lately with their params, so a
 	// Take validates and converts a limit once, even when two limits of
@@ -76,19 +77,21 @@ func (sh *shard) list() []*table {
 	return nil
 }
 
-// table returns the table for (alg, period), or nil.
-func (sh *shard) table(alg sluice.Algorithm, period int64) *table {
+// table returns the table of l's state, or nil.
+func (sh *shard) table(l *sluice.Limit) *table {
+	alg, period := l.Algorithm.Resolved(), int64(l.Period/time.Microsecond)
 	for _, t := range sh.list() {
-		if t.alg == alg && t.period == period {
+		if t.alg == alg && t.period == period && t.zone == l.Zone {
 			return t
 		}
 	}
 	return nil
 }
 
-// addTable creates the table for (alg, period). The caller holds sh.mu.
-func (sh *shard) addTable(alg sluice.Algorithm, period int64) *table {
-	t := &table{alg: alg, period: period, swaps: swaps(alg)}
+// addTable creates the table of l's state. The caller holds sh.mu.
+func (sh *shard) addTable(l *sluice.Limit) *table {
+	alg := l.Algorithm.Resolved()
+	t := &table{alg: alg, period: int64(l.Period / time.Microsecond), zone: l.Zone, swaps: swaps(alg)}
 	if alg == sluice.SlidingLog {
 		t.logs = make(map[string]*logState)
 	} else {
@@ -134,7 +137,7 @@ func (sh *shard) lookup(req *sluice.Request, h uint64) (*entry, *config) {
 	if alg == sluice.SlidingLog {
 		return nil, nil
 	}
-	t := sh.table(alg, int64(req.Limit.Period/time.Microsecond))
+	t := sh.table(&req.Limit)
 	if t == nil {
 		return nil, nil
 	}
@@ -153,8 +156,7 @@ func (sh *shard) lookup(req *sluice.Request, h uint64) (*entry, *config) {
 // when set, with p.keep.
 func (sh *shard) decide(req *sluice.Request, now int64, p *pending) error {
 	alg := req.Limit.Algorithm.Resolved()
-	period := int64(req.Limit.Period / time.Microsecond)
-	p.t = sh.table(alg, period)
+	p.t = sh.table(&req.Limit)
 	var c *config
 	if p.t != nil {
 		c = p.t.config(req.Limit)
@@ -170,7 +172,7 @@ func (sh *shard) decide(req *sluice.Request, now int64, p *pending) error {
 			// A peek at a table never used: a fresh state, kept nowhere.
 			c = &config{limit: req.Limit, params: algorithm.ParamsOf(req.Limit)}
 		default:
-			p.t = sh.addTable(alg, period)
+			p.t = sh.addTable(&req.Limit)
 			c = p.t.addConfig(req.Limit)
 		}
 	}

@@ -254,7 +254,7 @@ func (s *Store) encode(now string, calls []*call) []string {
 	args := make([]string, 0, 2+len(limits)+2*len(calls)+2*n)
 	args = append(args, now, intArg(int64(len(limits))))
 	for _, l := range limits {
-		args = append(args, s.limitArg(l))
+		args = append(args, s.limitArg(l, now))
 	}
 	for _, c := range calls {
 		size := int64(len(c.reqs))

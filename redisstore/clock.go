@@ -2,6 +2,7 @@ package redisstore
 
 import (
 	"context"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -45,6 +46,15 @@ func (c *clock) deadline(ctx context.Context, client rueidis.Client) int64 {
 		return 0
 	}
 	return dl.UnixMicro() + c.offset.Load()
+}
+
+// around returns the call's now in µs, or when it is Redis's ("-1"),
+// the estimate of Redis's clock: local time plus the offset when known.
+func (c *clock) around(now string) int64 {
+	if t, err := strconv.ParseInt(now, 10, 64); err == nil && t >= 0 {
+		return t
+	}
+	return time.Now().UnixMicro() + c.offset.Load()
 }
 
 // measure reads Redis's TIME and sets the offset.

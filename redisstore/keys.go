@@ -20,6 +20,10 @@ func (s *Store) redisKey(key string, limit sluice.Limit) string {
 	b = append(b, limit.Algorithm.Resolved().String()...)
 	b = append(b, ':')
 	b = strconv.AppendInt(b, int64(limit.Period/time.Microsecond), 10)
+	if limit.Zone != nil {
+		b = append(b, ':')
+		b = append(b, limit.Zone.String()...)
+	}
 	return string(b)
 }
 

@@ -266,8 +266,17 @@ func (s *Store) take(ctx context.Context, c *call) error {
 // limitArg returns the argument of limit: its algorithm code, rate,
 // period (µs) and burst, separated by spaces, which the script also uses as
 // the key of its params cache. Formatted once per limit: a service sees
-// few limits.
-func (s *Store) limitArg(l sluice.Limit) string {
+// few limits. A calendar's is its code, its rate and the boundaries of
+// the windows before, around and after now (µs, on Redis's clock), which
+// the script chooses from by its own clock (scripts/calendar.lua).
+func (s *Store) limitArg(l sluice.Limit, now string) string {
+	if l.Algorithm == sluice.Calendar {
+		p := algorithm.ParamsOf(l)
+		b2, b3 := p.Window(s.clock.around(now))
+		b1, _ := p.Window(b2 - 1)
+		_, b4 := p.Window(b3)
+		return fmt.Sprintf("%d %d %d %d %d %d", sluice.Calendar, p.Rate, b1, b2, b3, b4)
+	}
 	if v, ok := s.args.Load(l); ok {
 		return v.(string)
 	}

@@ -22,7 +22,7 @@ var scripts embed.FS
 // point (take_all, in take.lua) last.
 var scriptOrder = []string{
 	"prelude", "arith", "fixed_window", "sliding_window", "token_bucket",
-	"gcra", "leaky_bucket", "sliding_log", "take",
+	"gcra", "leaky_bucket", "calendar", "sliding_log", "take",
 }
 
 // parts returns the Lua parts joined.

@@ -17,8 +17,9 @@ var errMalformed = errors.New("shard: malformed peer message")
 
 // Bounds a decoder enforces.
 const (
-	maxCallReqs = 64
-	maxKeyBytes = sluice.MaxKeyLen
+	maxCallReqs  = 64
+	maxKeyBytes  = sluice.MaxKeyLen
+	maxZoneBytes = 255
 )
 
 func appendCalls(b []byte, calls []wireCall) []byte {
@@ -33,6 +34,8 @@ func appendCalls(b []byte, calls []wireCall) []byte {
 			for _, v := range [...]int64{r.Rate, int64(r.Period), r.Burst, r.Cost, r.NowUnixUS} {
 				b = binary.AppendVarint(b, v)
 			}
+			b = binary.AppendUvarint(b, uint64(len(r.Zone)))
+			b = append(b, r.Zone...)
 		}
 	}
 	return b
@@ -134,6 +137,7 @@ func decodeCalls(b []byte) ([]wireCall, error) {
 			q.Algorithm = sluice.Algorithm(r.byte())
 			q.Force = r.byte() == 1
 			q.Rate, q.Period, q.Burst, q.Cost, q.NowUnixUS = r.varint(), time.Duration(r.varint()), r.varint(), r.varint(), r.varint()
+			q.Zone = r.bytes(maxZoneBytes)
 		}
 		calls[i].Reqs = reqs
 		if r.err != nil {

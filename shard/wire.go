@@ -36,7 +36,8 @@ type wireRequest struct {
 	Burst     int64
 	Cost      int64
 	Force     bool
-	NowUnixUS int64 // 0: the owner's clock
+	NowUnixUS int64  // 0: the owner's clock
+	Zone      string // a calendar limit's time zone; "" for UTC
 }
 
 type wireCall struct {
@@ -57,18 +58,28 @@ type wireResult struct {
 
 func toWire(r sluice.Request) wireRequest {
 	w := wireRequest{Key: r.Key, Algorithm: r.Limit.Algorithm, Rate: r.Limit.Rate, Period: r.Limit.Period, Burst: r.Limit.Burst, Cost: r.Cost, Force: r.Forced()}
+	if r.Limit.Zone != nil {
+		w.Zone = r.Limit.Zone.String()
+	}
 	if !r.Now.IsZero() {
 		w.NowUnixUS = r.Now.UnixMicro()
 	}
 	return w
 }
 
-func (w wireRequest) request() sluice.Request {
+func (w wireRequest) request() (sluice.Request, error) {
 	r := sluice.Request{Key: w.Key, Limit: sluice.Limit{Algorithm: w.Algorithm, Rate: w.Rate, Period: w.Period, Burst: w.Burst}, Cost: w.Cost, Force: w.Force}
 	if w.NowUnixUS != 0 {
 		r.Now = time.UnixMicro(w.NowUnixUS)
 	}
-	return r
+	if w.Zone != "" {
+		z, err := sluice.LoadZone(w.Zone)
+		if err != nil {
+			return r, err
+		}
+		r.Limit.Zone = z
+	}
+	return r, nil
 }
 
 // Register adds the peer service, deciding with local, to a gRPC server.
@@ -142,7 +153,11 @@ func serveCall(ctx context.Context, local sluice.Store, c wireCall, one []wireDe
 		return wireResult{Err: "shard: a call holds 1 to 64 requests"}
 	}
 	if len(c.Reqs) == 1 && !c.Reset { // the usual forward: no slices
-		d, err := local.Take(ctx, c.Reqs[0].request())
+		req, err := c.Reqs[0].request()
+		if err != nil {
+			return wireResult{Err: err.Error()}
+		}
+		d, err := local.Take(ctx, req)
 		if err != nil {
 			return wireResult{Err: err.Error()}
 		}
@@ -151,7 +166,10 @@ func serveCall(ctx context.Context, local sluice.Store, c wireCall, one []wireDe
 	}
 	reqs := make([]sluice.Request, len(c.Reqs))
 	for i, w := range c.Reqs {
-		reqs[i] = w.request()
+		var err error
+		if reqs[i], err = w.request(); err != nil {
+			return wireResult{Err: err.Error()}
+		}
 	}
 	if c.Reset {
 		if err := local.Reset(ctx, reqs[0].Key, reqs[0].Limit); err != nil {

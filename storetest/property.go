@@ -32,6 +32,9 @@ func RunProperties(t *testing.T, newStore NewStore) {
 			t.Run("batch atomic", func(t *testing.T) { batchAtomic(t, newStore(t), alg) })
 			t.Run("reset", func(t *testing.T) { reset(t, newStore(t), alg) })
 			t.Run("store clock", func(t *testing.T) { storeClock(t, newStore(t), alg) })
+			if alg == sluice.Calendar {
+				t.Run("next midnight", func(t *testing.T) { nextMidnight(t, newStore(t)) })
+			}
 		})
 	}
 }
@@ -49,9 +52,42 @@ func RunKeysCopied(t *testing.T, newStore NewStore, algs ...sluice.Algorithm) {
 	}
 }
 
+// calendarised turns limits of the Calendar algorithm into calendar
+// limits of about their period, some in zones, and returns by how much
+// their traffic's time should run faster, so that it still crosses
+// windows: 60× for calendars, 1× for the rest.
+func calendarised(limits []sluice.Limit) time.Duration {
+	if len(limits) == 0 || limits[0].Algorithm != sluice.Calendar {
+		return 1
+	}
+	units := []struct {
+		upTo time.Duration
+		unit time.Duration
+		zone string
+	}{
+		{time.Second, sluice.CalendarMinute, "UTC"},
+		{10 * time.Second, sluice.CalendarHour, "Asia/Kolkata"},
+		{time.Hour, sluice.CalendarHour, "UTC"},
+		{2 * time.Hour, sluice.CalendarDay, "America/New_York"},
+		{30 * 24 * time.Hour, sluice.CalendarWeek, "Europe/Berlin"},
+		{sluice.MaxSpan, sluice.CalendarMonth, "Australia/Lord_Howe"},
+	}
+	for i := range limits {
+		l := &limits[i]
+		for _, u := range units {
+			if l.Period <= u.upTo {
+				l.Period, l.Burst = u.unit, 0
+				l.Zone, _ = sluice.LoadZone(u.zone)
+				break
+			}
+		}
+	}
+	return 60
+}
+
 var algorithms = []sluice.Algorithm{
 	sluice.FixedWindow, sluice.SlidingLog, sluice.SlidingWindow,
-	sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA,
+	sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA, sluice.Calendar,
 }
 
 // matchesReference replays seeded random traffic: a few keys, two limits
@@ -67,12 +103,13 @@ func matchesReference(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
 	if alg == sluice.SlidingLog || alg == sluice.SlidingWindow || alg == sluice.FixedWindow {
 		limits[0].Burst = 0
 	}
+	speed := calendarised(limits)
 	ref := newReference()
 	now := Epoch.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)
 	got := make([]sluice.Decision, 2)
 	for i := range 3000 {
 		if rng.IntN(3) > 0 {
-			now = now.Add(time.Duration(rng.IntN(300_000)) * time.Microsecond)
+			now = now.Add(time.Duration(rng.IntN(300_000)) * time.Microsecond * speed)
 		}
 		key := fmt.Sprintf("k%d", rng.IntN(4))
 		cost := int64(rng.IntN(4))
@@ -116,6 +153,7 @@ func extremeLimits(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
 		{Algorithm: alg, Rate: 7, Period: sluice.MaxSpan, Burst: 3},
 		{Algorithm: alg, Rate: 999_999_937, Period: 97 * 24 * time.Hour, Burst: 123_456_789},
 	}
+	calendarised(limits)
 	rng := rand.New(rand.NewPCG(uint64(alg), 7))
 	ref := newReference()
 	now := Epoch
@@ -149,15 +187,17 @@ func extremeLimits(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
 func longState(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(uint64(alg), 9))
-	l := sluice.Limit{Algorithm: alg, Rate: 500, Period: time.Second}
+	limits := []sluice.Limit{{Algorithm: alg, Rate: 500, Period: time.Second}}
+	speed := calendarised(limits)
+	l := limits[0]
 	ref := newReference()
 	now := Epoch
 	for step := range 4000 {
 		switch r := rng.IntN(100); {
 		case r == 0:
-			now = now.Add(time.Duration(500+rng.IntN(1000)) * time.Millisecond)
+			now = now.Add(time.Duration(500+rng.IntN(1000)) * time.Millisecond * speed)
 		case r < 70:
-			now = now.Add(time.Duration(rng.IntN(4000)) * time.Microsecond)
+			now = now.Add(time.Duration(rng.IntN(4000)) * time.Microsecond * speed)
 		}
 		req := sluice.Request{Key: "long", Limit: l, Cost: int64(rng.IntN(4)), Now: now}
 		want := ref.take([]sluice.Request{req}, now.UnixMicro())[0]
@@ -194,8 +234,9 @@ func hotKeyExact(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
 // under the larger alone: every admitted batch took from both, so the small
 // limit's count equals the batches admitted and both stay within capacity.
 func batchAtomic(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
-	small := sluice.Limit{Algorithm: alg, Rate: 30, Period: time.Hour}
-	large := sluice.Limit{Algorithm: alg, Rate: 50, Period: 2 * time.Hour}
+	limits := []sluice.Limit{{Algorithm: alg, Rate: 30, Period: time.Hour}, {Algorithm: alg, Rate: 50, Period: 2 * time.Hour}}
+	calendarised(limits)
+	small, large := limits[0], limits[1]
 	now := Epoch.Add(time.Minute)
 	var batches, singles atomic.Int64
 	var i atomic.Int64
@@ -322,5 +363,28 @@ func hammer(t *testing.T, g, n int, f func() error) {
 	wg.Wait()
 	if first != nil && !errors.Is(first, context.Canceled) {
 		t.Fatal(first)
+	}
+}
+
+// nextMidnight checks that a calendar day on the store's clock resets at
+// the next midnight in its zone, within a second, in zones either side
+// of UTC and one that is not a whole number of hours off it.
+func nextMidnight(t *testing.T, store sluice.Store) {
+	for _, name := range []string{"UTC", "America/New_York", "Pacific/Auckland", "Asia/Kathmandu"} {
+		zone, err := sluice.LoadZone(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		limit := sluice.Limit{Algorithm: sluice.Calendar, Rate: 1000, Period: sluice.CalendarDay, Zone: zone}
+		d, err := store.Take(context.Background(), sluice.Request{Key: "midnight", Limit: limit, Cost: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now().In(zone)
+		y, m, day := now.Date()
+		want := time.Date(y, m, day+1, 0, 0, 0, 0, zone).Sub(now)
+		if !d.Allowed || d.Remaining != 999 || (d.ResetAfter-want).Abs() > time.Second {
+			t.Errorf("%s: got %+v; want allowed, 999 remaining, reset in %v (the next midnight) within 1s", name, d, want)
+		}
 	}
 }

@@ -26,7 +26,8 @@ var Epoch = time.Unix(1_700_006_400, 0)
 //	AT KEY LIMIT COST => EXPECT
 //	AT batch KEY LIMIT COST, KEY LIMIT COST => EXPECT | EXPECT
 //
-// AT is an offset from Epoch ("0", "250ms", "1.5s"); KEY may be quoted Go
+// AT is an offset from Epoch ("0", "250ms", "1.5s") or an RFC 3339 time
+// ("2024-02-29T23:59:59Z"); KEY may be quoted Go
 // style ("\x00k"); a COST ending in "!" is forced (Request.Force). EXPECT is "allow" or "deny" followed by rem=N retry=D
 // reset=D and optionally delay=D (default 0), or "error NAME" with NAME one
 // of cost_exceeds_burst, empty_key, key_too_long, negative_cost,
@@ -303,6 +304,9 @@ func parseExpect(s string) (expect, error) {
 func parseOffset(s string) (time.Duration, error) {
 	if s == "0" {
 		return 0, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t.Sub(Epoch), nil
 	}
 	return time.ParseDuration(s)
 }

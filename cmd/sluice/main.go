@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"os"
 	"strings"
+	_ "time/tzdata" // calendar limits' zones, on hosts and images without /usr/share/zoneinfo
 
 	"github.com/sluicehq/sluice/internal/buildinfo"
 )

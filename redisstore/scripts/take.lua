@@ -5,7 +5,8 @@
 -- idempotency key if it has one.
 -- argv: now in µs, or -1 for Redis TIME; the number of limits L; per
 -- limit, one string: algorithm code, rate, period (µs) and burst separated
--- by spaces; then per group: its number of requests g, negated when it has
+-- by spaces (a calendar's: its code, rate and four window boundaries, see
+-- calendar.lua); then per group: its number of requests g, negated when it has
 -- an idempotency key, and its deadline in µs on Redis's clock (0 for none:
 -- a group that reaches Redis after it is not applied, for its caller has
 -- been answered already); then per request: its limit (1 to L) and its
@@ -18,7 +19,7 @@
 -- (µs). For every request of a group that failed: the error, 0, 0; for
 -- a group past its deadline the error is EXPIRED.
 
-local ALGS = {[1] = fixed_window, [3] = sliding_window, [4] = token_bucket, [5] = leaky_bucket, [6] = gcra}
+local ALGS = {[1] = fixed_window, [3] = sliding_window, [4] = token_bucket, [5] = leaky_bucket, [6] = gcra, [7] = calendar}
 local LOG = 2
 local TTL_MARGIN_MS = 1000
 local ID_TTL_MS = 60000
@@ -27,7 +28,7 @@ local EXPIRED = 'sluice: deadline passed before the call reached Redis; not appl
 -- apply records cost on an O(1) state whether or not it fits (Go: Apply).
 local function apply(alg, a, b, c, p, now, cost)
   a, b, c = ALGS[alg](a, b, c, p, now, 0)
-  if alg == 1 or alg == 3 then
+  if alg == 1 or alg == 3 or alg == 7 then
     b = b + cost
   elseif alg == 4 then
     a = a + cost
@@ -95,13 +96,20 @@ local function params(id)
   local p = cache[id]
   if not p then
     local alg, rate, period, burst = string.match(id, '^(%d+) (%d+) (%d+) (%d+)$')
-    if not alg then
-      return nil
+    if alg then
+      p = newparams(num(rate), num(period), num(burst))
+    else
+      local b1, b2, b3, b4
+      rate, b1, b2, b3, b4 = string.match(id, '^7 (%d+) (%d+) (%d+) (%d+) (%d+)$')
+      if not rate then
+        return nil
+      end
+      alg = 7
+      p = calendar_params(num(rate), {num(b1), num(b2), num(b3), num(b4)})
     end
     if cached >= MAX_CACHED then
       cache, cached = {}, 0
     end
-    p = newparams(num(rate), num(period), num(burst))
     p.alg = num(alg)
     cache[id], cached = p, cached + 1
   end
