@@ -27,7 +27,7 @@ type table struct {
 	alg    sluice.Algorithm
 	period int64
 	zone   *time.Location // a calendar's; nil for the rest
-	swaps  bool // its entries' first word is also swapped without their lock: swaps(alg)
+	swaps  bool           // its entries' first word is also swapped without their lock: swaps(alg)
 	// configs caches the limits used here lately with their params, so a
 	// Take validates and converts a limit once, even when two limits of
 	// one algorithm and period alternate. Written under the shard lock.
