@@ -198,6 +198,11 @@ type Policy struct {
 	FailMode sluice.FailMode
 	Shadow   bool
 	Shape    bool // proxy: queue (leaky bucket) instead of rejecting
+	// Concurrency, if above 0, is how many requests of one key the proxy
+	// lets be in flight at once; ConcurrencyWait how long a request waits
+	// for a slot before it is refused.
+	Concurrency     int64
+	ConcurrencyWait time.Duration
 }
 
 // Policy returns the named policy, or nil.
@@ -371,6 +376,9 @@ type policyYAML struct {
 	FailMode sluice.FailMode `yaml:"fail_mode"`
 	Shadow   bool            `yaml:"shadow"`
 	Shape    bool            `yaml:"shape"`
+
+	Concurrency     int64         `yaml:"concurrency"`
+	ConcurrencyWait time.Duration `yaml:"concurrency_wait"`
 }
 
 // Parse parses data, read from file, reporting every problem at once as
@@ -634,7 +642,8 @@ func (c *checker) policies(nodes []*yaml.Node, cfg *Config) {
 		field := fmt.Sprintf("policies[%d]", i)
 		y := defaults.policy
 		m := c.decodeInto(pn, field, &y)
-		p := &Policy{Name: y.Name, Key: y.Key, Match: y.Match, Cost: y.Cost, FailMode: y.FailMode, Shadow: y.Shadow, Shape: y.Shape}
+		p := &Policy{Name: y.Name, Key: y.Key, Match: y.Match, Cost: y.Cost, FailMode: y.FailMode, Shadow: y.Shadow, Shape: y.Shape,
+			Concurrency: y.Concurrency, ConcurrencyWait: y.ConcurrencyWait}
 		switch {
 		case p.Name == "":
 			c.add(pn, field+".name", "required")
@@ -646,9 +655,10 @@ func (c *checker) policies(nodes []*yaml.Node, cfg *Config) {
 			p.Limits = append(p.Limits, *y.Limit)
 		}
 		p.Limits = append(p.Limits, y.Limits...)
-		if len(p.Limits) == 0 {
-			c.add(pn, field+".limit", "required: a limit such as 100/1m, or limits: [...]")
+		if len(p.Limits) == 0 && p.Concurrency <= 0 {
+			c.add(pn, field+".limit", "required: a limit such as 100/1m, limits: [...], or concurrency: N")
 		}
+		c.concurrency(m, pn, field, p, cfg)
 		if err := ValidateKeySpec(p.Key); err != nil {
 			c.add(cmp.Or(m["key"], pn), field+".key", "%v", err)
 		}
@@ -674,6 +684,28 @@ func (c *checker) policies(nodes []*yaml.Node, cfg *Config) {
 			}
 		}
 		cfg.Policies = append(cfg.Policies, p)
+	}
+}
+
+// concurrency checks a policy's concurrency fields.
+func (c *checker) concurrency(m map[string]*yaml.Node, pn *yaml.Node, field string, p *Policy, cfg *Config) {
+	if n := m["concurrency"]; n != nil {
+		switch mode := cfg.Store.Mode(); {
+		case p.Concurrency <= 0:
+			c.add(n, field+".concurrency", "%d: the requests one key may have in flight must be above 0", p.Concurrency)
+		case p.Shadow:
+			c.add(n, field+".concurrency", "a shadow policy cannot hold requests: drop shadow or concurrency")
+		case mode == "shard" || mode == "local-sync":
+			c.add(n, field+".concurrency", "store mode %s keeps no concurrency slots: use the memory or Redis store without a mode", mode)
+		}
+	}
+	if n := m["concurrency_wait"]; n != nil {
+		switch {
+		case p.ConcurrencyWait < 0:
+			c.add(n, field+".concurrency_wait", "must not be negative")
+		case p.Concurrency <= 0:
+			c.add(n, field+".concurrency_wait", "only with concurrency")
+		}
 	}
 }
 

@@ -102,8 +102,17 @@ type Policy struct {
 	// Method is a full method name ("/pkg.Service/Method"), a service
 	// prefix ending in "/" ("/pkg.Service/"), or empty for every call.
 	Method string
-	Limit  sluice.Limit
-	Key    KeyFunc
+	// Limit is enforced per key. Required unless Concurrency is set; the
+	// zero Limit then means no rate limit.
+	Limit sluice.Limit
+	Key   KeyFunc
+	// Concurrency, if above 0, is how many of the policy's calls one key
+	// may have in flight (a stream is in flight until its handler
+	// returns): a call over it fails ResourceExhausted, after
+	// ConcurrencyWait if set. A refused call holds nothing and is charged
+	// nothing. The slots are kept by Options.Slots.
+	Concurrency     int64
+	ConcurrencyWait time.Duration
 	// Cost per call. Zero means 1.
 	Cost int64
 	// FailMode when the store fails: FailLocal (the default), FailOpen or
@@ -112,6 +121,8 @@ type Policy struct {
 	FailMode sluice.FailMode
 	// Shadow decides and records but never fails a call.
 	Shadow bool
+
+	conc *sluice.Concurrency
 }
 
 func (p *Policy) matches(method string) bool {
@@ -144,6 +155,9 @@ type Options struct {
 	// Logger receives sampled lines for missing keys and store failures.
 	// Default: none.
 	Logger *slog.Logger
+	// Slots keeps the slots of policies with Concurrency. Default: the
+	// store, when it keeps slots (the memory and Redis stores do).
+	Slots sluice.Slots
 }
 
 // Interceptor limits gRPC calls. It is safe for concurrent use.
@@ -160,12 +174,23 @@ func New(opts Options) (*Interceptor, error) {
 		return nil, errors.New("grpclimit: a Store and at least one Policy are required")
 	}
 	i := &Interceptor{opts: opts, guard: opts.Guard, logs: sample.New(1)}
+	store := opts.Store
+	if i.guard != nil {
+		store = i.guard.Store()
+	}
+	var local *memstore.Store // the stand-in of FailLocal policies
+	if ip, ok := store.(sluice.InProcess); !ok || !ip.InProcess() {
+		local = memstore.New(memstore.Options{MaxKeys: 1 << 20})
+	}
+	if opts.Slots == nil {
+		opts.Slots, _ = store.(sluice.Slots)
+	}
 	if i.guard == nil {
-		var local sluice.Store
-		if ip, ok := opts.Store.(sluice.InProcess); !ok || !ip.InProcess() {
-			local = memstore.New(memstore.Options{MaxKeys: 1 << 20})
+		var standin sluice.Store
+		if local != nil {
+			standin = local
 		}
-		g, err := sluice.NewGuard(opts.Store, sluice.GuardOptions{Timeout: opts.Timeout, Local: local, Logger: opts.Logger})
+		g, err := sluice.NewGuard(opts.Store, sluice.GuardOptions{Timeout: opts.Timeout, Local: standin, Logger: opts.Logger})
 		if err != nil {
 			return nil, err
 		}
@@ -178,11 +203,29 @@ func New(opts Options) (*Interceptor, error) {
 			return nil, fmt.Errorf("grpclimit: policy name %q is empty or repeated", p.Name)
 		case p.Key == nil:
 			return nil, fmt.Errorf("grpclimit: policy %q: no Key", p.Name)
+		case p.Concurrency < 0:
+			return nil, fmt.Errorf("grpclimit: policy %q: %w: %d", p.Name, sluice.ErrInvalidConcurrency, p.Concurrency)
+		case p.Concurrency > 0 && p.Limit == (sluice.Limit{}):
+			// Concurrency alone.
 		case p.Cost < 0 || p.Cost > p.Limit.Capacity():
 			return nil, fmt.Errorf("grpclimit: policy %q: cost %d out of range", p.Name, p.Cost)
+		default:
+			if err := p.Limit.Validate(); err != nil {
+				return nil, fmt.Errorf("grpclimit: policy %q: %w", p.Name, err)
+			}
 		}
-		if err := p.Limit.Validate(); err != nil {
-			return nil, fmt.Errorf("grpclimit: policy %q: %w", p.Name, err)
+		if p.Concurrency > 0 {
+			if opts.Slots == nil {
+				return nil, fmt.Errorf("grpclimit: policy %q: concurrency needs Options.Slots: the store keeps none", p.Name)
+			}
+			p.conc = &sluice.Concurrency{Slots: opts.Slots, Max: p.Concurrency, Wait: p.ConcurrencyWait,
+				Timeout: opts.Timeout, FailMode: p.FailMode, Logger: opts.Logger}
+			if local != nil {
+				p.conc.Local = local
+			}
+			if err := p.conc.Validate(); err != nil {
+				return nil, fmt.Errorf("grpclimit: policy %q: %w", p.Name, err)
+			}
 		}
 		if p.Cost == 0 {
 			p.Cost = 1
@@ -196,9 +239,11 @@ func New(opts Options) (*Interceptor, error) {
 // Unary returns the unary server interceptor.
 func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		if err := i.check(ctx, info.FullMethod); err != nil {
+		release, err := i.check(ctx, info.FullMethod)
+		if err != nil {
 			return nil, err
 		}
+		defer release()
 		return handler(ctx, req)
 	}
 }
@@ -207,15 +252,35 @@ func (i *Interceptor) Unary() grpc.UnaryServerInterceptor {
 // when it opens.
 func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		if err := i.check(ss.Context(), info.FullMethod); err != nil {
+		release, err := i.check(ss.Context(), info.FullMethod)
+		if err != nil {
 			return err
 		}
+		defer release()
 		return handler(srv, ss)
 	}
 }
 
 // check decides a call; a non-nil error is the status to fail it with.
-func (i *Interceptor) check(ctx context.Context, method string) error {
+// Otherwise release gives back the concurrency slots the call holds.
+func (i *Interceptor) check(ctx context.Context, method string) (release func(), err error) {
+	var held []func() error
+	release = func() {
+		for _, f := range held {
+			f()
+		}
+		held = nil
+	}
+	if err := i.decide(ctx, method, &held); err != nil {
+		release()
+		return nil, err
+	}
+	return release, nil
+}
+
+// decide is check, appending the release functions of the slots it takes
+// to held.
+func (i *Interceptor) decide(ctx context.Context, method string, held *[]func() error) error {
 	var c sluice.Check
 	var shadowNames []string
 	closed := false
@@ -239,6 +304,19 @@ func (i *Interceptor) check(ctx context.Context, method string) error {
 		}
 		if p.Shadow {
 			c.Shadow, shadowNames = append(c.Shadow, r), append(shadowNames, p.Name)
+			continue
+		}
+		if p.conc != nil {
+			release, d, err := p.conc.Acquire(ctx, r.Key)
+			switch {
+			case err != nil:
+				return status.Error(codes.Unavailable, "rate limiter unavailable")
+			case release == nil:
+				return exhausted(fmt.Sprintf("concurrency limited: %d calls in flight already", p.Concurrency), d.RetryAfter)
+			}
+			*held = append(*held, release)
+		}
+		if p.Limit == (sluice.Limit{}) {
 			continue
 		}
 		c.Enforced, c.Modes = append(c.Enforced, r), append(c.Modes, p.FailMode)
@@ -285,8 +363,14 @@ func (i *Interceptor) check(ctx context.Context, method string) error {
 	if d.Allowed {
 		return nil
 	}
-	st := status.New(codes.ResourceExhausted, fmt.Sprintf("rate limited; retry in %v", d.RetryAfter))
-	if detailed, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(d.RetryAfter)}); err == nil {
+	return exhausted("rate limited", d.RetryAfter)
+}
+
+// exhausted is the ResourceExhausted status of a refused call, with its
+// retry delay in the message and as RetryInfo.
+func exhausted(msg string, retry time.Duration) error {
+	st := status.New(codes.ResourceExhausted, fmt.Sprintf("%s; retry in %v", msg, retry))
+	if detailed, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)}); err == nil {
 		st = detailed
 	}
 	return st.Err()

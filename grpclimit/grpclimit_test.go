@@ -122,3 +122,45 @@ func TestFailClosedAndShadow(t *testing.T) {
 		t.Fatalf("shadow denials %d, want 2", shadowed.Load())
 	}
 }
+
+// TestStreamsInFlight: a stream holds its concurrency slot until it ends;
+// past the policy's concurrency a call fails ResourceExhausted.
+func TestStreamsInFlight(t *testing.T) {
+	c := serve(t, grpclimit.Options{Store: memstore.New(memstore.Options{}), Policies: []grpclimit.Policy{
+		{Name: "watch", Method: "/grpc.health.v1.Health/Watch", Concurrency: 2, Key: grpclimit.Method()},
+	}})
+	open := func() (context.CancelFunc, error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		s, err := c.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err == nil {
+			_, err = s.Recv()
+		}
+		return cancel, err
+	}
+	first, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cancel, err := open(); status.Code(err) != codes.ResourceExhausted {
+		cancel()
+		t.Fatalf("third stream: %v; want ResourceExhausted", err)
+	}
+	first()
+	var third context.CancelFunc
+	for range 100 { // the server sees the cancellation shortly after
+		if third, err = open(); err == nil {
+			break
+		}
+		third()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("after one stream ended: %v", err)
+	}
+	second()
+	third()
+}

@@ -43,6 +43,9 @@ type Options struct {
 	Logger *slog.Logger
 	// LogsPerSecond bounds denial lines per policy. Default 1.
 	LogsPerSecond int64
+	// Slots keeps the slots of policies with Concurrency. Default: the
+	// store, when it keeps slots (the memory and Redis stores do).
+	Slots sluice.Slots
 }
 
 // Result is the outcome for one request.
@@ -65,6 +68,9 @@ type Result struct {
 	// MissingKey reports that a policy found no identity for the request
 	// (Err says why); under FailClosed the request was answered 503.
 	MissingKey bool
+	// InFlight reports that the denial was a policy's Concurrency: its key
+	// had as many requests in flight as it allows.
+	InFlight bool
 }
 
 // Middleware limits HTTP requests by policy. Make it with New; it is safe
@@ -98,11 +104,25 @@ func New(opts Options) (*Middleware, error) {
 		}
 		m.guard = g
 	}
+	if opts.Slots == nil {
+		opts.Slots, _ = m.guard.Store().(sluice.Slots)
+	}
+	localSlots, _ := standin(m.guard.Store()).(sluice.Slots)
 	seen := map[string]bool{}
 	for i := range opts.Policies {
 		p := opts.Policies[i] // a copy: the caller's slice stays theirs
 		if err := p.prepare(); err != nil {
 			return nil, err
+		}
+		if p.Concurrency > 0 {
+			if opts.Slots == nil {
+				return nil, fmt.Errorf("httplimit: policy %q: concurrency needs Options.Slots: the store keeps none", p.Name)
+			}
+			p.conc = &sluice.Concurrency{Slots: opts.Slots, Max: p.Concurrency, Wait: p.ConcurrencyWait,
+				Timeout: opts.Timeout, FailMode: p.FailMode, Local: localSlots, Logger: opts.Logger}
+			if err := p.conc.Validate(); err != nil {
+				return nil, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
+			}
 		}
 		if seen[p.Name] {
 			return nil, fmt.Errorf("httplimit: two policies named %q", p.Name)
@@ -110,6 +130,7 @@ func New(opts Options) (*Middleware, error) {
 		seen[p.Name] = true
 		m.policies = append(m.policies, &p)
 	}
+	m.opts.Slots = opts.Slots
 	m.scratch.New = func() any { return new(scratch) }
 	return m, nil
 }
@@ -130,6 +151,9 @@ type scratch struct {
 	sreqs    [8]sluice.Request
 	sds      [8]sluice.Decision
 	check    sluice.Check
+	// held are the release functions of the concurrency slots the request
+	// holds.
+	held []func() error
 	// keys holds the keys of this and earlier requests, back to back.
 	// Only the space past them is ever written, so a key handed to a store
 	// is never overwritten; a full buffer is replaced, never reused.
@@ -145,6 +169,8 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s := m.scratch.Get().(*scratch)
 		defer m.scratch.Put(s)
+		s.held = s.held[:0]
+		defer s.release()
 		if m.decide(w, r, s) {
 			next.ServeHTTP(w, r)
 		}
@@ -178,9 +204,12 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 			m.log.note(r.Context(), slog.LevelWarn, p.Name, "rate limit key not found", slog.String("error", err.Error()))
 			continue
 		}
-		if p.Shadow {
+		switch {
+		case p.Shadow:
 			shadow, sreqs = append(shadow, p), append(sreqs, req)
-		} else {
+		case p.conc != nil && !m.hold(w, r, p, req.Key, s):
+			return false // answered; nothing charged
+		case p.rated():
 			enforced, reqs, modes = append(enforced, p), append(reqs, req), append(modes, p.FailMode)
 		}
 	}
@@ -222,6 +251,9 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 	if len(sreqs) > 0 {
 		m.noteShadow(r, shadow, sds, res)
 	}
+	if failClosed || res.Denied {
+		s.release() // refused: it holds nothing
+	}
 	switch {
 	case failClosed:
 		res.FailedClosed, res.Denied = true, false
@@ -239,6 +271,41 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 	}
 	m.report(r, res)
 	return m.shapeWait(r, enforced, ds)
+}
+
+// hold takes a slot of p's concurrency for key, or answers the request:
+// 429 when the key is full, 503 when the slots failed under FailClosed.
+// Slots taken for this request's earlier policies are released then.
+func (m *Middleware) hold(w http.ResponseWriter, r *http.Request, p *Policy, key string, s *scratch) bool {
+	release, d, err := p.conc.Acquire(r.Context(), key)
+	if release != nil {
+		s.held = append(s.held, release)
+		return true
+	}
+	s.release()
+	res := &s.res
+	if err != nil {
+		res.Err, res.FailedClosed, res.Outcome = err, true, sluice.FailedClosed
+		m.report(r, res)
+		m.refuse(w, r, res, http.StatusServiceUnavailable, time.Second)
+		return false
+	}
+	res.Policies, res.Decisions, res.Closest = []*Policy{p}, []sluice.Decision{d}, 0
+	res.Denied, res.InFlight, res.Outcome = true, true, sluice.Denied
+	s.hdr.set(w.Header(), m.now(), m.opts.ResetFormat, 0, res.Policies, res.Decisions)
+	m.report(r, res)
+	m.log.note(r.Context(), slog.LevelInfo, p.Name, "concurrency limited",
+		slog.Int64("in_flight", p.Concurrency), slog.String("method", r.Method), slog.String("path", r.URL.Path))
+	m.refuse(w, r, res, http.StatusTooManyRequests, d.RetryAfter)
+	return false
+}
+
+// release gives back the slots s holds.
+func (s *scratch) release() {
+	for _, f := range s.held {
+		f()
+	}
+	s.held = s.held[:0]
 }
 
 // shapeWait sleeps the longest Delay of the shaping policies, and reports
@@ -346,6 +413,9 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, res *Result,
 	if res.Closest >= 0 && status == http.StatusTooManyRequests {
 		p.Policy = res.Policies[res.Closest].Name
 		p.Detail = fmt.Sprintf("rate limit %q exceeded; retry in %d s", p.Policy, secs)
+		if res.InFlight {
+			p.Detail = fmt.Sprintf("concurrency limit %q: %d requests in flight already; retry in %d s", p.Policy, res.Policies[res.Closest].Concurrency, secs)
+		}
 	} else {
 		p.Detail = "the rate limiter is unavailable; retry shortly"
 	}

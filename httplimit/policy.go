@@ -1,10 +1,12 @@
 package httplimit
 
 import (
+	"cmp"
 	"fmt"
 	"net/http"
 	"regexp"
 	"strconv"
+	"time"
 
 	"github.com/sluicehq/sluice"
 )
@@ -18,8 +20,19 @@ type Policy struct {
 	// "GET /api/items/{id}", "/admin/", "POST example.com/upload". Empty
 	// matches every request.
 	Pattern string
-	// Limit is enforced per key. Required.
+	// Limit is enforced per key. Required unless Concurrency is set; the
+	// zero Limit then means no rate limit.
 	Limit sluice.Limit
+	// Concurrency, if above 0, is how many of the policy's requests one
+	// key may have in flight: a request over it is answered 429 (after
+	// ConcurrencyWait, if set), and one under it holds its slot until its
+	// handler returns. A request passes only if every limit of every
+	// policy that applies passes; a refused request holds nothing and is
+	// charged nothing. The slots are kept by Options.Slots.
+	Concurrency int64
+	// ConcurrencyWait is how long a request waits for a slot of a full key
+	// before it is refused. Default 0: refused at once.
+	ConcurrencyWait time.Duration
 	// Key finds the identity to limit. Required.
 	Key KeyFunc
 	// Cost is what one request takes. Zero means 1.
@@ -43,7 +56,8 @@ type Policy struct {
 	// sluice.LeakyBucket.
 	Shape bool
 
-	pat *pattern // nil when Pattern is empty
+	pat  *pattern            // nil when Pattern is empty
+	conc *sluice.Concurrency // nil without Concurrency
 
 	// The header values that depend only on the policy, made once. Their
 	// capacity is their length, so a handler's Header.Add copies them.
@@ -57,19 +71,28 @@ func (p *Policy) prepare() error {
 	if !policyName.MatchString(p.Name) {
 		return fmt.Errorf("httplimit: policy name %q: want 1 to 64 letters, digits, '.', '_', ':' or '-'", p.Name)
 	}
-	if err := p.Limit.Validate(); err != nil {
-		return fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
+	switch {
+	case p.Concurrency < 0:
+		return fmt.Errorf("httplimit: policy %q: %w: %d", p.Name, sluice.ErrInvalidConcurrency, p.Concurrency)
+	case p.ConcurrencyWait < 0:
+		return fmt.Errorf("httplimit: policy %q: concurrency wait %v is negative", p.Name, p.ConcurrencyWait)
+	case p.Concurrency > 0 && p.Limit == (sluice.Limit{}):
+		// Concurrency alone.
+	default:
+		if err := p.Limit.Validate(); err != nil {
+			return fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
+		}
+		if p.Cost < 0 || p.Cost > p.Limit.Capacity() {
+			return fmt.Errorf("httplimit: policy %q: cost %d outside 0..%d", p.Name, p.Cost, p.Limit.Capacity())
+		}
 	}
 	if p.Key == nil {
 		return fmt.Errorf("httplimit: policy %q: no Key", p.Name)
 	}
-	if p.Cost < 0 || p.Cost > p.Limit.Capacity() {
-		return fmt.Errorf("httplimit: policy %q: cost %d outside 0..%d", p.Name, p.Cost, p.Limit.Capacity())
-	}
 	if p.Cost == 0 {
 		p.Cost = 1
 	}
-	p.limitHdr = []string{strconv.FormatInt(p.Limit.Rate, 10)}
+	p.limitHdr = []string{strconv.FormatInt(cmp.Or(p.Limit.Rate, p.Concurrency), 10)}
 	p.policyHdr = []string{string(appendPolicyField(nil, []*Policy{p}))}
 	if p.Pattern == "" {
 		return nil
@@ -94,6 +117,9 @@ func ValidatePattern(pattern string) (err error) {
 	http.NewServeMux().Handle(pattern, http.NotFoundHandler())
 	return nil
 }
+
+// rated reports whether p has a rate limit (not only a concurrency one).
+func (p *Policy) rated() bool { return p.Limit != (sluice.Limit{}) }
 
 // matches reports whether r falls under p.
 func (p *Policy) matches(r *http.Request) bool {

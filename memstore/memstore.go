@@ -69,6 +69,7 @@ type Store struct {
 	base      time.Time
 	baseUS    int64 // base in µs
 	evictions atomic.Uint64
+	slots     [slotShards]slotShard
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -94,7 +95,7 @@ func New(opts Options) *Store {
 		maxKeys = 4_000_000
 	}
 	base := time.Now()
-	return &Store{
+	s := &Store{
 		shards:   make([]shard, n),
 		mask:     uint64(n - 1),
 		seed:     maphash.MakeSeed(),
@@ -103,6 +104,10 @@ func New(opts Options) *Store {
 		base:     base,
 		baseUS:   base.UnixMicro(),
 	}
+	for i := range s.slots {
+		s.slots[i].keys = make(map[string]map[string]struct{})
+	}
+	return s
 }
 
 // Evictions returns how many keys not yet back to full were evicted to stay

@@ -49,6 +49,9 @@ func TestConformanceStandalone(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) sluice.Store {
 		return redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t)})
 	})
+	storetest.RunSlots(t, func(t *testing.T) sluice.Slots {
+		return redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t)})
+	})
 	assertEveryKeyHasTTL(t, srv)
 }
 
@@ -59,6 +62,9 @@ func TestConformanceCluster(t *testing.T) {
 		t.Fatalf("client mode %v, want cluster", c.Mode())
 	}
 	storetest.Run(t, func(t *testing.T) sluice.Store {
+		return redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t)})
+	})
+	storetest.RunSlots(t, func(t *testing.T) sluice.Slots {
 		return redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t)})
 	})
 	for _, n := range nodes {

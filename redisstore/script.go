@@ -29,11 +29,7 @@ var scriptOrder = []string{
 func parts() string {
 	var b strings.Builder
 	for _, name := range scriptOrder {
-		data, err := scripts.ReadFile("scripts/" + name + ".lua")
-		if err != nil {
-			panic("redisstore: missing embedded script " + name) // a build defect
-		}
-		b.Write(data)
+		b.WriteString(mustScript(name))
 		b.WriteByte('\n')
 	}
 	return b.String()

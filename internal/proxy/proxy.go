@@ -44,15 +44,24 @@ func New(cfg *config.Config, guard *sluice.Guard, upstream *url.URL, log *slog.L
 		if err != nil {
 			return nil, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
-		for i, l := range p.Limits {
+		limits := p.Limits
+		if len(limits) == 0 {
+			limits = []sluice.Limit{{}} // concurrency alone
+		}
+		for i, l := range limits {
 			name := p.Name
-			if len(p.Limits) > 1 {
+			if len(limits) > 1 {
 				name = fmt.Sprintf("%s.%d", p.Name, i)
 			}
-			policies = append(policies, httplimit.Policy{
+			hp := httplimit.Policy{
 				Name: name, Pattern: p.Match, Limit: l, Key: key, Cost: p.Cost,
 				FailMode: p.FailMode, Shadow: p.Shadow, Shape: p.Shape,
-			})
+			}
+			if i == 0 {
+				// Held once per request, whatever the number of limits.
+				hp.Concurrency, hp.ConcurrencyWait = p.Concurrency, p.ConcurrencyWait
+			}
+			policies = append(policies, hp)
 		}
 	}
 	m, err := httplimit.New(httplimit.Options{Guard: guard, Policies: policies, Logger: log})

@@ -151,6 +151,11 @@ func (s *Server) checkPolicy(ctx context.Context, cfg *config.Config, policy, ke
 	if key == "" {
 		return outcome{Closest: -1, Err: inputError("key is required")}
 	}
+	if len(p.Limits) == 0 {
+		// A check cannot say when its request ends: holding a slot is for
+		// front doors that see the request through.
+		return outcome{Closest: -1, Err: inputError("policy %q limits only requests in flight (concurrency), which sluice proxy and the middleware enforce; it has no rate to check", policy)}
+	}
 	c := p.Cost
 	if cost != nil {
 		c = *cost

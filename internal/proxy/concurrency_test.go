@@ -1,0 +1,156 @@
+package proxy
+
+import (
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// countingGateway is the proxy, on store, in front of an upstream that
+// counts the requests it holds at once (each for hold) into peak.
+func countingGateway(t *testing.T, yaml string, store sluice.Store, hold time.Duration, peak *atomic.Int64) *httptest.Server {
+	t.Helper()
+	cfg, err := config.Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inFlight atomic.Int64
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		n := inFlight.Add(1)
+		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
+		}
+		time.Sleep(hold)
+		inFlight.Add(-1)
+		io.WriteString(w, "up")
+	}))
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	g, err := sluice.NewGuard(store, sluice.GuardOptions{Timeout: cfg.Store.Timeout, Local: memstore.New(memstore.Options{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := New(cfg, g, u, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// TestConcurrencyOnRedis: 64 callers of one key through the proxy on
+// Redis, concurrency 5: the upstream never holds more than 5 of them,
+// each refused one is a 429 with Retry-After, and the slots are all free
+// once the callers are done.
+func TestConcurrencyOnRedis(t *testing.T) {
+	srv := redistest.Standalone(t)
+	store, err := redisstore.Open("redis://"+srv.Addr, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	var peak atomic.Int64
+	gw := countingGateway(t, `
+store: {type: memory}
+policies:
+  - {name: uploads, concurrency: 5, key: "header:X-Key", match: "/upload"}
+`, store, 20*time.Millisecond, &peak)
+	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
+	var ok, refused, other atomic.Int64
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			for range 10 {
+				req, _ := http.NewRequest("POST", gw.URL+"/upload", nil)
+				req.Header.Set("X-Key", "alice")
+				resp, err := client.Do(req)
+				if err != nil {
+					other.Add(1)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				switch {
+				case resp.StatusCode == 200:
+					ok.Add(1)
+				case resp.StatusCode == 429 && resp.Header.Get("Retry-After") != "":
+					refused.Add(1)
+				default:
+					other.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("640 requests: %d through, %d refused, peak in flight upstream %d", ok.Load(), refused.Load(), peak.Load())
+	if peak.Load() > 5 {
+		t.Fatalf("upstream held %d requests of one key at once; concurrency is 5", peak.Load())
+	}
+	if ok.Load() < 5 || refused.Load() == 0 || other.Load() != 0 {
+		t.Fatalf("%d through, %d refused, %d other answers; want some of both and nothing else", ok.Load(), refused.Load(), other.Load())
+	}
+	// Every slot given back: 5 at once get through.
+	peak.Store(0)
+	var again sync.WaitGroup
+	var through atomic.Int64
+	for range 5 {
+		again.Go(func() {
+			req, _ := http.NewRequest("POST", gw.URL+"/upload", nil)
+			req.Header.Set("X-Key", "alice")
+			if resp, err := client.Do(req); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == 200 {
+					through.Add(1)
+				}
+			}
+		})
+	}
+	again.Wait()
+	if through.Load() != 5 {
+		t.Fatalf("after the callers finished, %d of 5 concurrent requests got through; slots leaked", through.Load())
+	}
+}
+
+// TestConcurrencyAndRateAllOrNothing: a request refused by the rate limit
+// holds no slot, and one refused for concurrency takes no rate.
+func TestConcurrencyAndRateAllOrNothing(t *testing.T) {
+	var peak atomic.Int64
+	store := memstore.New(memstore.Options{})
+	gw := countingGateway(t, `
+policies:
+  - {name: api, limit: fixed_window 3/1h, concurrency: 1, concurrency_wait: 2s, key: "header:X-Key"}
+`, store, 50*time.Millisecond, &peak)
+	codes := make(chan int, 5)
+	var wg sync.WaitGroup
+	for range 5 {
+		wg.Go(func() { codes <- get(t, gw.URL+"/", "X-Key", "k").StatusCode })
+	}
+	wg.Wait()
+	close(codes)
+	n := map[int]int{}
+	for c := range codes {
+		n[c]++
+	}
+	// One at a time (each waits for the slot), three admitted by the
+	// rate, two refused by it: the refused ones released their slots, or
+	// the later ones would have waited out concurrency_wait.
+	if n[200] != 3 || n[429] != 2 || peak.Load() != 1 {
+		t.Fatalf("answers %v, peak %d; want 3×200, 2×429, one at a time", n, peak.Load())
+	}
+	d, err := store.Take(t.Context(), sluice.Request{Key: "api\x00k", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 3, Period: time.Hour}})
+	if err != nil || d.Remaining != 0 {
+		t.Fatalf("rate after: %+v, %v", d, err)
+	}
+}
