@@ -20,6 +20,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"gopkg.in/yaml.v3"
 
@@ -203,6 +204,63 @@ type Policy struct {
 	// for a slot before it is refused.
 	Concurrency     int64
 	ConcurrencyWait time.Duration
+	// Overrides give the keys they match limits of their own, in place of
+	// Limits; the first that matches applies.
+	Overrides []Override
+	// Plans are named sets of limits chosen per request, in place of
+	// Limits: by the check's plan over the APIs, by PlanFrom in the proxy.
+	// An unknown or missing plan gets Limits.
+	Plans    map[string][]sluice.Limit
+	PlanFrom string // the proxy's source of a request's plan: header:NAME
+}
+
+// Override is the limits of the keys Key matches: a key, or a pattern in
+// which * matches any run of characters, ? one character, and \ makes
+// the next one plain.
+type Override struct {
+	Key    string
+	Limits []sluice.Limit
+}
+
+// LimitsFor returns the limits of key under plan: the first override's
+// that matches key, else plan's, else the policy's own.
+func (p *Policy) LimitsFor(key, plan string) []sluice.Limit {
+	for _, o := range p.Overrides {
+		if MatchKey(o.Key, key) {
+			return o.Limits
+		}
+	}
+	if ls, ok := p.Plans[plan]; ok && plan != "" {
+		return ls
+	}
+	return p.Limits
+}
+
+// MatchKey reports whether key matches the override pattern pattern.
+func MatchKey(pattern, key string) bool {
+	// Backtracking on the last star only: linear in practice, at worst
+	// len(pattern) × len(key).
+	pi, ki, star, mark := 0, 0, -1, 0
+	for ki < len(key) {
+		switch {
+		case pi < len(pattern) && pattern[pi] == '*':
+			star, mark = pi, ki
+			pi++
+		case pi < len(pattern) && pattern[pi] == '\\' && pi+1 < len(pattern) && pattern[pi+1] == key[ki]:
+			pi, ki = pi+2, ki+1
+		case pi < len(pattern) && pattern[pi] != '\\' && (pattern[pi] == '?' || pattern[pi] == key[ki]):
+			pi, ki = pi+1, ki+1
+		case star >= 0:
+			pi, mark = star+1, mark+1
+			ki = mark
+		default:
+			return false
+		}
+	}
+	for pi < len(pattern) && pattern[pi] == '*' {
+		pi++
+	}
+	return pi == len(pattern)
 }
 
 // Policy returns the named policy, or nil.
@@ -379,6 +437,16 @@ type policyYAML struct {
 
 	Concurrency     int64         `yaml:"concurrency"`
 	ConcurrencyWait time.Duration `yaml:"concurrency_wait"`
+
+	Overrides []*yaml.Node `yaml:"overrides"`
+	Plans     *yaml.Node   `yaml:"plans"`
+	PlanFrom  string       `yaml:"plan_from"`
+}
+
+type overrideYAML struct {
+	Key    string     `yaml:"key"`
+	Limit  *yaml.Node `yaml:"limit"`
+	Limits *yaml.Node `yaml:"limits"`
 }
 
 // Parse parses data, read from file, reporting every problem at once as
@@ -659,6 +727,8 @@ func (c *checker) policies(nodes []*yaml.Node, cfg *Config) {
 			c.add(pn, field+".limit", "required: a limit such as 100/1m, limits: [...], or concurrency: N")
 		}
 		c.concurrency(m, pn, field, p, cfg)
+		c.overrides(y.Overrides, field, p)
+		c.plans(m, y, field, p)
 		if err := ValidateKeySpec(p.Key); err != nil {
 			c.add(cmp.Or(m["key"], pn), field+".key", "%v", err)
 		}
@@ -685,6 +755,116 @@ func (c *checker) policies(nodes []*yaml.Node, cfg *Config) {
 		}
 		cfg.Policies = append(cfg.Policies, p)
 	}
+}
+
+// overrides reads a policy's overrides, refusing a key that can never
+// match: empty, past sluice.MaxIdentityLen, invalid UTF-8, ending in a
+// lone \, defined twice, or always caught by an earlier pattern.
+func (c *checker) overrides(nodes []*yaml.Node, field string, p *Policy) {
+	for i, n := range nodes {
+		f := fmt.Sprintf("%s.overrides[%d]", field, i)
+		var y overrideYAML
+		m := c.decodeInto(n, f, &y)
+		var ls []sluice.Limit
+		switch {
+		case y.Limit != nil && y.Limits != nil:
+			c.add(n, f, "limit and limits are one choice: give one")
+		case y.Limit != nil:
+			ls = c.limitList(y.Limit, f+".limit")
+		case y.Limits != nil:
+			ls = c.limitList(y.Limits, f+".limits")
+		default:
+			c.add(n, f+".limit", "required: the override's limit, or limits: [...]")
+		}
+		kn := cmp.Or(m["key"], n)
+		switch k := y.Key; {
+		case k == "":
+			c.add(kn, f+".key", "required: the key, or a pattern such as partner-*")
+		case len(k) > sluice.MaxIdentityLen:
+			c.add(kn, f+".key", "%d bytes: no key is longer than %d, so it can never match", len(k), sluice.MaxIdentityLen)
+		case !utf8.ValidString(k) || strings.ContainsRune(k, utf8.RuneError):
+			c.add(kn, f+".key", "not valid UTF-8: no key checked is, so it can never match")
+		case strings.HasSuffix(k, "\\") && !strings.HasSuffix(k, "\\\\"):
+			c.add(kn, f+".key", "%q ends in a lone \\ that quotes nothing: it can never match", k)
+		default:
+			for j, o := range p.Overrides {
+				if o.Key == k || (plainKey(k) && MatchKey(o.Key, unquote(k))) {
+					c.add(kn, f+".key", "%q can never match: overrides[%d] (%q) matches every key it does, and the first match applies", k, j, o.Key)
+					break
+				}
+			}
+		}
+		p.Overrides = append(p.Overrides, Override{Key: y.Key, Limits: ls})
+	}
+}
+
+// plainKey reports whether pattern has no wildcard: it matches one key.
+func plainKey(pattern string) bool {
+	for i := 0; i < len(pattern); i++ {
+		switch pattern[i] {
+		case '*', '?':
+			return false
+		case '\\':
+			i++
+		}
+	}
+	return true
+}
+
+// unquote returns the one key a plain pattern matches.
+func unquote(pattern string) string {
+	var b strings.Builder
+	for i := 0; i < len(pattern); i++ {
+		if pattern[i] == '\\' && i+1 < len(pattern) {
+			i++
+		}
+		b.WriteByte(pattern[i])
+	}
+	return b.String()
+}
+
+// plans reads a policy's plans and plan_from.
+func (c *checker) plans(m map[string]*yaml.Node, y policyYAML, field string, p *Policy) {
+	if y.Plans != nil {
+		if y.Plans.Kind != yaml.MappingNode {
+			c.add(y.Plans, field+".plans", "want a mapping of plan names to limits, such as {free: 100/1m, pro: 1000/1m}")
+		} else {
+			p.Plans = map[string][]sluice.Limit{}
+			for i := 0; i+1 < len(y.Plans.Content); i += 2 {
+				name, v := y.Plans.Content[i].Value, y.Plans.Content[i+1]
+				f := field + ".plans." + name
+				if name == "" {
+					c.add(y.Plans.Content[i], field+".plans", "a plan needs a name")
+				}
+				p.Plans[name] = c.limitList(v, f)
+			}
+		}
+	}
+	p.PlanFrom = y.PlanFrom
+	if n := m["plan_from"]; n != nil {
+		name, arg, _ := strings.Cut(y.PlanFrom, ":")
+		switch {
+		case name != "header" || arg == "":
+			c.add(n, field+".plan_from", "%q: want header:NAME, such as header:X-Plan", y.PlanFrom)
+		case len(p.Plans) == 0:
+			c.add(n, field+".plan_from", "no plans to choose from: add plans")
+		}
+	}
+}
+
+// limitList reads one limit (a string or a mapping) or a list of them.
+func (c *checker) limitList(n *yaml.Node, field string) []sluice.Limit {
+	if n.Kind != yaml.SequenceNode {
+		return []sluice.Limit{c.limit(n, field)}
+	}
+	if len(n.Content) == 0 {
+		c.add(n, field, "an empty list: give at least one limit")
+	}
+	ls := make([]sluice.Limit, 0, len(n.Content))
+	for i, ln := range n.Content {
+		ls = append(ls, c.limit(ln, fmt.Sprintf("%s[%d]", field, i)))
+	}
+	return ls
 }
 
 // concurrency checks a policy's concurrency fields.

@@ -64,7 +64,11 @@ func (hb *headerBuf) set(h http.Header, now time.Time, format ResetFormat, close
 	for i, start := range [4]int{0, ends[0], ends[1], ends[2]} {
 		vals[i] = all[start:ends[i]]
 	}
-	h["X-Ratelimit-Limit"] = policies[closest].limitHdr
+	if p := policies[closest]; d.Limit.Rate == p.Limit.Rate {
+		h["X-Ratelimit-Limit"] = p.limitHdr
+	} else {
+		h["X-Ratelimit-Limit"] = []string{strconv.FormatInt(d.Limit.Rate, 10)} // a limit the policy's Limits chose
+	}
 	h["X-Ratelimit-Remaining"] = vals[0:1:1]
 	h["X-Ratelimit-Reset"] = vals[1:2:2]
 	h["Ratelimit"] = vals[2:3:3]

@@ -204,13 +204,26 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 			m.log.note(r.Context(), slog.LevelWarn, p.Name, "rate limit key not found", slog.String("error", err.Error()))
 			continue
 		}
-		switch {
-		case p.Shadow:
-			shadow, sreqs = append(shadow, p), append(sreqs, req)
-		case p.conc != nil && !m.hold(w, r, p, req.Key, s):
+		if !p.Shadow && p.conc != nil && !m.hold(w, r, p, req.Key, s) {
 			return false // answered; nothing charged
-		case p.rated():
-			enforced, reqs, modes = append(enforced, p), append(reqs, req), append(modes, p.FailMode)
+		}
+		var chosen []sluice.Limit
+		if p.Limits != nil {
+			chosen = p.Limits(r, req.Key[len(p.Name)+1:])
+		}
+		if len(chosen) == 0 {
+			if !p.rated() {
+				continue // concurrency alone
+			}
+			chosen = []sluice.Limit{p.Limit}
+		}
+		for _, l := range chosen {
+			req.Limit = l
+			if p.Shadow {
+				shadow, sreqs = append(shadow, p), append(sreqs, req)
+			} else {
+				enforced, reqs, modes = append(enforced, p), append(reqs, req), append(modes, p.FailMode)
+			}
 		}
 	}
 	ds, sds := s.ds[:], s.sds[:]

@@ -23,6 +23,12 @@ type Policy struct {
 	// Limit is enforced per key. Required unless Concurrency is set; the
 	// zero Limit then means no rate limit.
 	Limit sluice.Limit
+	// Limits, if set, chooses the policy's limits per request, in place of
+	// Limit: from the request and its identity (the key without the
+	// policy's name), as per-customer overrides and plans do. Nil or empty
+	// keeps Limit. Every limit it returns is checked with the others, all
+	// or nothing; it must be cheap and safe for concurrent use.
+	Limits func(r *http.Request, identity string) []sluice.Limit
 	// Concurrency, if above 0, is how many of the policy's requests one
 	// key may have in flight: a request over it is answered 429 (after
 	// ConcurrencyWait, if set), and one under it holds its slot until its

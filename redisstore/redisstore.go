@@ -169,6 +169,16 @@ func (s *Store) conn() (rueidis.Client, bool, error) {
 	return s.client, s.cluster, nil
 }
 
+// Client returns the store's Redis client once it is connected, for
+// what shares the store's Redis (sluice serve's runtime overrides).
+func (s *Store) Client() (rueidis.Client, error) {
+	c, _, err := s.conn()
+	return c, err
+}
+
+// Prefix returns the prefix of the store's keys.
+func (s *Store) Prefix() string { return s.prefix }
+
 // Close closes the client if Open opened it.
 func (s *Store) Close() {
 	s.mu.Lock()

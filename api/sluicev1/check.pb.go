@@ -74,7 +74,11 @@ type Check struct {
 	Policy string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
 	Key    string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
 	// The events to take; unset means the policy's cost (1), 0 peeks.
-	Cost          *int64 `protobuf:"varint,3,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
+	Cost *int64 `protobuf:"varint,3,opt,name=cost,proto3,oneof" json:"cost,omitempty"`
+	// The plan whose limits apply, among the policy's plans; unset, or
+	// unknown, means the policy's own limits. An override of the key comes
+	// first.
+	Plan          string `protobuf:"bytes,4,opt,name=plan,proto3" json:"plan,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -128,6 +132,13 @@ func (x *Check) GetCost() int64 {
 		return *x.Cost
 	}
 	return 0
+}
+
+func (x *Check) GetPlan() string {
+	if x != nil {
+		return x.Plan
+	}
+	return ""
 }
 
 type CheckResponse struct {
@@ -370,11 +381,12 @@ const file_check_proto_rawDesc = "" +
 	"\n" +
 	"\vcheck.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\"8\n" +
 	"\fCheckRequest\x12(\n" +
-	"\x06checks\x18\x01 \x03(\v2\x10.sluice.v1.CheckR\x06checks\"S\n" +
+	"\x06checks\x18\x01 \x03(\v2\x10.sluice.v1.CheckR\x06checks\"g\n" +
 	"\x05Check\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
-	"\x04cost\x18\x03 \x01(\x03H\x00R\x04cost\x88\x01\x01B\a\n" +
+	"\x04cost\x18\x03 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12\x12\n" +
+	"\x04plan\x18\x04 \x01(\tR\x04planB\a\n" +
 	"\x05_cost\"[\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x120\n" +

@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sluicehq/sluice"
 
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/buildinfo"
@@ -173,18 +172,18 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 	// The handler is rebuilt from each config a reload puts in place and
 	// swapped in whole: a request sees one config or the other.
 	var handler atomic.Pointer[http.Handler]
-	build := func(cfg *config.Config, g *sluice.Guard) error {
-		h, err := proxy.New(cfg, g, u, log)
+	var srv *server.Server
+	build := func(cfg *config.Config) error {
+		h, err := proxy.New(cfg, proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides()}, u, log)
 		if err != nil {
 			return err
 		}
 		handler.Store(&h)
 		return nil
 	}
-	var srv *server.Server
 	srv, err = server.New(server.Options{Config: c.config, RedisURL: c.redis, Logger: log,
 		OnReload: func(cfg *config.Config) {
-			if err := build(cfg, srv.Guard()); err != nil {
+			if err := build(cfg); err != nil {
 				log.Error("config reload: the proxy keeps its previous policies", "error", err)
 			}
 		}})
@@ -196,7 +195,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice proxy: store mode shard needs the peer service of `sluice serve`; run the proxy against a local-sync or Redis store, or in front of `sluice serve`")
 		return 2
 	}
-	if err := build(srv.Config(), srv.Guard()); err != nil {
+	if err := build(srv.Config()); err != nil {
 		fail(stderr, "proxy", err)
 		return 1
 	}

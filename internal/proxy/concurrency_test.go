@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/overrides"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
@@ -41,7 +42,7 @@ func countingGateway(t *testing.T, yaml string, store sluice.Store, hold time.Du
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(cfg, g, u, slog.New(slog.DiscardHandler))
+	h, err := New(cfg, Deps{Guard: g}, u, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,5 +153,72 @@ policies:
 	d, err := store.Take(t.Context(), sluice.Request{Key: "api\x00k", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 3, Period: time.Hour}})
 	if err != nil || d.Remaining != 0 {
 		t.Fatalf("rate after: %+v, %v", d, err)
+	}
+}
+
+// TestOverridesAndPlans: the proxy limits each request by its key's
+// override, else its plan header's plan, else the policy's limit; an
+// override set at runtime applies to the next request.
+func TestOverridesAndPlans(t *testing.T) {
+	cfg, err := config.Parse("test.yaml", []byte(`
+policies:
+  - name: api
+    limit: fixed_window 1/1h
+    key: "header:X-Key"
+    overrides: [{key: "partner-*", limit: fixed_window 3/1h}]
+    plan_from: header:X-Plan
+    plans: {pro: fixed_window 2/1h}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	g, _ := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
+	runtime := overrides.New()
+	h, err := New(cfg, Deps{Guard: g, Overrides: runtime}, u, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	admitted := func(key, plan string) int {
+		n := 0
+		for range 6 {
+			req, _ := http.NewRequest("GET", srv.URL+"/", nil)
+			req.Header.Set("X-Key", key)
+			if plan != "" {
+				req.Header.Set("X-Plan", plan)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				n++
+			}
+		}
+		return n
+	}
+	for _, tc := range []struct {
+		key, plan string
+		want      int
+	}{
+		{"free-user", "", 1},
+		{"pro-user", "pro", 2},
+		{"odd-plan", "platinum", 1},
+		{"partner-acme", "pro", 3}, // an override beats the plan
+	} {
+		if got := admitted(tc.key, tc.plan); got != tc.want {
+			t.Errorf("key %q plan %q: admitted %d of 6, want %d", tc.key, tc.plan, got, tc.want)
+		}
+	}
+	if _, err := runtime.Set(t.Context(), "api", "vip", []sluice.Limit{{Algorithm: sluice.FixedWindow, Rate: 4, Period: time.Hour}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := admitted("vip", ""); got != 4 {
+		t.Errorf("runtime override 4/1h: admitted %d of 6", got)
 	}
 }

@@ -20,13 +20,23 @@ import (
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/overrides"
 	"github.com/sluicehq/sluice/internal/sample"
 )
+
+// Deps are what the proxy shares with the server it runs in.
+type Deps struct {
+	Guard *sluice.Guard // decides the rate limits
+	// Slots keeps the concurrency slots; nil takes the Guard's store's.
+	Slots sluice.Slots
+	// Overrides are the limits set at runtime; nil: none.
+	Overrides *overrides.Registry
+}
 
 // New returns a handler that limits by cfg's policies and forwards what it
 // allows to upstream. Streaming responses are flushed as they come and
 // websocket upgrades pass through (httputil.ReverseProxy).
-func New(cfg *config.Config, guard *sluice.Guard, upstream *url.URL, log *slog.Logger) (http.Handler, error) {
+func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (http.Handler, error) {
 	resolver, err := clientip.RemoteAddr()
 	if err != nil {
 		return nil, err
@@ -44,27 +54,18 @@ func New(cfg *config.Config, guard *sluice.Guard, upstream *url.URL, log *slog.L
 		if err != nil {
 			return nil, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
-		limits := p.Limits
-		if len(limits) == 0 {
-			limits = []sluice.Limit{{}} // concurrency alone
+		hp := httplimit.Policy{
+			Name: p.Name, Pattern: p.Match, Key: key, Cost: p.Cost,
+			FailMode: p.FailMode, Shadow: p.Shadow, Shape: p.Shape,
+			Concurrency: p.Concurrency, ConcurrencyWait: p.ConcurrencyWait,
+			Limits: limitsFor(p, deps.Overrides),
 		}
-		for i, l := range limits {
-			name := p.Name
-			if len(limits) > 1 {
-				name = fmt.Sprintf("%s.%d", p.Name, i)
-			}
-			hp := httplimit.Policy{
-				Name: name, Pattern: p.Match, Limit: l, Key: key, Cost: p.Cost,
-				FailMode: p.FailMode, Shadow: p.Shadow, Shape: p.Shape,
-			}
-			if i == 0 {
-				// Held once per request, whatever the number of limits.
-				hp.Concurrency, hp.ConcurrencyWait = p.Concurrency, p.ConcurrencyWait
-			}
-			policies = append(policies, hp)
+		if len(p.Limits) > 0 {
+			hp.Limit = p.Limits[0]
 		}
+		policies = append(policies, hp)
 	}
-	m, err := httplimit.New(httplimit.Options{Guard: guard, Policies: policies, Logger: log})
+	m, err := httplimit.New(httplimit.Options{Guard: deps.Guard, Slots: deps.Slots, Policies: policies, Logger: log})
 	if err != nil {
 		return nil, err
 	}
@@ -78,6 +79,24 @@ func New(cfg *config.Config, guard *sluice.Guard, upstream *url.URL, log *slog.L
 	rp.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	rp.ErrorHandler = upstreamFailed(log, sample.New(1))
 	return m.Handler(rp), nil
+}
+
+// limitsFor returns the limits of a request under p: an override set at
+// runtime, else p's override, plan (from PlanFrom) or limits.
+func limitsFor(p *config.Policy, runtime *overrides.Registry) func(*http.Request, string) []sluice.Limit {
+	_, planHeader, _ := strings.Cut(p.PlanFrom, ":")
+	return func(r *http.Request, identity string) []sluice.Limit {
+		if runtime != nil {
+			if ls, ok := runtime.LookupKey(p.Name, identity); ok {
+				return ls
+			}
+		}
+		var plan string
+		if planHeader != "" {
+			plan = r.Header.Get(planHeader)
+		}
+		return p.LimitsFor(identity, plan)
+	}
 }
 
 // upstreamFailed answers a request the upstream could not: 504 when it

@@ -37,7 +37,7 @@ func gateway(t *testing.T, yaml string, store sluice.Store) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(cfg, g, u, slog.New(slog.DiscardHandler))
+	h, err := New(cfg, Deps{Guard: g}, u, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestUpstreamFailures(t *testing.T) {
 	}
 	g, _ := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
 	down, _ := url.Parse("http://127.0.0.1:1")
-	h, err := New(cfg, g, down, slog.New(slog.DiscardHandler))
+	h, err := New(cfg, Deps{Guard: g}, down, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestUpstreamFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	u, _ := url.Parse(slow.URL)
-	h, _ = New(cfg, g, u, slog.New(slog.DiscardHandler))
+	h, _ = New(cfg, Deps{Guard: g}, u, slog.New(slog.DiscardHandler))
 	rp := httptest.NewServer(h)
 	defer rp.Close()
 	if resp := get(t, rp.URL+"/x"); resp.StatusCode != 504 || resp.Header.Get("Content-Type") != "application/problem+json" {

@@ -3,6 +3,8 @@ package server
 import (
 	"crypto/subtle"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strconv"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/overrides"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -19,6 +22,9 @@ import (
 //	GET    /admin/config                    the loaded config file, secrets redacted
 //	GET    /admin/keys?policy=P&key=K       the key's state under each limit (a peek)
 //	DELETE /admin/keys?policy=P&key=K       reset the key under each limit
+//	GET    /admin/overrides                 the overrides set here, every one
+//	PUT    /admin/overrides                 {"policy":P,"key":K,"limits":["1000/1m"]}: K's own limits
+//	DELETE /admin/overrides?policy=P&key=K  remove K's override
 //
 // Domains take ?domain=D&entry=k=v&entry=k2=v2 instead of policy and key.
 // Every call and every refused token is logged with the caller's
@@ -35,6 +41,12 @@ func (s *Server) adminHandler() http.Handler {
 	})
 	mux.HandleFunc("GET /admin/keys", s.adminKey)
 	mux.HandleFunc("DELETE /admin/keys", s.adminKey)
+	mux.HandleFunc("GET /admin/overrides", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(map[string]any{"overrides": s.overrides.List()})
+	})
+	mux.HandleFunc("PUT /admin/overrides", s.adminSetOverride)
+	mux.HandleFunc("DELETE /admin/overrides", s.adminSetOverride)
 	failures, _ := sluice.NewLimiter(memstore.New(memstore.Options{MaxKeys: 100_000}),
 		sluice.Limit{Algorithm: sluice.FixedWindow, Rate: adminFailures, Period: time.Minute}, sluice.LimiterOptions{})
 	s.ui = newUI(s, failures)
@@ -93,7 +105,8 @@ func (s *Server) adminKey(w http.ResponseWriter, r *http.Request) {
 			problem(w, http.StatusBadRequest, "unknown policy or no key", "policy")
 			return
 		}
-		key, limits = p.Name+"\x00"+q.Get("key"), p.Limits
+		key = p.Name + "\x00" + q.Get("key")
+		limits = s.limitsFor(p, key, q.Get("key"), q.Get("plan"))
 	} else {
 		d := cfg.Domains[q.Get("domain")]
 		if d == nil {
@@ -135,4 +148,65 @@ func (s *Server) adminKey(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	json.NewEncoder(w).Encode(map[string]any{"limits": out})
+}
+
+// adminSetOverride sets (PUT, a JSON body) or removes (DELETE, the query)
+// a key's override. It answers once every instance has applied it, with
+// how many did: 200 when all, 202 when some had not within two seconds.
+func (s *Server) adminSetOverride(w http.ResponseWriter, r *http.Request) {
+	var in struct {
+		Policy string   `json:"policy"`
+		Key    string   `json:"key"`
+		Limits []string `json:"limits"`
+	}
+	if r.Method == http.MethodPut {
+		dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBodyBytes))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&in); err != nil {
+			problem(w, http.StatusBadRequest, "body: "+err.Error()+`; want {"policy":"P","key":"K","limits":["1000/1m"]}`, "")
+			return
+		}
+		if len(in.Limits) == 0 {
+			problem(w, http.StatusBadRequest, "limits: give at least one; DELETE removes an override", "limits")
+			return
+		}
+	} else {
+		in.Policy, in.Key = r.URL.Query().Get("policy"), r.URL.Query().Get("key")
+	}
+	if s.state().cfg.Policy(in.Policy) == nil {
+		problem(w, http.StatusBadRequest, fmt.Sprintf("unknown policy %q", in.Policy), "policy")
+		return
+	}
+	if err := checkIdentity(in.Key); err != nil {
+		problem(w, http.StatusBadRequest, "key: "+err.Error(), "key")
+		return
+	}
+	limits := make([]sluice.Limit, len(in.Limits))
+	for i, t := range in.Limits {
+		l, err := sluice.ParseLimit(t)
+		if err != nil {
+			problem(w, http.StatusBadRequest, fmt.Sprintf("limits[%d]: %v", i, strings.TrimPrefix(err.Error(), "sluice: ")), "limits")
+			return
+		}
+		limits[i] = l
+	}
+	applied, err := s.overrides.Set(r.Context(), in.Policy, in.Key, limits)
+	switch {
+	case errors.Is(err, overrides.ErrInvalid):
+		problem(w, http.StatusBadRequest, err.Error(), "limits")
+		return
+	case err != nil:
+		problem(w, http.StatusServiceUnavailable, err.Error(), "")
+		return
+	}
+	s.log.Info("admin: override "+map[bool]string{true: "set", false: "removed"}[len(limits) > 0],
+		"policy", in.Policy, "key", in.Key, "limits", strings.Join(in.Limits, "; "),
+		"version", applied.Version, "instances", applied.Instances, "applied_by", applied.AppliedBy)
+	status := http.StatusOK
+	if applied.AppliedBy < applied.Instances {
+		status = http.StatusAccepted
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(applied)
 }

@@ -143,24 +143,36 @@ func (s *Server) decide(ctx context.Context, sub subject, key string, limits []s
 }
 
 // checkPolicy decides one native check against a named policy.
-func (s *Server) checkPolicy(ctx context.Context, cfg *config.Config, policy, key string, cost *int64) outcome {
-	p := cfg.Policy(policy)
+func (s *Server) checkPolicy(ctx context.Context, cfg *config.Config, ck Check) outcome {
+	p := cfg.Policy(ck.Policy)
 	if p == nil {
-		return outcome{Closest: -1, Err: inputError("unknown policy %q", policy)}
+		return outcome{Closest: -1, Err: inputError("unknown policy %q", ck.Policy)}
 	}
-	if key == "" {
+	if ck.Key == "" {
 		return outcome{Closest: -1, Err: inputError("key is required")}
 	}
-	if len(p.Limits) == 0 {
+	storeKey := p.Name + "\x00" + ck.Key
+	limits := s.limitsFor(p, storeKey, ck.Key, ck.Plan)
+	if len(limits) == 0 {
 		// A check cannot say when its request ends: holding a slot is for
 		// front doors that see the request through.
-		return outcome{Closest: -1, Err: inputError("policy %q limits only requests in flight (concurrency), which sluice proxy and the middleware enforce; it has no rate to check", policy)}
+		return outcome{Closest: -1, Err: inputError("policy %q limits only requests in flight (concurrency), which sluice proxy and the middleware enforce; it has no rate to check", ck.Policy)}
 	}
 	c := p.Cost
-	if cost != nil {
-		c = *cost
+	if ck.Cost != nil {
+		c = *ck.Cost
 	}
-	return s.decide(ctx, subject{name: p.Name}, p.Name+"\x00"+key, p.Limits, c, p.Shadow, p.FailMode)
+	return s.decide(ctx, subject{name: p.Name}, storeKey, limits, c, p.Shadow, p.FailMode)
+}
+
+// limitsFor returns the limits of key (storeKey in the store) under
+// policy p and plan: an override set through the admin API, else p's
+// own override, plan or limits (config.Policy.LimitsFor).
+func (s *Server) limitsFor(p *config.Policy, storeKey, key, plan string) []sluice.Limit {
+	if ls, ok := s.overrides.Lookup(storeKey); ok {
+		return ls
+	}
+	return p.LimitsFor(key, plan)
 }
 
 // descriptor is a request descriptor's decision: the node of the domain's

@@ -51,6 +51,9 @@ type Check struct {
 	Key    string `json:"key"`
 	// Cost defaults to the policy's cost (1); 0 peeks.
 	Cost *int64 `json:"cost,omitempty"`
+	// Plan chooses among the policy's plans; none, or an unknown one,
+	// means its own limits. An override of the key comes first.
+	Plan string `json:"plan,omitempty"`
 }
 
 // CheckResponse answers a CheckRequest, one result per check.
@@ -158,7 +161,7 @@ func (s *Server) runChecks(ctx context.Context, checks []Check) (CheckResponse, 
 		if err := checkIdentity(c.Key); err != nil {
 			return CheckResponse{}, field + ".key", fmt.Errorf("%s.key: %v", field, err)
 		}
-		out := s.checkPolicy(ctx, cfg, c.Policy, c.Key, c.Cost)
+		out := s.checkPolicy(ctx, cfg, c)
 		if errors.Is(out.Err, errInput) {
 			return CheckResponse{}, field, fmt.Errorf("%s: %v", field, out.Err)
 		}

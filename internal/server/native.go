@@ -21,7 +21,7 @@ func (n *native) Check(ctx context.Context, req *sluicev1.CheckRequest) (*sluice
 	defer n.s.track()()
 	checks := make([]Check, len(req.GetChecks()))
 	for i, c := range req.GetChecks() {
-		checks[i] = Check{Policy: c.Policy, Key: c.Key, Cost: c.Cost}
+		checks[i] = Check{Policy: c.Policy, Key: c.Key, Cost: c.Cost, Plan: c.Plan}
 	}
 	resp, field, err := n.s.runChecks(ctx, checks)
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/api/sluicev1"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/overrides"
 	"github.com/sluicehq/sluice/internal/sample"
 	"github.com/sluicehq/sluice/localsync"
 	"github.com/sluicehq/sluice/memstore"
@@ -86,6 +87,7 @@ type Server struct {
 	storeType string
 	local     sluice.Store      // the memory store peers forward to, in shard mode
 	redis     *redisstore.Store // the Redis store, if any, for /readyz
+	overrides *overrides.Registry
 }
 
 // state is one loaded config.
@@ -185,6 +187,7 @@ func (s *Server) openStore(cfg *config.Config) error {
 	if url == "" {
 		ms := memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
 		s.store, s.closer, s.storeType = ms, func() {}, "memory"
+		s.overrides = overrides.New()
 		s.local = ms
 		if sh := cfg.Store.Memory.Shard; sh != nil {
 			if err := s.openShard(cfg, sh, ms); err != nil {
@@ -205,7 +208,9 @@ func (s *Server) openStore(cfg *config.Config) error {
 	if err != nil {
 		return err
 	}
-	s.store, s.closer, s.storeType = rs, rs.Close, "redis"
+	follow, stop := context.WithCancel(context.Background())
+	s.overrides = overrides.NewShared(follow, rs.Client, rs.Prefix(), s.log)
+	s.store, s.closer, s.storeType = rs, func() { stop(); rs.Close() }, "redis"
 	s.redis = rs
 	if r := cfg.Store.Redis; r != nil && r.LocalSync != nil {
 		ls, err := localsync.New(localsync.Options{
@@ -219,7 +224,7 @@ func (s *Server) openStore(cfg *config.Config) error {
 			return err
 		}
 		s.store, s.storeType = ls, "redis, local-sync"
-		s.closer = func() { ls.Close(); rs.Close() }
+		s.closer = func() { stop(); ls.Close(); rs.Close() }
 	}
 	return nil
 }
@@ -407,3 +412,16 @@ func (s *Server) Store() sluice.Store { return s.store }
 
 // Guard returns the decision core on the store, for the proxy to share.
 func (s *Server) Guard() *sluice.Guard { return s.guard }
+
+// Overrides returns the runtime overrides the admin API sets.
+func (s *Server) Overrides() *overrides.Registry { return s.overrides }
+
+// Slots returns the store's concurrency slots, or nil when its mode keeps
+// none (shard, local-sync).
+func (s *Server) Slots() sluice.Slots {
+	if s.storeType != "memory" && s.storeType != "redis" {
+		return nil
+	}
+	slots, _ := s.store.(sluice.Slots)
+	return slots
+}

@@ -1,0 +1,88 @@
+package overrides_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/overrides"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+func shared(t *testing.T, addr string) *overrides.Registry {
+	t.Helper()
+	store, err := redisstore.Open("redis://"+addr, redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); store.Close() })
+	start := time.Now()
+	r := overrides.NewShared(ctx, store.Client, store.Prefix(), nil)
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("NewShared took %v with Redis up", took)
+	}
+	return r
+}
+
+// TestSharedAppliesOnEveryInstance: an override set on one of three
+// instances is in force on all three when Set returns; removed, likewise.
+func TestSharedAppliesOnEveryInstance(t *testing.T) {
+	srv := redistest.Standalone(t)
+	rs := []*overrides.Registry{shared(t, srv.Addr), shared(t, srv.Addr), shared(t, srv.Addr)}
+	ctx := context.Background()
+	for round := range 20 {
+		limit := sluice.Limit{Rate: int64(100 + round), Period: time.Minute}
+		key := fmt.Sprintf("vip%d", round%3)
+		a, err := rs[round%3].Set(ctx, "api", key, []sluice.Limit{limit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Instances != 3 || a.AppliedBy != 3 {
+			t.Fatalf("round %d: %+v; want 3 of 3 instances", round, a)
+		}
+		for i, r := range rs {
+			if ls, ok := r.Lookup("api\x00" + key); !ok || ls[0].String() != limit.String() {
+				t.Fatalf("round %d: instance %d has %v, %v; want %v at once", round, i, ls, ok, limit)
+			}
+		}
+	}
+	if _, err := rs[1].Set(ctx, "api", "vip0", nil); err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rs {
+		if _, ok := r.Lookup("api\x00vip0"); ok {
+			t.Fatalf("instance %d still has the removed override", i)
+		}
+	}
+	// A newcomer loads what is there.
+	late := shared(t, srv.Addr)
+	if _, ok := late.Lookup("api\x00vip1"); !ok {
+		t.Fatal("an instance started later does not see the overrides already set")
+	}
+}
+
+func TestBadOverrideChangesNothing(t *testing.T) {
+	r := overrides.New()
+	ctx := context.Background()
+	good := sluice.Limit{Rate: 5, Period: time.Second}
+	for _, tc := range []struct {
+		key    string
+		limits []sluice.Limit
+	}{
+		{"", []sluice.Limit{good}},
+		{"k", []sluice.Limit{{Rate: 0, Period: time.Second}}},
+		{"k", []sluice.Limit{good, {Rate: 9, Period: time.Second}}}, // one state twice
+	} {
+		if _, err := r.Set(ctx, "p", tc.key, tc.limits); !errors.Is(err, overrides.ErrInvalid) {
+			t.Errorf("Set(%q, %v) = %v; want ErrInvalid", tc.key, tc.limits, err)
+		}
+	}
+	if len(r.List()) != 0 {
+		t.Fatalf("bad input left %v", r.List())
+	}
+}
