@@ -16,7 +16,6 @@ import (
 	"syscall"
 	"time"
 
-
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/buildinfo"
 	"github.com/sluicehq/sluice/internal/proxy"

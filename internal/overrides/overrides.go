@@ -156,8 +156,8 @@ func decode(v string) ([]sluice.Limit, error) {
 // shared is the Redis side of a Registry.
 type shared struct {
 	conn    func() (rueidis.Client, error) // the store's client, once connected
-	hash    string // every override, and versionField
-	acks    string // instance → the version it applied
+	hash    string                         // every override, and versionField
+	acks    string                         // instance → the version it applied
 	channel string
 	id      string
 	applied atomic.Int64 // the version this instance applied

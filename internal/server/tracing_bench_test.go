@@ -35,7 +35,7 @@ func BenchmarkCheckTracing(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
-				if out := s.checkPolicy(ctx, cfg, Check{Policy: "p", Key: "key-"+strconv.Itoa(i%10_000)}); out.Err != nil {
+				if out := s.checkPolicy(ctx, cfg, Check{Policy: "p", Key: "key-" + strconv.Itoa(i%10_000)}); out.Err != nil {
 					b.Fatal(out.Err)
 				}
 			}
