@@ -63,6 +63,7 @@ func TestDocsGoExamplesCompile(t *testing.T) {
 	given := map[string]string{ // what the prose around the examples names
 		"ctx": "context.Context", "store": "sluice.Store", "mux": "*http.ServeMux", "ip": "*clientip.Resolver",
 		"loginLimit": "sluice.Limit", "apiLimit": "sluice.Limit", "searchLimit": "sluice.Limit", "trial": "sluice.Limit",
+		"limitsOfCustomer": "func(string) []sluice.Limit",
 	}
 	var src strings.Builder
 	used := map[string]bool{"context": true, "sluice": true, "http": true, "clientip": true}
