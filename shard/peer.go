@@ -8,12 +8,9 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/sluicehq/sluice"
+	shardv1 "github.com/sluicehq/sluice/api/shardv1"
 )
 
 // peer forwards calls to one member. While fewer than maxInFlight calls
@@ -25,6 +22,7 @@ import (
 type peer struct {
 	addr    string
 	conn    *grpc.ClientConn
+	client  shardv1.PeerClient
 	size    int
 	timeout time.Duration
 
@@ -33,58 +31,57 @@ type peer struct {
 	inFlight int
 
 	// The stream batches go on while none is in flight (maxInFlight is 1),
-	// opened on demand and dropped after a failure; unary once the peer
-	// turned out not to serve streams. Guarded by mu.
+	// opened on demand and dropped after a failure. Guarded by mu.
 	stream *peerStream
-	unary  bool
 }
 
 // peerStream is one stream to a peer, used by one batch at a time.
 type peerStream struct {
-	stream grpc.ClientStream
+	stream grpc.BidiStreamingClient[shardv1.Batch, shardv1.BatchResult]
 	cancel context.CancelFunc
 }
 
 const maxInFlight = 1
 
 type forward struct {
-	call wireCall
-	res  wireResult
+	call *shardv1.Call // the pooled forward's own
+	res  *shardv1.Result
 	err  error
-	done chan struct{}  // one value when answered
-	one  [1]wireRequest // a one-request call's request, without a slice of its own
+	done chan struct{}       // one value when answered
+	one  [1]*shardv1.Request // a one-request call's request, without a slice of its own
 }
 
 // forwards recycles forward structs, whose channels cost an allocation
 // each; one whose caller gave up is left to the garbage collector, since
 // its answer may still arrive.
-var forwards = sync.Pool{New: func() any { return &forward{done: make(chan struct{}, 1)} }}
+var forwards = sync.Pool{New: func() any { return &forward{done: make(chan struct{}, 1), call: new(shardv1.Call)} }}
 
 func newPeer(addr string, size int, timeout time.Duration) (*peer, error) {
 	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
 	}
-	return &peer{addr: addr, conn: c, size: size, timeout: timeout}, nil
+	return &peer{addr: addr, conn: c, client: shardv1.NewPeerClient(c), size: size, timeout: timeout}, nil
 }
 
-// do sends call in the next batch and waits for its result or ctx.
-func (p *peer) do(ctx context.Context, call wireCall) (wireResult, error) {
+// do sends a call of reqs (or with reset, the Reset of the first) in the
+// next batch and waits for its result or ctx.
+func (p *peer) do(ctx context.Context, reqs []*shardv1.Request, reset bool) (*shardv1.Result, error) {
 	f := forwards.Get().(*forward)
-	f.call = call
+	f.call.Requests, f.call.ResetKey = reqs, reset
 	return p.wait(ctx, f)
 }
 
 // doOne is do for a call of one request.
-func (p *peer) doOne(ctx context.Context, req wireRequest) (wireResult, error) {
+func (p *peer) doOne(ctx context.Context, req *shardv1.Request) (*shardv1.Result, error) {
 	f := forwards.Get().(*forward)
 	f.one[0] = req
-	f.call = wireCall{Reqs: f.one[:]}
+	f.call.Requests, f.call.ResetKey = f.one[:], false
 	return p.wait(ctx, f)
 }
 
 // wait sends f in the next batch and waits for its result or ctx.
-func (p *peer) wait(ctx context.Context, f *forward) (wireResult, error) {
+func (p *peer) wait(ctx context.Context, f *forward) (*shardv1.Result, error) {
 	p.mu.Lock()
 	p.pending = append(p.pending, f)
 	if p.inFlight < maxInFlight { // and so f is the only one pending
@@ -108,11 +105,12 @@ func (p *peer) wait(ctx context.Context, f *forward) (wireResult, error) {
 	select {
 	case <-f.done:
 		res, err := f.res, f.err
-		*f = forward{done: f.done}
+		f.call.Requests = nil
+		*f = forward{done: f.done, call: f.call}
 		forwards.Put(f)
 		return res, err
 	case <-ctx.Done():
-		return wireResult{}, ctx.Err()
+		return nil, ctx.Err()
 	}
 }
 
@@ -146,55 +144,34 @@ func (p *peer) send(ctx context.Context, batch []*forward) {
 			f.done <- struct{}{}
 		}
 	}()
-	calls := make([]wireCall, len(batch))
-	size := 8
+	msg := &shardv1.Batch{Version: shardv1.Version_VERSION_1, Calls: make([]*shardv1.Call, len(batch))}
 	for i, f := range batch {
-		calls[i] = f.call
-		for _, r := range f.call.Reqs {
-			size += len(r.Key) + 40 // the key, its length and seven numbers
-		}
+		msg.Calls[i] = f.call
 	}
-	body := appendCalls(make([]byte, 0, size), calls)
 	p.mu.Lock()
-	unary, ps := p.unary, p.stream
+	ps := p.stream
 	p.stream = nil
 	p.mu.Unlock()
-	var value []byte
-	var err error
-	if !unary {
-		value, ps, err = p.sendStream(ctx, ps, body)
-		if status.Code(err) == codes.Unimplemented {
-			unary = true // a peer from before the stream: nothing was run
-		}
-	}
-	if unary {
-		value, err = p.sendUnary(ctx, body)
-	}
+	out, ps, err := p.sendStream(ctx, ps, msg)
 	p.mu.Lock()
-	p.unary = p.unary || unary
 	p.stream = ps
 	p.mu.Unlock()
-	var results []wireResult
-	if err == nil {
-		results, err = decodeResults(value)
-	}
-	if err == nil && len(results) != len(batch) {
-		err = fmt.Errorf("peer answered %d results for %d calls", len(results), len(batch))
+	if err == nil && len(out.Results) != len(batch) {
+		err = fmt.Errorf("peer answered %d results for %d calls", len(out.Results), len(batch))
 	}
 	for i, f := range batch {
 		if err != nil {
 			f.err = fmt.Errorf("%w: %s: %w", ErrPeer, p.addr, err)
 			continue
 		}
-		f.res = results[i]
+		f.res = out.Results[i]
 	}
 }
 
 // sendStream sends one batch on ps, or on a new stream when ps is nil, and
 // reads its answer; it returns the stream if it can be used again. A batch
 // not answered within the timeout or ctx, or any failure, ends the stream.
-func (p *peer) sendStream(ctx context.Context, ps *peerStream, body []byte) ([]byte, *peerStream, error) {
-	msg := wrapperspb.Bytes(body)
+func (p *peer) sendStream(ctx context.Context, ps *peerStream, msg *shardv1.Batch) (*shardv1.BatchResult, *peerStream, error) {
 	if ps != nil {
 		value, next, unsent, err := p.exchange(ctx, ps, msg)
 		if !unsent {
@@ -205,7 +182,7 @@ func (p *peer) sendStream(ctx context.Context, ps *peerStream, body []byte) ([]b
 		// sends it.
 	}
 	sctx, cancel := context.WithCancel(context.Background())
-	st, err := p.conn.NewStream(sctx, &takeStreamDesc, takeStreamMethod)
+	st, err := p.client.Take(sctx)
 	if err != nil {
 		cancel()
 		return nil, nil, err
@@ -218,23 +195,22 @@ func (p *peer) sendStream(ctx context.Context, ps *peerStream, body []byte) ([]b
 // ctx, and returns the stream if it can be used again. unsent reports that
 // the stream had already ended when msg was to be sent: msg never reached
 // the peer.
-func (p *peer) exchange(ctx context.Context, ps *peerStream, msg *wrapperspb.BytesValue) (value []byte, next *peerStream, unsent bool, err error) {
+func (p *peer) exchange(ctx context.Context, ps *peerStream, msg *shardv1.Batch) (out *shardv1.BatchResult, next *peerStream, unsent bool, err error) {
 	timer := time.AfterFunc(p.timeout, ps.cancel)
 	stop := context.AfterFunc(ctx, ps.cancel) // the caller's deadline, on its own goroutine
-	out := new(wrapperspb.BytesValue)
-	err = ps.stream.SendMsg(msg)
+	err = ps.stream.Send(msg)
 	sendFailed := err != nil
 	if err == nil {
-		err = ps.stream.RecvMsg(out)
+		out, err = ps.stream.Recv()
 	}
 	timerFired, ctxFired := !timer.Stop(), !stop()
 	fired := timerFired || ctxFired // then the stream is cancelled, answered or not
 	switch {
 	case err == nil && !fired:
-		return out.Value, ps, false, nil
+		return out, ps, false, nil
 	case err == nil:
 		ps.cancel()
-		return out.Value, nil, false, nil
+		return out, nil, false, nil
 	}
 	ps.cancel()
 	switch {
@@ -246,33 +222,8 @@ func (p *peer) exchange(ctx context.Context, ps *peerStream, msg *wrapperspb.Byt
 	return nil, nil, sendFailed && !fired, err
 }
 
-// sendUnary sends one batch as a unary call.
-func (p *peer) sendUnary(ctx context.Context, body []byte) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, p.timeout)
-	defer cancel()
-	out := new(wrapperspb.BytesValue)
-	if err := p.conn.Invoke(ctx, takeMethod, wrapperspb.Bytes(body), out); err != nil {
-		return nil, err
-	}
-	return out.Value, nil
-}
-
 func (p *peer) close() { p.conn.Close() }
 
 // ErrPeer wraps a failure to reach a key's owner; the caller's fail mode
 // decides.
 var ErrPeer = errors.New("shard: owner unreachable")
-
-// decisions converts a result for reqs.
-func decisions(res wireResult, reqs []sluice.Request, dst []sluice.Decision) error {
-	if res.Err != "" {
-		return errors.New(res.Err)
-	}
-	if len(res.Decisions) != len(reqs) {
-		return fmt.Errorf("shard: %d decisions for %d requests", len(res.Decisions), len(reqs))
-	}
-	for i, d := range res.Decisions {
-		dst[i] = sluice.Decision{Allowed: d.Allowed, Limit: reqs[i].Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Delay: d.Delay}
-	}
-	return nil
-}

@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	shardv1 "github.com/sluicehq/sluice/api/shardv1"
 )
 
 // Options configures a Store.
@@ -181,14 +182,11 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Decision, 
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	if res.Err != "" {
-		return sluice.Decision{}, errors.New(res.Err)
+	var d [1]sluice.Decision
+	if err := decisions(res, []sluice.Request{req}, d[:]); err != nil {
+		return sluice.Decision{}, err
 	}
-	if len(res.Decisions) != 1 {
-		return sluice.Decision{}, fmt.Errorf("shard: %d decisions for 1 request", len(res.Decisions))
-	}
-	d := res.Decisions[0]
-	return sluice.Decision{Allowed: d.Allowed, Limit: req.Limit, Remaining: d.Remaining, RetryAfter: d.RetryAfter, ResetAfter: d.ResetAfter, Delay: d.Delay}, nil
+	return d[0], nil
 }
 
 // TakeAll decides reqs at their owner, all-or-nothing; keys of different
@@ -215,16 +213,16 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice
 			return fmt.Errorf("request %d: %w", i, err)
 		}
 	}
-	call := wireCall{Reqs: make([]wireRequest, len(reqs))}
+	call := make([]*shardv1.Request, len(reqs))
 	for i, r := range reqs {
-		call.Reqs[i] = toWire(r)
+		call[i] = toWire(r)
 	}
 	p, err := s.peer(owner)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrPeer, owner, err)
 	}
 	s.forwarded.Add(1)
-	res, err := p.do(ctx, call)
+	res, err := p.do(ctx, call, false)
 	if err != nil {
 		return err
 	}
@@ -241,9 +239,9 @@ func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error
 	if err != nil {
 		return err
 	}
-	res, err := p.do(ctx, wireCall{Reset: true, Reqs: []wireRequest{toWire(sluice.Request{Key: key, Limit: limit})}})
-	if err == nil && res.Err != "" {
-		err = errors.New(res.Err)
+	res, err := p.do(ctx, []*shardv1.Request{toWire(sluice.Request{Key: key, Limit: limit})}, true)
+	if err == nil && res.Error != nil {
+		err = callError(res.Error)
 	}
 	return err
 }

@@ -5,16 +5,21 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice"
+	shardv1 "github.com/sluicehq/sluice/api/shardv1"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/shard"
 )
@@ -119,15 +124,55 @@ func TestExactAcrossInstances(t *testing.T) {
 	exactAcross(t, startNodes(t, 3))
 }
 
-// A peer from before the stream (the unary method alone) is forwarded to
-// by unary calls, with the same exact counts: a rolling upgrade works.
-func TestExactWithAPeerWithoutTheStream(t *testing.T) {
-	exactAcross(t, startNodesWith(t, 3, func(i int) func(*grpc.Server, sluice.Store) {
-		if i == 0 {
-			return shard.RegisterUnaryOnly
+// An owner's errors come back as the same values: errors.Is holds across
+// peers.
+func TestErrorsAcrossPeers(t *testing.T) {
+	nodes := startNodes(t, 2)
+	front := nodes[0].store
+	var remote string
+	for i := 0; remote == ""; i++ {
+		if k := fmt.Sprint("r", i); front.Owner(k) == nodes[1].addr {
+			remote = k
 		}
-		return shard.Register
-	}))
+	}
+	// Two limits of one state in a batch: refused by the owner's store.
+	limit, other := sluice.Limit{Rate: 5, Period: time.Minute}, sluice.Limit{Rate: 7, Period: time.Minute}
+	err := front.TakeAll(context.Background(), []sluice.Request{
+		{Key: remote, Limit: limit, Cost: 1}, {Key: remote, Limit: other, Cost: 1},
+	}, make([]sluice.Decision, 2))
+	if !errors.Is(err, sluice.ErrDuplicateRequest) {
+		t.Fatalf("batch: %v; want ErrDuplicateRequest from the owner", err)
+	}
+	if front.Forwarded() == 0 {
+		t.Fatal("nothing was forwarded: the test did not reach the owner")
+	}
+}
+
+// A batch of another protocol version is refused, naming both.
+func TestVersionChecked(t *testing.T) {
+	nodes := startNodes(t, 1)
+	conn, err := grpc.NewClient(nodes[0].addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	st, err := shardv1.NewPeerClient(conn).Take(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	call := &shardv1.Call{Requests: []*shardv1.Request{{Key: []byte("k"), Rate: 1, PeriodUs: 1_000_000, Cost: 1}}}
+	if err := st.Send(&shardv1.Batch{Calls: []*shardv1.Call{call}}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.Recv()
+	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(err.Error(), "VERSION_1") {
+		t.Fatalf("a batch without a version: %v; want FailedPrecondition naming VERSION_1", err)
+	}
+	st2, _ := shardv1.NewPeerClient(conn).Take(context.Background())
+	st2.Send(&shardv1.Batch{Version: shardv1.Version_VERSION_1, Calls: []*shardv1.Call{call}})
+	if res, err := st2.Recv(); err != nil || len(res.Results) != 1 || !res.Results[0].Decisions[0].Allowed {
+		t.Fatalf("version 1: %v, %v", res, err)
+	}
 }
 
 func exactAcross(t *testing.T, nodes []*node) {
@@ -268,7 +313,7 @@ func TestHungPeerFailsWithinTimeout(t *testing.T) {
 		ServiceName: "sluice.shard.v1.Peer",
 		HandlerType: (*any)(nil),
 		Streams: []grpc.StreamDesc{{
-			StreamName: "TakeStream", ServerStreams: true, ClientStreams: true,
+			StreamName: "Take", ServerStreams: true, ClientStreams: true,
 			Handler: func(_ any, ss grpc.ServerStream) error {
 				<-ss.Context().Done() // reads nothing, answers nothing
 				return nil

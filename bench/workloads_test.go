@@ -1,0 +1,130 @@
+package bench
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/sethvargo/go-limiter/memorystore"
+	"golang.org/x/time/rate"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// Workloads users have, beyond keys that stay in the store: each limiter
+// gets the same keys in the same order, every decision is counted, allowed
+// or not.
+//
+//   - zipf: Zipf(s=1.1) over 1M keys, under a limit that refills a key
+//     in 1µs, so a key is full again whenever it is next hit unless it is
+//     one of the hottest;
+//   - churn: 4M keys in turn, each back to full long before its next turn:
+//     every check is on a key the limiter may as well not know;
+//   - returning: 10k keys in turn under the same limit: each is full
+//     again when hit;
+//   - hot-odd-interval: one key under a limit whose emission interval is
+//     not a whole number of microseconds (999,999,937 per hour), every
+//     check allowed.
+//
+// go-limiter and x/time/rate in a map take the same limit's rate and
+// burst.
+func BenchmarkWorkloads(b *testing.B) {
+	refill := sluice.Limit{Rate: 1_000_000, Period: time.Second, Burst: 1}
+	odd := sluice.Limit{Rate: 999_999_937, Period: time.Hour, Burst: 100_000_000}
+	workloads := []struct {
+		name  string
+		keys  []string
+		limit sluice.Limit
+	}{
+		{"zipf", zipfKeys(1_000_000, 1<<22), refill},
+		{"churn", keys(4_000_000), refill},
+		{"returning", keys(10_000), refill},
+		{"hot-odd-interval", keys(1), odd},
+	}
+	for _, w := range workloads {
+		b.Run(w.name+"/sluice", func(b *testing.B) {
+			s := memstore.New(memstore.Options{})
+			ctx := context.Background()
+			parallel(b, w.keys, func(key string) {
+				if _, err := s.Take(ctx, sluice.Request{Key: key, Limit: w.limit, Cost: 1}); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+		b.Run(w.name+"/go-limiter", func(b *testing.B) {
+			// go-limiter's Tokens per Interval: the same rate, its burst
+			// being its tokens.
+			tokens, interval := uint64(w.limit.Capacity()), time.Duration(float64(w.limit.Period)*float64(w.limit.Capacity())/float64(w.limit.Rate))
+			store, err := memorystore.New(&memorystore.Config{Tokens: tokens, Interval: interval, SweepInterval: time.Hour})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer store.Close(context.Background())
+			ctx := context.Background()
+			parallel(b, w.keys, func(key string) {
+				if _, _, _, _, err := store.Take(ctx, key); err != nil {
+					b.Fatal(err)
+				}
+			})
+		})
+		b.Run(w.name+"/x-time-rate-map", func(b *testing.B) {
+			every := rate.Limit(float64(w.limit.Rate) / w.limit.Period.Seconds())
+			var mu sync.Mutex
+			m := make(map[string]*rate.Limiter)
+			parallel(b, w.keys, func(key string) {
+				mu.Lock()
+				l, ok := m[key]
+				if !ok {
+					l = rate.NewLimiter(every, int(w.limit.Capacity()))
+					m[key] = l
+				}
+				mu.Unlock()
+				l.Allow()
+			})
+		})
+	}
+}
+
+// zipfKeys returns n draws of Zipf(s=1.1) over keys of universe, shuffled
+// so that the hottest keys are not the first names.
+func zipfKeys(universe, n int) []string {
+	names := keys(universe)
+	rng := rand.New(rand.NewPCG(1, 2))
+	rng.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+	z := newZipf(rng, 1.1, universe)
+	out := make([]string, n)
+	for i := range out {
+		out[i] = names[z()]
+	}
+	return out
+}
+
+// newZipf returns a sampler of ranks 0..n-1 with P(k) ∝ 1/(k+1)^s, by
+// inverse transform over the cumulative weights (math/rand/v2's Zipf
+// needs s > 1 and v ≥ 1 and draws from an unbounded support; this one is
+// bounded to n).
+func newZipf(rng *rand.Rand, s float64, n int) func() int {
+	cum := make([]float64, n)
+	total := 0.0
+	for k := range n {
+		total += 1 / math.Pow(float64(k+1), s)
+		cum[k] = total
+	}
+	return func() int {
+		u := rng.Float64() * total
+		lo, hi := 0, n-1
+		for lo < hi {
+			mid := (lo + hi) / 2
+			if cum[mid] < u {
+				lo = mid + 1
+			} else {
+				hi = mid
+			}
+		}
+		return lo
+	}
+}
