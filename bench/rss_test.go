@@ -25,6 +25,10 @@ func TestMain(m *testing.M) {
 		fillAndReport(keys)
 		return
 	}
+	if kind := os.Getenv(rlsServerChild); kind != "" {
+		serveRLSChild(kind)
+		return
+	}
 	os.Exit(m.Run())
 }
 

@@ -316,11 +316,16 @@ func (sh *shard) remove(s *Store, t *table, key string) {
 	}
 }
 
-// makeRoom is called before inserting a key into t: it sweeps a few expired
-// keys and, at the shard's bound, evicts one. The caller holds sh.mu.
+// makeRoom is called before inserting a key into t: it sweeps a few keys
+// back to full for sweepGrace and, at the shard's bound, removes one back
+// to full among the next sweepScan slots, or failing that evicts one. The
+// caller holds sh.mu.
 func (sh *shard) makeRoom(s *Store, t *table, now int64) {
-	sh.sweep(s, t, now, sweepPerInsert)
 	if sh.keys < s.perShard {
+		sh.sweep(s, t, now-sweepGrace, sweepPerInsert, sweepPerInsert)
+		return
+	}
+	if sh.sweep(s, t, now, evictSample, 1) > 0 { // at the bound, every key back to full may go
 		return
 	}
 	if live, ok := sh.evict(s, now); ok && live {
@@ -329,19 +334,23 @@ func (sh *shard) makeRoom(s *Store, t *table, now int64) {
 }
 
 // sweep examines up to n keys of t, resuming where the last sweep ended,
-// and deletes the expired ones. Keys locked by a Take are passed over.
-func (sh *shard) sweep(s *Store, t *table, now int64, n int) {
+// and deletes the ones back to full at before, up to most of them. Keys
+// locked by a Take are passed over. It returns how many it deleted.
+func (sh *shard) sweep(s *Store, t *table, before int64, n, most int) (deleted int) {
 	if t.logs != nil {
 		for k, ls := range t.logs { // from a random place
-			if ls.exp <= now {
+			if ls.exp <= before {
 				delete(t.logs, k)
 				sh.keys--
+				if deleted++; deleted == most {
+					return deleted
+				}
 			}
 			if n--; n == 0 {
-				return
+				return deleted
 			}
 		}
-		return
+		return deleted
 	}
 	ix := t.ix.Load()
 	for range min(len(ix.slots), sweepScan) {
@@ -351,18 +360,19 @@ func (sh *shard) sweep(s *Store, t *table, now int64, n int) {
 		if !ok {
 			continue
 		}
-		if t.exp(st) <= now {
+		if t.exp(st) <= before {
 			sh.removeAt(s, t, ix, i, e)
-			if t.ix.Load() != ix {
-				return // rebuilt smaller
+			if deleted++; deleted == most || t.ix.Load() != ix { // or rebuilt smaller
+				return deleted
 			}
 		} else {
 			e.unlock(st, t.swaps)
 		}
 		if n--; n == 0 {
-			return
+			return deleted
 		}
 	}
+	return deleted
 }
 
 // evict removes one key of the shard: the first back to full (expired)

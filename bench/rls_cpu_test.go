@@ -1,0 +1,132 @@
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+
+	"github.com/sluicehq/sluice/internal/server"
+)
+
+// rlsServerChild is the environment variable that makes the test binary
+// serve RLS in a process of its own: "empty" (an empty grpc-go handler)
+// or "sluice" (sluice serve on the memory store). See
+// BenchmarkRLSServerCPU.
+const rlsServerChild = "SLUICE_BENCH_RLS_SERVER"
+
+// serveRLSChild serves kind on loopback, prints its address, and serves
+// until its stdin closes.
+func serveRLSChild(kind string) {
+	var addr string
+	switch kind {
+	case "empty":
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			panic(err)
+		}
+		s := grpc.NewServer()
+		rlspb.RegisterRateLimitServiceServer(s, emptyRLS{})
+		go s.Serve(l)
+		addr = l.Addr().String()
+	default:
+		s, err := server.New(server.Options{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0",
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		if err != nil {
+			panic(err)
+		}
+		if err := s.Start(); err != nil {
+			panic(err)
+		}
+		addr = s.Addrs().GRPC
+	}
+	fmt.Println(addr)
+	io.Copy(io.Discard, os.Stdin)
+}
+
+// rlsChild is a server process and the CPU it has used.
+type rlsChild struct {
+	pid  int
+	addr string
+}
+
+func startRLSChild(b *testing.B, kind string) rlsChild {
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), rlsServerChild+"="+kind, "GOMAXPROCS=2")
+	stdin, _ := cmd.StdinPipe()
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { stdin.Close(); cmd.Wait() })
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil {
+		b.Fatal(err)
+	}
+	return rlsChild{pid: cmd.Process.Pid, addr: strings.TrimSpace(line)}
+}
+
+// cpu returns the user and system CPU time the child has used, from
+// /proc/PID/stat (fields 14 and 15, in clock ticks of 10ms).
+func (c rlsChild) cpu(b *testing.B) time.Duration {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	s := string(stat)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // after "pid (comm) "
+	var utime, stime int64
+	fmt.Sscan(fields[11], &utime) // field 14 of the whole line
+	fmt.Sscan(fields[12], &stime)
+	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// BenchmarkRLSServerCPU measures the CPU a server process spends per
+// envoy.service.ratelimit.v3 check: sluice serve on the memory store (the
+// embedded config's remote_address limit, 10k descriptors always allowed)
+// against an empty grpc-go handler, each in a process of its own
+// (GOMAXPROCS=2) driven by 64 callers from this one, in rounds that
+// alternate between the two. It reports each one's server CPU per check
+// and the median ratio of the rounds.
+//
+//	cd bench && go test -run '^$' -bench RLSServerCPU -benchtime 100000x -count 3 .
+func BenchmarkRLSServerCPU(b *testing.B) {
+	empty, sluice := startRLSChild(b, "empty"), startRLSChild(b, "sluice")
+	checks := []func() error{rlsClient(b, empty.addr), rlsClient(b, sluice.addr)}
+	children := []rlsChild{empty, sluice}
+	const rounds = 5
+	per := make([][]float64, 2)
+	b.ResetTimer()
+	for range rounds {
+		for i, check := range checks {
+			before := children[i].cpu(b)
+			if _, _, err := load(64, b.N, func(string) error { return check() }); err != nil {
+				b.Fatal(err)
+			}
+			per[i] = append(per[i], float64((children[i].cpu(b)-before).Microseconds())/float64(b.N))
+		}
+	}
+	b.StopTimer()
+	var ratios []float64
+	for r := range rounds {
+		ratios = append(ratios, per[1][r]/per[0][r])
+	}
+	slices.Sort(ratios)
+	for i := range per {
+		slices.Sort(per[i])
+	}
+	b.ReportMetric(per[0][rounds/2], "empty-cpu-µs/check")
+	b.ReportMetric(per[1][rounds/2], "sluice-cpu-µs/check")
+	b.ReportMetric(ratios[rounds/2], "sluice-vs-empty")
+	b.ReportMetric(0, "ns/op")
+}
