@@ -167,6 +167,9 @@ func TestOverviewWithManyPolicies(t *testing.T) {
 		}
 	}
 	t.Logf("overview with 100 policies and 10k denied keys: %v", best)
+	if raceEnabled {
+		return // timed without the race detector (.ci/run)
+	}
 	if best > 100*time.Millisecond {
 		t.Fatalf("the overview took %v; want under 100ms", best)
 	}
