@@ -18,10 +18,11 @@ func check(args []string, stdout, stderr io.Writer) int {
 	policy := fs.String("policy", "", "policy name (or -domain with -descriptor)")
 	key := fs.String("key", "", "the key to check under the policy")
 	cost := fs.Int64("cost", 1, "events to take; 0 peeks")
+	plan := fs.String("plan", "", "the plan whose limits apply, among the policy's plans")
 	domain := fs.String("domain", "", "an Envoy domain, with -descriptor")
 	descriptor := fs.String("descriptor", "", "an Envoy descriptor as k=v,k2=v2")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sluice check -policy NAME -key KEY [-cost N] | -domain D -descriptor k=v[,k=v]\n\nSends one check to a running service and prints the decision; exits 0 allowed, 1 denied, 2 on error.\n\nFlags:")
+		fmt.Fprintln(stderr, "usage: sluice check -policy NAME -key KEY [-cost N] [-plan P] | -domain D -descriptor k=v[,k=v]\n\nSends one check to a running service and prints the decision; exits 0 allowed, 1 denied, 2 on error.\n\nFlags:")
 		fs.PrintDefaults()
 	}
 	if _, code := parseFlags(fs, args, stderr); code >= 0 {
@@ -31,7 +32,7 @@ func check(args []string, stdout, stderr io.Writer) int {
 	path := "/v1/check"
 	switch {
 	case *policy != "" && *key != "":
-		body, _ = json.Marshal(map[string]any{"checks": []map[string]any{{"policy": *policy, "key": *key, "cost": *cost}}})
+		body, _ = json.Marshal(map[string]any{"checks": []map[string]any{{"policy": *policy, "key": *key, "cost": *cost, "plan": *plan}}})
 	case *domain != "" && *descriptor != "":
 		var entries []map[string]string
 		for _, kv := range strings.Split(*descriptor, ",") {
