@@ -10,6 +10,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluicehq/sluice"
 	shardv1 "github.com/sluicehq/sluice/api/shardv1"
 )
 
@@ -33,6 +34,9 @@ type peer struct {
 	// The stream batches go on while none is in flight (maxInFlight is 1),
 	// opened on demand and dropped after a failure. Guarded by mu.
 	stream *peerStream
+	// msg is the batch being sent, its lists reused from batch to batch;
+	// used by the one send in flight.
+	msg *shardv1.Batch
 }
 
 // peerStream is one stream to a peer, used by one batch at a time.
@@ -43,45 +47,48 @@ type peerStream struct {
 
 const maxInFlight = 1
 
+// forward is one call waiting for its batch. It holds copies of its
+// requests and its own decisions, so that a caller that gave up is never
+// read from or written to after it left.
 type forward struct {
-	call *shardv1.Call // the pooled forward's own
-	res  *shardv1.Result
-	err  error
-	done chan struct{}       // one value when answered
-	one  [1]*shardv1.Request // a one-request call's request, without a slice of its own
+	reqs  []sluice.Request
+	reset bool
+	ds    []sluice.Decision
+	err   error
+	done  chan struct{} // one value when answered
+	one   [1]sluice.Request
+	oneD  [1]sluice.Decision
 }
 
 // forwards recycles forward structs, whose channels cost an allocation
 // each; one whose caller gave up is left to the garbage collector, since
 // its answer may still arrive.
-var forwards = sync.Pool{New: func() any { return &forward{done: make(chan struct{}, 1), call: new(shardv1.Call)} }}
+var forwards = sync.Pool{New: func() any { return &forward{done: make(chan struct{}, 1)} }}
 
 func newPeer(addr string, size int, timeout time.Duration) (*peer, error) {
 	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		return nil, err
 	}
-	return &peer{addr: addr, conn: c, client: shardv1.NewPeerClient(c), size: size, timeout: timeout}, nil
+	return &peer{addr: addr, conn: c, client: shardv1.NewPeerClient(c), size: size, timeout: timeout, msg: new(shardv1.Batch)}, nil
 }
 
 // do sends a call of reqs (or with reset, the Reset of the first) in the
-// next batch and waits for its result or ctx.
-func (p *peer) do(ctx context.Context, reqs []*shardv1.Request, reset bool) (*shardv1.Result, error) {
+// next batch and waits for its decisions, written to dst, or ctx.
+func (p *peer) do(ctx context.Context, reqs []sluice.Request, reset bool, dst []sluice.Decision) error {
 	f := forwards.Get().(*forward)
-	f.call.Requests, f.call.ResetKey = reqs, reset
-	return p.wait(ctx, f)
-}
-
-// doOne is do for a call of one request.
-func (p *peer) doOne(ctx context.Context, req *shardv1.Request) (*shardv1.Result, error) {
-	f := forwards.Get().(*forward)
-	f.one[0] = req
-	f.call.Requests, f.call.ResetKey = f.one[:], false
-	return p.wait(ctx, f)
+	if len(reqs) == 1 {
+		f.one[0] = reqs[0]
+		f.reqs, f.ds = f.one[:], f.oneD[:]
+	} else {
+		f.reqs, f.ds = append([]sluice.Request(nil), reqs...), make([]sluice.Decision, len(reqs))
+	}
+	f.reset = reset
+	return p.wait(ctx, f, dst)
 }
 
 // wait sends f in the next batch and waits for its result or ctx.
-func (p *peer) wait(ctx context.Context, f *forward) (*shardv1.Result, error) {
+func (p *peer) wait(ctx context.Context, f *forward, dst []sluice.Decision) error {
 	p.mu.Lock()
 	p.pending = append(p.pending, f)
 	if p.inFlight < maxInFlight { // and so f is the only one pending
@@ -104,13 +111,18 @@ func (p *peer) wait(ctx context.Context, f *forward) (*shardv1.Result, error) {
 	}
 	select {
 	case <-f.done:
-		res, err := f.res, f.err
-		f.call.Requests = nil
-		*f = forward{done: f.done, call: f.call}
+		err := f.err
+		if err == nil && !f.reset {
+			for i := range f.ds {
+				f.ds[i].Limit = f.reqs[i].Limit
+			}
+			copy(dst, f.ds)
+		}
+		*f = forward{done: f.done}
 		forwards.Put(f)
-		return res, err
+		return err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
 }
 
@@ -144,9 +156,10 @@ func (p *peer) send(ctx context.Context, batch []*forward) {
 			f.done <- struct{}{}
 		}
 	}()
-	msg := &shardv1.Batch{Version: shardv1.Version_VERSION_1, Calls: make([]*shardv1.Call, len(batch))}
-	for i, f := range batch {
-		msg.Calls[i] = f.call
+	msg := p.msg // the in-flight send's own
+	resetBatch(msg)
+	for _, f := range batch {
+		appendCall(msg, f.reqs, f.reset)
 	}
 	p.mu.Lock()
 	ps := p.stream
@@ -156,16 +169,48 @@ func (p *peer) send(ctx context.Context, batch []*forward) {
 	p.mu.Lock()
 	p.stream = ps
 	p.mu.Unlock()
-	if err == nil && len(out.Results) != len(batch) {
-		err = fmt.Errorf("peer answered %d results for %d calls", len(out.Results), len(batch))
+	if err == nil {
+		err = spread(out, batch)
 	}
-	for i, f := range batch {
-		if err != nil {
+	if err != nil {
+		for _, f := range batch {
 			f.err = fmt.Errorf("%w: %s: %w", ErrPeer, p.addr, err)
+		}
+	}
+}
+
+// spread gives each forward of batch its error or its decisions from out.
+func spread(out *shardv1.BatchResult, batch []*forward) error {
+	n := len(out.Allowed)
+	for _, col := range []int{len(out.Remaining), len(out.RetryAfterUs), len(out.ResetAfterUs), len(out.DelayUs)} {
+		if col != n {
+			return fmt.Errorf("peer answered decision columns of %d and %d", n, col)
+		}
+	}
+	k, ei := 0, 0 // the errors come in the order of their calls
+	for i, f := range batch {
+		if ei < len(out.Errors) && out.Errors[ei].Call == uint32(i) {
+			f.err = callError(out.Errors[ei])
+			ei++
 			continue
 		}
-		f.res = out.Results[i]
+		if f.reset {
+			continue
+		}
+		if k+len(f.ds) > n {
+			return fmt.Errorf("peer answered %d decisions for more", n)
+		}
+		for j := range f.ds {
+			f.ds[j] = sluice.Decision{Allowed: out.Allowed[k], Remaining: out.Remaining[k],
+				RetryAfter: time.Duration(out.RetryAfterUs[k]) * time.Microsecond, ResetAfter: time.Duration(out.ResetAfterUs[k]) * time.Microsecond,
+				Delay: time.Duration(out.DelayUs[k]) * time.Microsecond}
+			k++
+		}
 	}
+	if k != n || ei != len(out.Errors) {
+		return fmt.Errorf("peer answered %d decisions for %d, %d errors for %d", n, k, len(out.Errors), ei)
+	}
+	return nil
 }
 
 // sendStream sends one batch on ps, or on a new stream when ps is nil, and

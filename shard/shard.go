@@ -28,7 +28,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	shardv1 "github.com/sluicehq/sluice/api/shardv1"
 )
 
 // Options configures a Store.
@@ -178,12 +177,8 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Decision, 
 		return sluice.Decision{}, fmt.Errorf("%w: %s: %w", ErrPeer, owner, err)
 	}
 	s.forwarded.Add(1)
-	res, err := p.doOne(ctx, toWire(req))
-	if err != nil {
-		return sluice.Decision{}, err
-	}
 	var d [1]sluice.Decision
-	if err := decisions(res, []sluice.Request{req}, d[:]); err != nil {
+	if err := p.do(ctx, []sluice.Request{req}, false, d[:]); err != nil {
 		return sluice.Decision{}, err
 	}
 	return d[0], nil
@@ -213,20 +208,12 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice
 			return fmt.Errorf("request %d: %w", i, err)
 		}
 	}
-	call := make([]*shardv1.Request, len(reqs))
-	for i, r := range reqs {
-		call[i] = toWire(r)
-	}
 	p, err := s.peer(owner)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrPeer, owner, err)
 	}
 	s.forwarded.Add(1)
-	res, err := p.do(ctx, call, false)
-	if err != nil {
-		return err
-	}
-	return decisions(res, reqs, dst)
+	return p.do(ctx, reqs, false, dst)
 }
 
 // Reset forgets key under limit at its owner.
@@ -239,9 +226,5 @@ func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error
 	if err != nil {
 		return err
 	}
-	res, err := p.do(ctx, []*shardv1.Request{toWire(sluice.Request{Key: key, Limit: limit})}, true)
-	if err == nil && res.Error != nil {
-		err = callError(res.Error)
-	}
-	return err
+	return p.do(ctx, []sluice.Request{{Key: key, Limit: limit}}, true, nil)
 }

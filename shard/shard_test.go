@@ -160,8 +160,9 @@ func TestVersionChecked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	call := &shardv1.Call{Requests: []*shardv1.Request{{Key: []byte("k"), Rate: 1, PeriodUs: 1_000_000, Cost: 1}}}
-	if err := st.Send(&shardv1.Batch{Calls: []*shardv1.Call{call}}); err != nil {
+	batch := &shardv1.Batch{CallSizes: []uint32{1}, Keys: []byte("k"), KeyLengths: []uint32{1}, Algorithms: []uint32{0},
+		Rates: []int64{1}, PeriodsUs: []int64{1_000_000}, Bursts: []int64{0}, Costs: []int64{1}, Flags: []uint32{0}, NowUnixUs: []int64{0}}
+	if err := st.Send(batch); err != nil {
 		t.Fatal(err)
 	}
 	_, err = st.Recv()
@@ -169,9 +170,17 @@ func TestVersionChecked(t *testing.T) {
 		t.Fatalf("a batch without a version: %v; want FailedPrecondition naming VERSION_1", err)
 	}
 	st2, _ := shardv1.NewPeerClient(conn).Take(context.Background())
-	st2.Send(&shardv1.Batch{Version: shardv1.Version_VERSION_1, Calls: []*shardv1.Call{call}})
-	if res, err := st2.Recv(); err != nil || len(res.Results) != 1 || !res.Results[0].Decisions[0].Allowed {
+	batch.Version = shardv1.Version_VERSION_1
+	st2.Send(batch)
+	if res, err := st2.Recv(); err != nil || len(res.Allowed) != 1 || !res.Allowed[0] {
 		t.Fatalf("version 1: %v, %v", res, err)
+	}
+	// A malformed batch (a column short) is refused, not a panic.
+	st3, _ := shardv1.NewPeerClient(conn).Take(context.Background())
+	batch.Costs = nil
+	st3.Send(batch)
+	if _, err := st3.Recv(); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("a batch without costs: %v; want InvalidArgument", err)
 	}
 }
 

@@ -18,10 +18,9 @@ import (
 
 // The peer protocol is the generated service sluice.shard.v1.Peer
 // (api/shardv1/shard.proto): one bidirectional stream per peer, on which
-// each Batch of calls is answered by one BatchResult in order. Batching
-// concurrent forwards to one peer is what makes forwarding cheap, and a
-// stream spares each batch a call's setup (headers, a new HTTP/2 stream),
-// which cost more than the batch itself when batches are small.
+// each Batch of calls is answered by one BatchResult in order. A batch is
+// columnar, each field of the requests one packed list, so that reading
+// one costs a few allocations whatever its size.
 const (
 	// maxBatch bounds the calls in one batch, maxCallReqs the requests in
 	// one call.
@@ -30,39 +29,133 @@ const (
 	maxZone     = 255
 )
 
-// toWire returns the message of r.
-func toWire(r sluice.Request) *shardv1.Request {
-	w := &shardv1.Request{
-		Key:       unsafe.Slice(unsafe.StringData(r.Key), len(r.Key)), // read only: marshalled, never written
-		Algorithm: uint32(r.Limit.Algorithm), Rate: r.Limit.Rate, PeriodUs: r.Limit.Period.Microseconds(),
-		Burst: r.Limit.Burst, Cost: r.Cost, Force: r.Force, CountAll: r.Limit.CountAll,
+// appendCall appends a call of reqs (or with reset, the Reset of the
+// first's key and limit) to b.
+func appendCall(b *shardv1.Batch, reqs []sluice.Request, reset bool) {
+	if reset || len(b.CallResets) > 0 {
+		for len(b.CallResets) < len(b.CallSizes) {
+			b.CallResets = append(b.CallResets, false)
+		}
+		b.CallResets = append(b.CallResets, reset)
 	}
-	if r.Limit.Zone != nil {
-		w.Zone = r.Limit.Zone.String()
+	b.CallSizes = append(b.CallSizes, uint32(len(reqs)))
+	for i := range reqs {
+		r := &reqs[i]
+		b.Keys = append(b.Keys, r.Key...)
+		b.KeyLengths = append(b.KeyLengths, uint32(len(r.Key)))
+		b.Algorithms = append(b.Algorithms, uint32(r.Limit.Algorithm))
+		b.Rates = append(b.Rates, r.Limit.Rate)
+		b.PeriodsUs = append(b.PeriodsUs, r.Limit.Period.Microseconds())
+		b.Bursts = append(b.Bursts, r.Limit.Burst)
+		b.Costs = append(b.Costs, r.Cost)
+		var flags uint32
+		if r.Force {
+			flags |= uint32(shardv1.Flag_FLAG_FORCE)
+		}
+		if r.Limit.CountAll {
+			flags |= uint32(shardv1.Flag_FLAG_COUNT_ALL)
+		}
+		b.Flags = append(b.Flags, flags)
+		var now int64
+		if !r.Now.IsZero() {
+			now = r.Now.UnixMicro()
+		}
+		b.NowUnixUs = append(b.NowUnixUs, now)
+		if r.Limit.Zone != nil || len(b.ZoneIndex) > 0 {
+			for len(b.ZoneIndex) < len(b.KeyLengths)-1 {
+				b.ZoneIndex = append(b.ZoneIndex, 0)
+			}
+			var zi uint32
+			if r.Limit.Zone != nil {
+				zi = zoneIndex(b, r.Limit.Zone.String())
+			}
+			b.ZoneIndex = append(b.ZoneIndex, zi)
+		}
 	}
-	if !r.Now.IsZero() {
-		w.NowUnixUs = r.Now.UnixMicro()
-	}
-	return w
 }
 
-// request returns the Request of w, whose key shares w's memory: valid
-// while w is, which is the whole of one batch (stores copy what they
-// keep).
-func request(w *shardv1.Request) (sluice.Request, error) {
-	if len(w.Zone) > maxZone {
-		return sluice.Request{}, fmt.Errorf("%w: zone of %d bytes", sluice.ErrInvalidLimit, len(w.Zone))
+// zoneIndex returns name's index in b.Zones plus one, adding it.
+func zoneIndex(b *shardv1.Batch, name string) uint32 {
+	for i, z := range b.Zones {
+		if z == name {
+			return uint32(i + 1)
+		}
+	}
+	b.Zones = append(b.Zones, name)
+	return uint32(len(b.Zones))
+}
+
+// resetBatch empties b, keeping its lists' memory.
+func resetBatch(b *shardv1.Batch) {
+	b.Version = shardv1.Version_VERSION_1
+	b.CallSizes, b.CallResets, b.Keys, b.KeyLengths = b.CallSizes[:0], b.CallResets[:0], b.Keys[:0], b.KeyLengths[:0]
+	b.Algorithms, b.Rates, b.PeriodsUs, b.Bursts = b.Algorithms[:0], b.Rates[:0], b.PeriodsUs[:0], b.Bursts[:0]
+	b.Costs, b.Flags, b.NowUnixUs, b.ZoneIndex, b.Zones = b.Costs[:0], b.Flags[:0], b.NowUnixUs[:0], b.ZoneIndex[:0], b.Zones[:0]
+}
+
+// checkBatch reports why b is not a well-formed batch, or nil.
+func checkBatch(b *shardv1.Batch) error {
+	if b.Version != shardv1.Version_VERSION_1 {
+		return status.Errorf(codes.FailedPrecondition, "shard: batch of protocol %v; this peer speaks %v", b.Version, shardv1.Version_VERSION_1)
+	}
+	if len(b.CallSizes) == 0 || len(b.CallSizes) > maxBatch {
+		return status.Errorf(codes.InvalidArgument, "shard: a batch holds 1 to %d calls, not %d", maxBatch, len(b.CallSizes))
+	}
+	n := 0
+	for _, size := range b.CallSizes {
+		if size == 0 || size > maxCallReqs {
+			return status.Errorf(codes.InvalidArgument, "shard: a call holds 1 to %d requests, not %d", maxCallReqs, size)
+		}
+		n += int(size)
+	}
+	keys := 0
+	for _, l := range b.KeyLengths {
+		keys += int(l)
+	}
+	for _, col := range []int{len(b.KeyLengths), len(b.Algorithms), len(b.Rates), len(b.PeriodsUs), len(b.Bursts), len(b.Costs), len(b.Flags), len(b.NowUnixUs)} {
+		if col != n {
+			return status.Errorf(codes.InvalidArgument, "shard: a column of %d for %d requests", col, n)
+		}
+	}
+	switch {
+	case keys != len(b.Keys):
+		return status.Errorf(codes.InvalidArgument, "shard: key lengths add up to %d, keys hold %d bytes", keys, len(b.Keys))
+	case len(b.CallResets) != 0 && len(b.CallResets) != len(b.CallSizes):
+		return status.Errorf(codes.InvalidArgument, "shard: %d resets for %d calls", len(b.CallResets), len(b.CallSizes))
+	case len(b.ZoneIndex) != 0 && len(b.ZoneIndex) != n:
+		return status.Errorf(codes.InvalidArgument, "shard: %d zone indexes for %d requests", len(b.ZoneIndex), n)
+	}
+	for _, zi := range b.ZoneIndex {
+		if int(zi) > len(b.Zones) {
+			return status.Errorf(codes.InvalidArgument, "shard: zone %d of %d", zi, len(b.Zones))
+		}
+	}
+	return nil
+}
+
+// request returns request j of b, at key offset off. Its key shares b's
+// memory: valid while b is, which is the whole of one batch (stores copy
+// what they keep).
+func request(b *shardv1.Batch, j, off int) (sluice.Request, error) {
+	var key string
+	if n := int(b.KeyLengths[j]); n > 0 {
+		key = unsafe.String(&b.Keys[off], n)
 	}
 	r := sluice.Request{
-		Key:   unsafe.String(unsafe.SliceData(w.Key), len(w.Key)),
-		Limit: sluice.Limit{Algorithm: sluice.Algorithm(w.Algorithm), Rate: w.Rate, Period: time.Duration(w.PeriodUs) * time.Microsecond, Burst: w.Burst, CountAll: w.CountAll},
-		Cost:  w.Cost, Force: w.Force,
+		Key: key,
+		Limit: sluice.Limit{Algorithm: sluice.Algorithm(b.Algorithms[j]), Rate: b.Rates[j], Period: time.Duration(b.PeriodsUs[j]) * time.Microsecond,
+			Burst: b.Bursts[j], CountAll: b.Flags[j]&uint32(shardv1.Flag_FLAG_COUNT_ALL) != 0},
+		Cost: b.Costs[j], Force: b.Flags[j]&uint32(shardv1.Flag_FLAG_FORCE) != 0,
 	}
-	if w.NowUnixUs != 0 {
-		r.Now = time.UnixMicro(w.NowUnixUs)
+	if now := b.NowUnixUs[j]; now != 0 {
+		r.Now = time.UnixMicro(now)
 	}
-	if w.Zone != "" {
-		z, err := sluice.LoadZone(w.Zone)
+	if len(b.ZoneIndex) > 0 && b.ZoneIndex[j] > 0 {
+		name := b.Zones[b.ZoneIndex[j]-1]
+		if len(name) > maxZone {
+			return r, fmt.Errorf("%w: zone of %d bytes", sluice.ErrInvalidLimit, len(name))
+		}
+		z, err := sluice.LoadZone(name)
 		if err != nil {
 			return r, err
 		}
@@ -71,9 +164,13 @@ func request(w *shardv1.Request) (sluice.Request, error) {
 	return r, nil
 }
 
-func decisionOf(d sluice.Decision) *shardv1.Decision {
-	return &shardv1.Decision{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfterUs: d.RetryAfter.Microseconds(),
-		ResetAfterUs: d.ResetAfter.Microseconds(), DelayUs: d.Delay.Microseconds()}
+// appendDecision appends d to the decision columns of out.
+func appendDecision(out *shardv1.BatchResult, d *sluice.Decision) {
+	out.Allowed = append(out.Allowed, d.Allowed)
+	out.Remaining = append(out.Remaining, d.Remaining)
+	out.RetryAfterUs = append(out.RetryAfterUs, d.RetryAfter.Microseconds())
+	out.ResetAfterUs = append(out.ResetAfterUs, d.ResetAfter.Microseconds())
+	out.DelayUs = append(out.DelayUs, d.Delay.Microseconds())
 }
 
 // The errors of sluice's own that travel by name, and back to the same
@@ -88,15 +185,15 @@ var errorNames = map[string]error{
 	"INVALID_LIMIT":      sluice.ErrInvalidLimit,
 }
 
-// errorOf returns the message of a call's error: InvalidArgument and its
+// errorOf returns the message of call's error: InvalidArgument and its
 // name for sluice's input errors, Unavailable for the rest.
-func errorOf(err error) *shardv1.Error {
+func errorOf(call int, err error) *shardv1.Error {
 	for name, e := range errorNames {
 		if errors.Is(err, e) {
-			return &shardv1.Error{Code: int32(codes.InvalidArgument), Reason: name, Message: err.Error()}
+			return &shardv1.Error{Call: uint32(call), Code: int32(codes.InvalidArgument), Reason: name, Message: err.Error()}
 		}
 	}
-	return &shardv1.Error{Code: int32(codes.Unavailable), Message: err.Error()}
+	return &shardv1.Error{Call: uint32(call), Code: int32(codes.Unavailable), Message: err.Error()}
 }
 
 // callError returns the error a call's message carries, wrapping the
@@ -122,23 +219,53 @@ type service struct {
 }
 
 func (sv *service) Take(stream grpc.BidiStreamingServer[shardv1.Batch, shardv1.BatchResult]) error {
+	in, out := new(shardv1.Batch), new(shardv1.BatchResult)
+	var reqs []sluice.Request
+	var ds []sluice.Decision
 	for {
-		in, err := stream.Recv()
-		if err != nil {
+		if err := stream.RecvMsg(in); err != nil {
 			if err == io.EOF {
 				return nil
 			}
 			return err
 		}
-		if in.Version != shardv1.Version_VERSION_1 {
-			return status.Errorf(codes.FailedPrecondition, "shard: batch of protocol %v; this peer speaks %v", in.Version, shardv1.Version_VERSION_1)
+		if err := checkBatch(in); err != nil {
+			return err
 		}
-		if len(in.Calls) == 0 || len(in.Calls) > maxBatch {
-			return status.Errorf(codes.InvalidArgument, "shard: a batch holds 1 to %d calls, not %d", maxBatch, len(in.Calls))
-		}
-		out := &shardv1.BatchResult{Results: make([]*shardv1.Result, len(in.Calls))}
-		for i, c := range in.Calls {
-			out.Results[i] = serveCall(stream.Context(), sv.local, c)
+		// The answer's lists are reused from batch to batch: Send has
+		// written them out by the time it returns.
+		out.Errors = out.Errors[:0]
+		out.Allowed, out.Remaining, out.RetryAfterUs, out.ResetAfterUs, out.DelayUs = out.Allowed[:0], out.Remaining[:0], out.RetryAfterUs[:0], out.ResetAfterUs[:0], out.DelayUs[:0]
+		j, off := 0, 0
+		for i, size := range in.CallSizes {
+			reqs, ds = reqs[:0], ds[:0]
+			var err error
+			for range size {
+				var r sluice.Request
+				if r, err = request(in, j, off); err != nil {
+					break
+				}
+				reqs = append(reqs, r)
+				off += int(in.KeyLengths[j])
+				j++
+			}
+			if err == nil {
+				reset := len(in.CallResets) > 0 && in.CallResets[i]
+				ds, err = serveCall(stream.Context(), sv.local, reqs, reset, ds)
+			}
+			if err != nil {
+				// Skip what is left of the call.
+				for j < len(in.KeyLengths) && len(reqs) < int(size) {
+					off += int(in.KeyLengths[j])
+					j++
+					reqs = append(reqs, sluice.Request{})
+				}
+				out.Errors = append(out.Errors, errorOf(i, err))
+				continue
+			}
+			for k := range ds {
+				appendDecision(out, &ds[k])
+			}
 		}
 		if err := stream.Send(out); err != nil {
 			return err
@@ -146,54 +273,16 @@ func (sv *service) Take(stream grpc.BidiStreamingServer[shardv1.Batch, shardv1.B
 	}
 }
 
-// serveCall decides c.
-func serveCall(ctx context.Context, local sluice.Store, c *shardv1.Call) *shardv1.Result {
-	if len(c.Requests) == 0 || len(c.Requests) > maxCallReqs {
-		return &shardv1.Result{Error: &shardv1.Error{Code: int32(codes.InvalidArgument), Message: fmt.Sprintf("shard: a call holds 1 to %d requests", maxCallReqs)}}
-	}
-	reqs := make([]sluice.Request, len(c.Requests))
-	for i, w := range c.Requests {
-		var err error
-		if reqs[i], err = request(w); err != nil {
-			return &shardv1.Result{Error: errorOf(err)}
-		}
-	}
-	if c.ResetKey {
-		if err := local.Reset(ctx, reqs[0].Key, reqs[0].Limit); err != nil {
-			return &shardv1.Result{Error: errorOf(err)}
-		}
-		return &shardv1.Result{}
-	}
-	if len(reqs) == 1 { // the usual forward
+// serveCall decides a call of reqs into ds (or with reset, resets the
+// first request's key and limit).
+func serveCall(ctx context.Context, local sluice.Store, reqs []sluice.Request, reset bool, ds []sluice.Decision) ([]sluice.Decision, error) {
+	switch {
+	case reset:
+		return ds, local.Reset(ctx, reqs[0].Key, reqs[0].Limit)
+	case len(reqs) == 1: // the usual forward
 		d, err := local.Take(ctx, reqs[0])
-		if err != nil {
-			return &shardv1.Result{Error: errorOf(err)}
-		}
-		return &shardv1.Result{Decisions: []*shardv1.Decision{decisionOf(d)}}
+		return append(ds, d), err
 	}
-	ds := make([]sluice.Decision, len(reqs))
-	if err := local.TakeAll(ctx, reqs, ds); err != nil {
-		return &shardv1.Result{Error: errorOf(err)}
-	}
-	out := &shardv1.Result{Decisions: make([]*shardv1.Decision, len(ds))}
-	for i, d := range ds {
-		out.Decisions[i] = decisionOf(d)
-	}
-	return out
-}
-
-// decisions converts a call's result for reqs.
-func decisions(res *shardv1.Result, reqs []sluice.Request, dst []sluice.Decision) error {
-	if res.Error != nil {
-		return callError(res.Error)
-	}
-	if len(res.Decisions) != len(reqs) {
-		return fmt.Errorf("shard: %d decisions for %d requests", len(res.Decisions), len(reqs))
-	}
-	for i, d := range res.Decisions {
-		dst[i] = sluice.Decision{Allowed: d.Allowed, Limit: reqs[i].Limit, Remaining: d.Remaining,
-			RetryAfter: time.Duration(d.RetryAfterUs) * time.Microsecond, ResetAfter: time.Duration(d.ResetAfterUs) * time.Microsecond,
-			Delay: time.Duration(d.DelayUs) * time.Microsecond}
-	}
-	return nil
+	ds = append(ds, make([]sluice.Decision, len(reqs))...)
+	return ds, local.TakeAll(ctx, reqs, ds)
 }
