@@ -79,10 +79,11 @@ const (
 	sweepScan      = 64 // index slots looked at per sweep, at most
 	evictSample    = 8  // keys looked at for one to evict under MaxKeys
 	// sweepGrace is how long a key back to full stays before sweeping
-	// removes it (µs): a key that returns within it finds its entry and
-	// takes no lock and no allocation, where removing and making it again
-	// would take both. MaxKeys still bounds the keys held; at the bound,
-	// eviction takes keys back to full first, grace or not.
+	// removes it (µs), while its shard holds under half its share of
+	// MaxKeys: a key that returns within it finds its entry and takes no
+	// lock and no allocation, where removing and making it again would
+	// take both. Past half, keys back to full are swept at once, and at
+	// the bound eviction takes them first.
 	sweepGrace = 10_000_000
 )
 

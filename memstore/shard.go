@@ -317,12 +317,17 @@ func (sh *shard) remove(s *Store, t *table, key string) {
 }
 
 // makeRoom is called before inserting a key into t: it sweeps a few keys
-// back to full for sweepGrace and, at the shard's bound, removes one back
-// to full among the next sweepScan slots, or failing that evicts one. The
-// caller holds sh.mu.
+// back to full (for sweepGrace while the shard is under half its bound)
+// and, at the bound, removes one back to full among the next evictSample
+// keys, or failing that evicts one. The caller holds sh.mu.
 func (sh *shard) makeRoom(s *Store, t *table, now int64) {
-	if sh.keys < s.perShard {
+	switch {
+	case sh.keys < s.perShard/2:
 		sh.sweep(s, t, now-sweepGrace, sweepPerInsert, sweepPerInsert)
+		return
+	case sh.keys < s.perShard:
+		// Past half the bound, keys back to full go without grace.
+		sh.sweep(s, t, now, sweepPerInsert, sweepPerInsert)
 		return
 	}
 	if sh.sweep(s, t, now, evictSample, 1) > 0 { // at the bound, every key back to full may go
