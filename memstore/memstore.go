@@ -10,7 +10,9 @@
 // eviction and the sliding log. A key's state expires when it is back to
 // full capacity, which is when forgetting it grants nobody extra quota.
 // Expired keys are swept a few at a time whenever a new key is inserted: no
-// goroutine, no full scans. MaxKeys bounds memory under a key flood; see
+// goroutine, no full scans. While a shard holds under half its share of
+// MaxKeys, a key stays 10 seconds after it expired, so that a key that
+// returns finds its entry instead of being made again. MaxKeys bounds memory under a key flood; see
 // Options.
 //
 // Memory per key, for the O(1) algorithms: a 64-byte entry holding the
