@@ -15,10 +15,7 @@ import (
 // TTL to its latest lease. Expired leases are removed by the next Acquire
 // of the key, so a holder that crashed frees its slot when its lease
 // expires.
-var (
-	acquireScript = rueidis.NewLuaScript(mustScript("slots_acquire"))
-	renewScript   = rueidis.NewLuaScript(mustScript("slots_renew"))
-)
+var slotsScript = rueidis.NewLuaScript(mustScript("slots"))
 
 func mustScript(name string) string {
 	data, err := scripts.ReadFile("scripts/" + name + ".lua")
@@ -47,8 +44,8 @@ func (s *Store) Acquire(ctx context.Context, key, lease string, max int64, ttl t
 	if err != nil {
 		return sluice.Decision{}, err
 	}
-	vals, err := acquireScript.Exec(ctx, client, []string{s.slotsKey(key)},
-		[]string{lease, intArg(max), intArg(ttl.Microseconds())}).AsIntSlice()
+	vals, err := slotsScript.Exec(ctx, client, []string{s.slotsKey(key)},
+		[]string{"acquire", lease, intArg(max), intArg(ttl.Microseconds())}).AsIntSlice()
 	if err != nil {
 		return sluice.Decision{}, fmt.Errorf("redisstore: %w", err)
 	}
@@ -68,7 +65,7 @@ func (s *Store) Renew(ctx context.Context, key, lease string, ttl time.Duration)
 	if err != nil {
 		return false, err
 	}
-	n, err := renewScript.Exec(ctx, client, []string{s.slotsKey(key)}, []string{lease, intArg(ttl.Microseconds())}).AsInt64()
+	n, err := slotsScript.Exec(ctx, client, []string{s.slotsKey(key)}, []string{"renew", lease, intArg(ttl.Microseconds())}).AsInt64()
 	if err != nil {
 		return false, fmt.Errorf("redisstore: %w", err)
 	}

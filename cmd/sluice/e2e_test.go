@@ -110,6 +110,22 @@ func start(t *testing.T, env []string, args ...string) *proc {
 	}
 }
 
+// adminCall sends one admin API call with token and a JSON body, and
+// returns its status and body.
+func adminCall(t *testing.T, addr, token, method, path, body string) (int, string) {
+	t.Helper()
+	req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
 type checkResp struct {
 	Allowed bool `json:"allowed"`
 	Results []struct {
@@ -251,17 +267,7 @@ func TestAdminAPI(t *testing.T) {
 			t.Errorf("auth %q: %d, want 401", auth, resp.StatusCode)
 		}
 	}
-	do := func(method, path string) (int, string) {
-		req, _ := http.NewRequest(method, "http://"+p.admin+path, nil)
-		req.Header.Set("Authorization", "Bearer s3cret")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
+	do := func(method, path string) (int, string) { return adminCall(t, p.admin, "s3cret", method, path, "") }
 	if code, body := do("GET", "/admin/config"); code != 200 || !strings.Contains(body, "policies:") {
 		t.Errorf("config: %d %s", code, body)
 	}

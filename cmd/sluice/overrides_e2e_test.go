@@ -31,16 +31,7 @@ policies:
 	}
 	admin := func(method, path, body string) (int, string) {
 		t.Helper()
-		req, _ := http.NewRequest(method, "http://"+procs[0].admin+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer t0ken")
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
+		return adminCall(t, procs[0].admin, "t0ken", method, path, body)
 	}
 	// Each key is new per round, so the count starts at 0 on every one.
 	for round, key := range []string{"vip", "vip2", "vip3"} {

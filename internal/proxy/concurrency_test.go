@@ -2,17 +2,14 @@ package proxy
 
 import (
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/overrides"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
@@ -23,32 +20,15 @@ import (
 // counts the requests it holds at once (each for hold) into peak.
 func countingGateway(t *testing.T, yaml string, store sluice.Store, hold time.Duration, peak *atomic.Int64) *httptest.Server {
 	t.Helper()
-	cfg, err := config.Parse("test.yaml", []byte(yaml))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var inFlight atomic.Int64
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+	return gatewayTo(t, yaml, store, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		n := inFlight.Add(1)
 		for p := peak.Load(); n > p && !peak.CompareAndSwap(p, n); p = peak.Load() {
 		}
 		time.Sleep(hold)
 		inFlight.Add(-1)
 		io.WriteString(w, "up")
-	}))
-	t.Cleanup(up.Close)
-	u, _ := url.Parse(up.URL)
-	g, err := sluice.NewGuard(store, sluice.GuardOptions{Timeout: cfg.Store.Timeout, Local: memstore.New(memstore.Options{})})
-	if err != nil {
-		t.Fatal(err)
-	}
-	h, err := New(cfg, Deps{Guard: g}, u, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return srv
+	}), nil)
 }
 
 // TestConcurrencyOnRedis: 64 callers of one key through the proxy on
@@ -160,7 +140,8 @@ policies:
 // override, else its plan header's plan, else the policy's limit; an
 // override set at runtime applies to the next request.
 func TestOverridesAndPlans(t *testing.T) {
-	cfg, err := config.Parse("test.yaml", []byte(`
+	runtime := overrides.New()
+	srv := gatewayTo(t, `
 policies:
   - name: api
     limit: fixed_window 1/1h
@@ -168,21 +149,7 @@ policies:
     overrides: [{key: "partner-*", limit: fixed_window 3/1h}]
     plan_from: header:X-Plan
     plans: {pro: fixed_window 2/1h}
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {}))
-	t.Cleanup(up.Close)
-	u, _ := url.Parse(up.URL)
-	g, _ := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
-	runtime := overrides.New()
-	h, err := New(cfg, Deps{Guard: g, Overrides: runtime}, u, slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
+`, memstore.New(memstore.Options{}), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), runtime)
 	admitted := func(key, plan string) int {
 		n := 0
 		for range 6 {

@@ -13,6 +13,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/faultproxy"
+	"github.com/sluicehq/sluice/internal/overrides"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/localsync"
 	"github.com/sluicehq/sluice/memstore"
@@ -22,11 +23,18 @@ import (
 // gateway is the proxy in front of an upstream that answers 200 "up".
 func gateway(t *testing.T, yaml string, store sluice.Store) *httptest.Server {
 	t.Helper()
+	return gatewayTo(t, yaml, store, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "up") }), nil)
+}
+
+// gatewayTo is the proxy on store, with the runtime overrides runtime (or
+// none), in front of upstream.
+func gatewayTo(t *testing.T, yaml string, store sluice.Store, upstream http.Handler, runtime *overrides.Registry) *httptest.Server {
+	t.Helper()
 	cfg, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "up") }))
+	up := httptest.NewServer(upstream)
 	t.Cleanup(up.Close)
 	u, _ := url.Parse(up.URL)
 	var local sluice.Store
@@ -37,7 +45,7 @@ func gateway(t *testing.T, yaml string, store sluice.Store) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(cfg, Deps{Guard: g}, u, slog.New(slog.DiscardHandler))
+	h, err := New(cfg, Deps{Guard: g, Overrides: runtime}, u, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}

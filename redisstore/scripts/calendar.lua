@@ -9,17 +9,9 @@ local function calendar(start, count, stop, p, now, cost)
     start, stop = p.window(now)
     count = 0
   end
-  local allowed, retry, reset = false, 0, 0
-  if count + cost <= p.R then
-    allowed = true
-    count = count + cost
-  else
-    retry = stop - now
-  end
-  if count > 0 then
-    reset = stop - now
-  end
-  return start, count, stop, allowed, max(p.R - count, 0), retry, reset, 0
+  local allowed, remaining, retry, reset
+  count, allowed, remaining, retry, reset = counted(count, stop, p.R, now, cost)
+  return start, count, stop, allowed, remaining, retry, reset, 0
 end
 
 -- calendar_params returns the params of a calendar limit of rate events

@@ -1,3 +1,20 @@
+-- counted decides cost on a window of count ending at stop, with rate: the
+-- new count, and the Result's allowed, remaining, retry and reset. The
+-- fixed window and the calendar share it.
+local function counted(count, stop, rate, now, cost)
+  local allowed, retry, reset = false, 0, 0
+  if count + cost <= rate then
+    allowed = true
+    count = count + cost
+  else
+    retry = stop - now
+  end
+  if count > 0 then
+    reset = stop - now
+  end
+  return count, allowed, max(rate - count, 0), retry, reset
+end
+
 -- Fixed window: the twin of algorithm/fixedwindow.go.
 -- State: start of the current window, its count, unused. Like every O(1)
 -- algorithm here it takes the state's three numbers and returns the next
@@ -9,15 +26,7 @@ local function fixed_window(start, count, _, p, now, cost)
   if w > start then
     start, count = w, 0
   end
-  local allowed, retry, reset = false, 0, 0
-  if count + cost <= p.R then
-    allowed = true
-    count = count + cost
-  else
-    retry = start + p.P - now
-  end
-  if count > 0 then
-    reset = start + p.P - now
-  end
-  return start, count, 0, allowed, max(p.R - count, 0), retry, reset, 0
+  local allowed, remaining, retry, reset
+  count, allowed, remaining, retry, reset = counted(count, start + p.P, p.R, now, cost)
+  return start, count, 0, allowed, remaining, retry, reset, 0
 end
