@@ -54,8 +54,11 @@ func (hb *headerBuf) set(h http.Header, now time.Time, format ResetFormat, close
 	ends[1] = len(b)
 	b = appendRateLimitField(b, policies, ds)
 	ends[2] = len(b)
-	if len(policies) > 1 {
-		b = appendPolicyField(b, policies)
+	// One policy of its own Limit has its field ready; several, or limits
+	// its Limits chose per request, are written from the decisions.
+	chosen := len(policies) > 1 || ds[0].Limit != policies[0].Limit
+	if chosen {
+		b = appendPolicyField(b, policies, ds)
 	}
 	ends[3] = len(b)
 	hb.b = b
@@ -72,7 +75,7 @@ func (hb *headerBuf) set(h http.Header, now time.Time, format ResetFormat, close
 	h["X-Ratelimit-Remaining"] = vals[0:1:1]
 	h["X-Ratelimit-Reset"] = vals[1:2:2]
 	h["Ratelimit"] = vals[2:3:3]
-	if len(policies) > 1 {
+	if chosen {
 		h["Ratelimit-Policy"] = vals[3:4:4]
 	} else {
 		h["Ratelimit-Policy"] = policies[0].policyHdr
@@ -81,15 +84,17 @@ func (hb *headerBuf) set(h http.Header, now time.Time, format ResetFormat, close
 
 // appendPolicyField appends the RateLimit-Policy Structured Field list:
 // per policy, its name as an sf-string with q (quota) and w (window,
-// seconds). Names are restricted to characters that need no escaping.
-func appendPolicyField(b []byte, policies []*Policy) []byte {
+// seconds) of the limit its decision in ds reports. Names are restricted
+// to characters that need no escaping.
+func appendPolicyField(b []byte, policies []*Policy, ds []sluice.Decision) []byte {
 	for i, p := range policies {
 		if i > 0 {
 			b = append(b, ", "...)
 		}
+		l := ds[i].Limit
 		b = append(append(append(b, '"'), p.Name...), `";q=`...)
-		b = strconv.AppendInt(b, p.Limit.Rate, 10)
-		b = strconv.AppendInt(append(b, ";w="...), max(ceilSeconds(p.Limit.Period), 1), 10)
+		b = strconv.AppendInt(b, l.Rate, 10)
+		b = strconv.AppendInt(append(b, ";w="...), max(ceilSeconds(l.Period), 1), 10)
 	}
 	return b
 }

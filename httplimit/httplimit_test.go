@@ -278,3 +278,31 @@ func TestOversizedIdentityIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// Limits chosen per request (an override, a plan) are the ones the
+// headers report: X-RateLimit-Limit and RateLimit-Policy's quota and
+// window.
+func TestHeadersReportTheChosenLimits(t *testing.T) {
+	vip := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 7, Period: time.Minute}
+	srv := server(t, httplimit.Options{Store: memstore.New(memstore.Options{}), Policies: []httplimit.Policy{{
+		Name: "api", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 3, Period: time.Hour}, Key: httplimit.APIKey("X-Key"),
+		Limits: func(_ *http.Request, identity string) []sluice.Limit {
+			if identity == "vip" {
+				return []sluice.Limit{vip}
+			}
+			return nil
+		},
+	}}})
+	for _, tc := range []struct{ key, limit, policy string }{
+		{"vip", "7", `"api";q=7;w=60`},
+		{"someone", "3", `"api";q=3;w=3600`},
+	} {
+		resp := get(t, srv.URL+"/", "X-Key", tc.key)
+		if got := resp.Header.Get("X-RateLimit-Limit"); got != tc.limit {
+			t.Errorf("%s: X-RateLimit-Limit %q, want %q", tc.key, got, tc.limit)
+		}
+		if got := resp.Header.Get("RateLimit-Policy"); got != tc.policy {
+			t.Errorf("%s: RateLimit-Policy %q, want %q", tc.key, got, tc.policy)
+		}
+	}
+}

@@ -99,7 +99,7 @@ func (p *Policy) prepare() error {
 		p.Cost = 1
 	}
 	p.limitHdr = []string{strconv.FormatInt(cmp.Or(p.Limit.Rate, p.Concurrency), 10)}
-	p.policyHdr = []string{string(appendPolicyField(nil, []*Policy{p}))}
+	p.policyHdr = []string{string(appendPolicyField(nil, []*Policy{p}, []sluice.Decision{{Limit: p.Limit}}))}
 	if p.Pattern == "" {
 		return nil
 	}
