@@ -87,3 +87,37 @@ func ExampleParseLimit() {
 	// gcra 5000/h burst 200 <nil>
 	// sluice: invalid limit: rate 0 must be positive
 }
+
+// At most two uploads of one user in flight: a third is refused until one
+// of the first two is released.
+func ExampleConcurrency() {
+	uploads := &sluice.Concurrency{Slots: memstore.New(memstore.Options{}), Max: 2}
+	ctx := context.Background()
+	first, _, _ := uploads.Acquire(ctx, "user:42")
+	second, _, _ := uploads.Acquire(ctx, "user:42")
+	third, d, _ := uploads.Acquire(ctx, "user:42")
+	fmt.Println(third == nil, d.Allowed)
+	first() // done
+	again, d, _ := uploads.Acquire(ctx, "user:42")
+	fmt.Println(again != nil, d.Remaining)
+	second()
+	again()
+	// Output:
+	// true false
+	// true 0
+}
+
+// A monthly quota that resets at midnight on the first, New York time,
+// whatever the month's length and the daylight-saving changes in it.
+func ExampleParseLimit_calendar() {
+	limit, err := sluice.ParseLimit("calendar 50000/month tz=America/New_York")
+	if err != nil {
+		panic(err)
+	}
+	store := memstore.New(memstore.Options{})
+	at := time.Date(2026, 2, 27, 12, 0, 0, 0, time.UTC)
+	d, _ := store.Take(context.Background(), sluice.Request{Key: "customer:7", Limit: limit, Cost: 1, Now: at})
+	fmt.Println(d.Remaining, at.Add(d.ResetAfter).In(limit.Zone))
+	// Output:
+	// 49999 2026-03-01 00:00:00 -0500 EST
+}
