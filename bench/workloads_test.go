@@ -29,13 +29,16 @@ import (
 //     again when hit;
 //   - hot-odd-interval: one key under a limit whose emission interval is
 //     not a whole number of microseconds (999,999,937 per hour), every
-//     check allowed.
+//     check allowed;
+//   - hot-7-per-ms: likewise under 7 per millisecond (142.857… µs), a
+//     Rate small enough for the state to stay one word.
 //
 // go-limiter and x/time/rate in a map take the same limit's rate and
 // burst.
 func BenchmarkWorkloads(b *testing.B) {
 	refill := sluice.Limit{Rate: 1_000_000, Period: time.Second, Burst: 1}
 	odd := sluice.Limit{Rate: 999_999_937, Period: time.Hour, Burst: 100_000_000}
+	seven := sluice.Limit{Rate: 7, Period: time.Millisecond, Burst: 100_000_000}
 	// Each workload's keys are made when it first runs and dropped after
 	// it, so that one workload's millions of keys do not weigh on the
 	// garbage collector during another's.
@@ -48,6 +51,7 @@ func BenchmarkWorkloads(b *testing.B) {
 		{"churn", func() []string { return keys(4_000_000) }, refill},
 		{"returning", func() []string { return keys(10_000) }, refill},
 		{"hot-odd-interval", func() []string { return keys(1) }, odd},
+		{"hot-7-per-ms", func() []string { return keys(1) }, seven},
 	}
 	for _, wl := range workloads {
 		var w struct {

@@ -235,3 +235,49 @@ func TestKeysAreCopiedAndKeptApart(t *testing.T) {
 		t.Fatalf("Len = %d, want %d", n, len(keys))
 	}
 }
+
+// A hot key under limits whose emission interval is not a whole number of
+// microseconds (their state packed into one word, decided by
+// compare-and-swap) admits exactly its burst from 16 goroutines at one
+// instant, and exactly its rate's share as time goes on.
+func TestHotKeyExactOddInterval(t *testing.T) {
+	for _, l := range []sluice.Limit{
+		{Algorithm: sluice.GCRA, Rate: 7, Period: time.Second, Burst: 500},
+		{Algorithm: sluice.LeakyBucket, Rate: 999, Period: 7 * time.Second, Burst: 300},
+	} {
+		s := memstore.New(memstore.Options{})
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range 16 {
+			wg.Go(func() {
+				for range 100 {
+					if d := take(t, s, "hot", l, 1, t0); d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		if got := admitted.Load(); got != l.Burst {
+			t.Fatalf("%v: admitted %d at one instant, want the burst %d", l, got, l.Burst)
+		}
+		// 3s later exactly 3 × Rate / Period more fit, at most the burst:
+		// 21, and 300 of 428.1.
+		later := t0.Add(3 * time.Second)
+		admitted.Store(0)
+		for range 16 {
+			wg.Go(func() {
+				for range 100 {
+					if d := take(t, s, "hot", l, 1, later); d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		want := min(int64(3*time.Second*time.Duration(l.Rate)/l.Period), l.Burst)
+		if got := admitted.Load(); got != want {
+			t.Fatalf("%v: admitted %d after 3s, want %d", l, got, want)
+		}
+	}
+}

@@ -23,10 +23,10 @@ import (
 type entry struct {
 	key string // in short when it fits
 	mu  sync.Mutex
-	// a is the state's first word, A, which no algorithm makes negative,
-	// with hasB set when the second word is not 0; or a mark. Guarded by
-	// mu, and in tables that swap (swaps), also read and swapped without
-	// it, atomically.
+	// a is the state's first word, A, which no algorithm makes negative:
+	// alone when B is 0, with B packed in (packedB) when both fit, or with
+	// hasB set and B in b; or a mark. Guarded by mu, and in tables that
+	// swap (swaps), also read and swapped without it, atomically.
 	a     int64
 	b, c  int64 // guarded by mu
 	short [16]byte
@@ -36,8 +36,50 @@ type entry struct {
 const (
 	deadMark = math.MinInt64     // removed from its table: look the key up again
 	busyMark = math.MinInt64 + 1 // locked in a table that swaps: the words are being decided
-	hasB     = 1 << 62           // B is not 0 (A is below 2^53: times up to 2150)
+	hasB     = 1 << 62           // B is not 0 and is in entry.b (A is below 2^62)
+	packedB  = 1 << 61           // B is in the word too: bits 51 to 60, A from wordEpoch in bits 0 to 50
+	aBits    = 51
+	bBits    = 10
+	// wordEpoch is 2020-01-01 in µs: a packed A is held from it, which
+	// leaves 2^51 µs, until 2091.
+	wordEpoch = 1_577_836_800_000_000
 )
+
+// word returns state s as one word, when it is one: B is 0, or under
+// 2^bBits (a GCRA remainder over a Rate up to 1024, such as 3/s or 7/1m)
+// with A in the 2^aBits µs from wordEpoch. A past 2^61 − 1 (a debt of
+// forced costs beyond any horizon: a TAT 73,000 years ahead) is kept at
+// 2^61 − 1, which denies as surely.
+func word(s algorithm.State) (int64, bool) {
+	switch {
+	case s.B == 0:
+		return min(s.A, packedB-1), true
+	case s.B < 1<<bBits && s.A >= wordEpoch && s.A-wordEpoch < 1<<aBits:
+		return packedB | s.B<<aBits | (s.A - wordEpoch), true
+	}
+	return 0, false
+}
+
+// pack returns the word a of state s: one word, or A with hasB (and B in
+// entry.b).
+func pack(s algorithm.State) int64 {
+	if w, ok := word(s); ok {
+		return w
+	}
+	return min(s.A, hasB-1) | hasB
+}
+
+// stateOf returns the state a word a (not a mark) holds, with b and c the
+// entry's other words.
+func stateOf(a, b, c int64) algorithm.State {
+	switch {
+	case a&hasB != 0:
+		return algorithm.State{A: a &^ hasB, B: b, C: c}
+	case a&packedB != 0:
+		return algorithm.State{A: a&(1<<aBits-1) + wordEpoch, B: a >> aBits & (1<<bBits - 1), C: c}
+	}
+	return algorithm.State{A: a, C: c}
+}
 
 // newEntry returns a new entry for a copy of key (stores never retain the
 // caller's buffer) holding state st. It is published by its index slot.
@@ -80,7 +122,7 @@ func (e *entry) locked(swaps bool) (algorithm.State, bool) {
 		e.kill(swaps)
 		return algorithm.State{}, false
 	}
-	return algorithm.State{A: a &^ hasB, B: e.b, C: e.c}, true
+	return stateOf(a, e.b, e.c), true
 }
 
 // unlock stores s, changed or not, into the locked e and unlocks it.
@@ -92,17 +134,6 @@ func (e *entry) unlock(s algorithm.State, swaps bool) {
 		e.a = pack(s)
 	}
 	e.mu.Unlock()
-}
-
-// pack returns the word a of state s. An A past 2^62 − 1 (a debt of
-// forced costs beyond any horizon: a TAT 146,000 years ahead) is kept at
-// 2^62 − 1, which denies as surely.
-func pack(s algorithm.State) int64 {
-	a := min(s.A, hasB-1)
-	if s.B != 0 {
-		return a | hasB
-	}
-	return a
 }
 
 // kill marks the locked e removed and unlocks it: no one locks it again.

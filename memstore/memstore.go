@@ -5,8 +5,8 @@
 // open-addressing index per (algorithm, period) in use. A Take on an
 // existing key finds it without a lock and locks that key alone; the GCRA
 // and the leaky bucket, whose state is one word when Period/Rate is a
-// whole number of microseconds, decide with a compare-and-swap and no lock
-// at all. The shard's mutex serialises only new keys, new limits, sweeping,
+// whole number of microseconds or its remainder is under 1024 (every Rate
+// up to 1024), decide with a compare-and-swap and no lock at all. The shard's mutex serialises only new keys, new limits, sweeping,
 // eviction and the sliding log. A key's state expires when it is back to
 // full capacity, which is when forgetting it grants nobody extra quota.
 // Expired keys are swept a few at a time whenever a new key is inserted: no
@@ -233,13 +233,13 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64) (outcome,
 	swaps := swaps(alg)
 	for swaps {
 		// The state is often one word (B is 0 whenever Period/Rate is a
-		// whole number of µs): decide on it and compare-and-swap it, with
-		// no lock.
+		// whole number of µs, and packs in beside A when it is under
+		// 1024): decide on it and compare-and-swap it, with no lock.
 		a := atomic.LoadInt64(&e.a)
 		if a < 0 || a&hasB != 0 {
 			break // locked, dead, or two words
 		}
-		old := algorithm.State{A: a}
+		old := stateOf(a, 0, 0)
 		if req.Cost == 0 {
 			return outcomeOf(report(alg, req, &c.params, now, old)), true // a peek writes nothing
 		}
@@ -248,10 +248,11 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64) (outcome,
 			// A denial writes nothing: reported on the state it saw.
 			return outcomeOf(report(alg, req, &c.params, now, old)), true
 		}
-		if !ok || next.B != 0 {
+		w, fits := word(next)
+		if !ok || !fits {
 			break // forced past the burst, or two words: under the lock
 		}
-		if atomic.CompareAndSwapInt64(&e.a, a, next.A) {
+		if atomic.CompareAndSwapInt64(&e.a, a, w) {
 			return admitted(algorithm.Admitted(alg, old, next, &c.params, now)), true
 		}
 	}
