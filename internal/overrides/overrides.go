@@ -196,6 +196,9 @@ func NewShared(ctx context.Context, conn func() (rueidis.Client, error), prefix 
 	r.redis = &shared{conn: conn, hash: tag, acks: tag + ":acks", channel: tag + ":changes", id: strconv.FormatUint(rand.Uint64(), 36)}
 	subscribed := make(chan struct{})
 	go r.follow(ctx, subscribed)
+	if _, err := conn(); err != nil {
+		return r // Redis is not there: no wait, the follower catches up
+	}
 	select {
 	case <-subscribed:
 		r.reload(ctx)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"testing"
 	"time"
 
@@ -84,5 +85,30 @@ func TestBadOverrideChangesNothing(t *testing.T) {
 	}
 	if len(r.List()) != 0 {
 		t.Fatalf("bad input left %v", r.List())
+	}
+}
+
+// With Redis unreachable, a registry starts at once, holds nothing, and a
+// change is an error, not a silent local one.
+func TestSharedWithRedisDown(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	start := time.Now()
+	r := shared(t, addr)
+	if took := time.Since(start); took > 500*time.Millisecond {
+		t.Fatalf("started in %v with Redis down; want at once", took)
+	}
+	if _, ok := r.Lookup("api\x00vip"); ok {
+		t.Fatal("an override out of nowhere")
+	}
+	if _, err := r.Set(context.Background(), "api", "vip", []sluice.Limit{{Rate: 1, Period: time.Second}}); err == nil || errors.Is(err, overrides.ErrInvalid) {
+		t.Fatalf("Set with Redis down: %v; want the store's error", err)
+	}
+	if len(r.List()) != 0 {
+		t.Fatal("a change that failed was kept")
 	}
 }
