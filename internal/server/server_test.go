@@ -105,8 +105,8 @@ func (r *running) tryCheck(policy, key string) (CheckResult, int, error) {
 	return out.Results[0], resp.StatusCode, nil
 }
 
-// checks returns sluice_checks_total by result, summed over policies.
-func (r *running) checks(t testing.TB) map[string]float64 {
+// metrics returns the text of /metrics.
+func (r *running) metrics(t testing.TB) string {
 	t.Helper()
 	resp, err := client.Get(r.base + "/metrics")
 	if err != nil {
@@ -114,8 +114,15 @@ func (r *running) checks(t testing.TB) map[string]float64 {
 	}
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(resp.Body)
+	return string(data)
+}
+
+// checks returns sluice_checks_total by result, summed over policies.
+func (r *running) checks(t testing.TB) map[string]float64 {
+	t.Helper()
+	data := r.metrics(t)
 	out := map[string]float64{}
-	for _, line := range strings.Split(string(data), "\n") {
+	for _, line := range strings.Split(data, "\n") {
 		if !strings.HasPrefix(line, "sluice_checks_total{") {
 			continue
 		}
@@ -234,15 +241,10 @@ func TestOutageOnTheFrontDoor(t *testing.T) {
 // bucket that holds quantile q of the store calls so far.
 func (r *running) storeQuantile(t testing.TB, q float64) time.Duration {
 	t.Helper()
-	resp, err := client.Get(r.base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(resp.Body)
+	data := r.metrics(t)
 	type bucket struct{ le, n float64 }
 	var buckets []bucket
-	for _, line := range strings.Split(string(data), "\n") {
+	for _, line := range strings.Split(data, "\n") {
 		rest, ok := strings.CutPrefix(line, `sluice_store_duration_seconds_bucket{operation="take",le="`)
 		if !ok {
 			continue
@@ -457,18 +459,13 @@ func TestEnvoyDescriptorMetrics(t *testing.T) {
 	for i := range maxDetailedSeries + 5 {
 		post("detailed", strconv.Itoa(i))
 	}
-	resp, err := client.Get(r.base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := r.metrics(t)
 	for _, want := range []string{
 		`sluice_envoy_descriptor_checks_total{descriptor="d.plain",result="allowed"} 2`,
 		`sluice_envoy_descriptor_checks_total{descriptor="d.detailed_7",result="allowed"} 1`,
 		`sluice_envoy_descriptor_checks_total{descriptor="(overflow)",result="allowed"} 5`,
 	} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
@@ -482,12 +479,7 @@ func TestOperatorMetrics(t *testing.T) {
 	for range 4 {
 		r.check(t, "p", "k")
 	}
-	resp, err := client.Get(r.base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	body := r.metrics(t)
 	for _, want := range []string{
 		// 4/1h with half as the ratio: near once 2 or fewer are left, the 2nd, 3rd and 4th.
 		`sluice_checks_near_limit_total{domain="",policy="p"} 3`,
@@ -496,7 +488,7 @@ func TestOperatorMetrics(t *testing.T) {
 		`sluice_config_last_reload_success_timestamp_seconds `,
 		`sluice_build_info{`,
 	} {
-		if !strings.Contains(string(body), want) {
+		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)
 		}
 	}
