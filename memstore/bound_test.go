@@ -246,37 +246,30 @@ func TestHotKeyExactOddInterval(t *testing.T) {
 		{Algorithm: sluice.LeakyBucket, Rate: 999, Period: 7 * time.Second, Burst: 300},
 	} {
 		s := memstore.New(memstore.Options{})
-		var admitted atomic.Int64
-		var wg sync.WaitGroup
-		for range 16 {
-			wg.Go(func() {
-				for range 100 {
-					if d := take(t, s, "hot", l, 1, t0); d.Allowed {
-						admitted.Add(1)
+		// hammer has 16 goroutines take 100 each at now, and returns how
+		// many were admitted.
+		hammer := func(now time.Time) int64 {
+			var admitted atomic.Int64
+			var wg sync.WaitGroup
+			for range 16 {
+				wg.Go(func() {
+					for range 100 {
+						if d := take(t, s, "hot", l, 1, now); d.Allowed {
+							admitted.Add(1)
+						}
 					}
-				}
-			})
+				})
+			}
+			wg.Wait()
+			return admitted.Load()
 		}
-		wg.Wait()
-		if got := admitted.Load(); got != l.Burst {
+		if got := hammer(t0); got != l.Burst {
 			t.Fatalf("%v: admitted %d at one instant, want the burst %d", l, got, l.Burst)
 		}
 		// 3s later exactly 3 × Rate / Period more fit, at most the burst:
 		// 21, and 300 of 428.1.
-		later := t0.Add(3 * time.Second)
-		admitted.Store(0)
-		for range 16 {
-			wg.Go(func() {
-				for range 100 {
-					if d := take(t, s, "hot", l, 1, later); d.Allowed {
-						admitted.Add(1)
-					}
-				}
-			})
-		}
-		wg.Wait()
 		want := min(int64(3*time.Second*time.Duration(l.Rate)/l.Period), l.Burst)
-		if got := admitted.Load(); got != want {
+		if got := hammer(t0.Add(3 * time.Second)); got != want {
 			t.Fatalf("%v: admitted %d after 3s, want %d", l, got, want)
 		}
 	}

@@ -12,6 +12,7 @@
 package overrides
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -95,7 +96,9 @@ func (r *Registry) List() []Entry {
 		}
 		out = append(out, e)
 	}
-	slices.SortFunc(out, func(a, b Entry) int { return strings.Compare(a.Policy+"\x00"+a.Key, b.Policy+"\x00"+b.Key) })
+	slices.SortFunc(out, func(a, b Entry) int {
+		return cmp.Or(strings.Compare(a.Policy, b.Policy), strings.Compare(a.Key, b.Key))
+	})
 	return out
 }
 
