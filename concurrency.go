@@ -119,7 +119,8 @@ func inProcess(s Slots) bool {
 // Acquire takes a slot of key, waiting up to Wait for one. When the
 // Decision allows, release must be called once the request is done; a
 // second call returns ErrReleased and changes nothing. When it denies,
-// release is nil. An error is the store's under FailClosed, or ctx's.
+// release is nil. An error is the store's under FailClosed, ctx's, or
+// one about the input (an empty or oversized key), whatever the fail mode.
 func (c *Concurrency) Acquire(ctx context.Context, key string) (release func() error, d Decision, err error) {
 	lease := strconv.FormatUint(rand.Uint64(), 36)
 	ttl := cmp.Or(c.Lease, DefaultLease)
@@ -130,6 +131,9 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (release func() e
 	for backoff := 5 * time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
 		slots := c.Slots
 		d, err = c.acquire(ctx, slots, key, lease, ttl)
+		if err != nil && (IsInputError(err) || ctx.Err() != nil) {
+			return nil, Decision{}, err // the caller's to mend, or gone: no fail mode applies
+		}
 		if err != nil {
 			c.note("concurrency slots failing", err)
 			switch c.FailMode {

@@ -96,6 +96,10 @@ func TestConcurrencyStoreDown(t *testing.T) {
 			t.Fatalf("fail open: %+v, %v", d, err)
 		}
 	}
+	// Bad input is an error under every fail mode, never admitted.
+	if r, _, err := open.Acquire(ctx, ""); r != nil || !errors.Is(err, sluice.ErrEmptyKey) {
+		t.Fatalf("fail open, empty key: %v; want ErrEmptyKey", err)
+	}
 	closed := &sluice.Concurrency{Slots: store, Max: 1, FailMode: sluice.FailClosed, Timeout: 200 * time.Millisecond}
 	if r, _, err := closed.Acquire(ctx, "k"); r != nil || err == nil {
 		t.Fatal("fail closed admitted with Redis down")

@@ -461,4 +461,5 @@ func IsInputError(err error) bool {
 	return false
 }
 
-var inputErrors = []error{ErrEmptyKey, ErrKeyTooLong, ErrCostExceedsBurst, ErrNegativeCost, ErrInvalidTime, ErrDuplicateRequest, ErrInvalidLimit}
+var inputErrors = []error{ErrEmptyKey, ErrKeyTooLong, ErrCostExceedsBurst, ErrNegativeCost, ErrInvalidTime, ErrDuplicateRequest, ErrInvalidLimit,
+	ErrEmptyLease, ErrInvalidConcurrency}
