@@ -91,6 +91,15 @@ type Concurrency struct {
 	// Logger receives a line when Slots fails and when a held slot's
 	// lease is lost, sampled: at most one a second per kind.
 	Logger *slog.Logger
+	// Guard, if set, is the Guard that checks this request's rates (the
+	// front doors set it): a failure of Slots is logged through its Logger
+	// and counted in its Health as a rate check's is, and when Slots is
+	// its store, calls to Slots go through its circuit breaker and
+	// timeout, so that a store that is down costs an acquire no timeout
+	// once the breaker opens.
+	Guard *Guard
+	// Label names it in the Guard's logs: its policy.
+	Label string
 
 	logs     *sample.Sampler
 	logsOnce sync.Once
@@ -122,52 +131,135 @@ func inProcess(s Slots) bool {
 // release is nil. An error is the store's under FailClosed, ctx's, or
 // one about the input (an empty or oversized key), whatever the fail mode.
 func (c *Concurrency) Acquire(ctx context.Context, key string) (release func() error, d Decision, err error) {
+	release, d, v := c.Hold(ctx, nil, key)
+	switch v.Outcome {
+	case Invalid, FailedClosed:
+		return nil, d, v.Err
+	}
+	return release, d, nil
+}
+
+// Hold is Acquire as part of check chk (nil for none), which the Guard
+// decides next, with the hold's Outcome: Allowed or Denied when the slots
+// decided; FailedOpen, LocalAllowed or LocalDenied when their store failed
+// and FailMode decided; FailedClosed when it failed under FailClosed (or
+// the caller went away: Err says which); Invalid for bad input. A failure
+// is logged, sampled, and counted in the Guard's Health once per check;
+// one that admitted is noted in chk.Held.
+func (c *Concurrency) Hold(ctx context.Context, chk *Check, key string) (release func() error, d Decision, v Verdict) {
 	lease := strconv.FormatUint(rand.Uint64(), 36)
 	ttl := cmp.Or(c.Lease, DefaultLease)
 	var deadline time.Time
 	if c.Wait > 0 {
 		deadline = time.Now().Add(c.Wait)
 	}
+	counted := false
 	for backoff := 5 * time.Millisecond; ; backoff = min(2*backoff, 100*time.Millisecond) {
+		v = Verdict{Outcome: Allowed, Closest: 0}
 		slots := c.Slots
-		d, err = c.acquire(ctx, slots, key, lease, ttl)
-		if err != nil && (IsInputError(err) || ctx.Err() != nil) {
-			return nil, Decision{}, err // the caller's to mend, or gone: no fail mode applies
+		d, err := c.acquire(ctx, slots, key, lease, ttl)
+		if err != nil && !IsInputError(err) && !errors.Is(err, ErrBreakerOpen) {
+			c.forget(slots, key, lease)
 		}
-		if err != nil {
-			c.note("concurrency slots failing", err)
+		switch {
+		case err != nil && IsInputError(err):
+			return nil, Decision{}, Verdict{Outcome: Invalid, Closest: -1, Err: err}
+		case err != nil && ctx.Err() != nil:
+			// The caller went away: no fail mode applies, nothing failed.
+			return nil, Decision{}, Verdict{Outcome: FailedClosed, Closest: -1, Err: ctx.Err()}
+		case err != nil:
+			v.Err = fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+			if !counted {
+				c.failed(ctx, chk, v.Err)
+				counted = true
+			}
 			switch c.FailMode {
 			case FailOpen:
-				return func() error { return nil }, Decision{Allowed: true, Limit: Limit{Rate: c.Max}, Remaining: c.Max - 1}, nil
+				v.Outcome = FailedOpen
+				d = Decision{Allowed: true, Limit: Limit{Rate: c.Max}, Remaining: c.Max - 1}
+				c.held(chk, v.Outcome)
+				return func() error { return nil }, d, v
 			case FailClosed:
-				return nil, Decision{}, err
+				return nil, Decision{}, Verdict{Outcome: FailedClosed, Closest: -1, Err: v.Err}
 			}
 			slots = cmp.Or(c.Local, c.Slots)
 			if d, err = c.acquire(ctx, slots, key, lease, ttl); err != nil {
-				return nil, Decision{}, err
+				return nil, Decision{}, Verdict{Outcome: FailedClosed, Closest: -1, Err: err}
+			}
+			v.Outcome = LocalAllowed
+			if !d.Allowed {
+				v.Outcome = LocalDenied
 			}
 		}
 		if d.Allowed {
-			return c.holder(slots, key, lease, ttl), d, nil
+			c.held(chk, v.Outcome)
+			return c.holder(slots, key, lease, ttl), d, v
+		}
+		if v.Outcome == Allowed {
+			v.Outcome = Denied
 		}
 		wait := min(backoff+rand.N(backoff), d.RetryAfter)
 		if deadline.IsZero() || time.Now().Add(wait).After(deadline) {
-			return nil, d, nil
+			return nil, d, v
 		}
 		t := time.NewTimer(wait)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return nil, d, ctx.Err()
+			return nil, d, Verdict{Outcome: FailedClosed, Closest: -1, Err: ctx.Err()}
 		case <-t.C:
 		}
 	}
 }
 
-func (c *Concurrency) acquire(ctx context.Context, slots Slots, key, lease string, ttl time.Duration) (Decision, error) {
+// forget releases lease in the background after an acquire that failed
+// once sent: a store that was slow, not down, may still grant it, and a
+// slot its requester gave up on must not stay held until its lease ends.
+// Sent on the same connection after the acquire, the release follows it;
+// releasing a lease that holds nothing changes nothing.
+func (c *Concurrency) forget(slots Slots, key, lease string) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(c.Timeout, DefaultTimeout))
+		defer cancel()
+		slots.Release(ctx, key, lease)
+	}()
+}
+
+// held notes in chk an outcome of a failure that admitted.
+func (c *Concurrency) held(chk *Check, o Outcome) {
+	if chk != nil && o.Failed() && !chk.Held.Failed() {
+		chk.Held = o
+	}
+}
+
+// failed logs and counts a failure of the slots' store, once per check.
+func (c *Concurrency) failed(ctx context.Context, chk *Check, err error) {
+	g := c.Guard
+	if g == nil {
+		c.note("concurrency slots failing", err)
+		return
+	}
+	if chk == nil || !chk.Held.Failed() {
+		g.failures.Add(1)
+	}
+	g.note(ctx, c.Label, "concurrency slots failed; fail_mode "+c.FailMode.String()+" decides", err)
+}
+
+// call makes one call to slots: through the Guard's breaker and timeout
+// when they are its store, else bounded by Timeout.
+func call[T any](c *Concurrency, ctx context.Context, slots Slots, f func(context.Context) (T, error)) (T, error) {
+	if c.Guard != nil && any(slots) == any(c.Guard.Store()) {
+		return do(c.Guard, ctx, f)
+	}
 	ctx, cancel := context.WithTimeout(ctx, cmp.Or(c.Timeout, DefaultTimeout))
 	defer cancel()
-	d, err := slots.Acquire(ctx, key, lease, c.Max, ttl)
+	return f(ctx)
+}
+
+func (c *Concurrency) acquire(ctx context.Context, slots Slots, key, lease string, ttl time.Duration) (Decision, error) {
+	d, err := call(c, ctx, slots, func(ctx context.Context) (Decision, error) {
+		return slots.Acquire(ctx, key, lease, c.Max, ttl)
+	})
 	d.Limit = Limit{Rate: c.Max}
 	return d, err
 }
@@ -187,9 +279,9 @@ func (c *Concurrency) holder(slots Slots, key, lease string, ttl time.Duration) 
 			if stop != nil {
 				close(stop)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(c.Timeout, DefaultTimeout))
-			defer cancel()
-			_, err = slots.Release(ctx, key, lease)
+			_, err = call(c, context.Background(), slots, func(ctx context.Context) (bool, error) {
+				return slots.Release(ctx, key, lease)
+			})
 			if err != nil {
 				c.note("concurrency slot not released; its lease will free it", err)
 			}
@@ -209,9 +301,9 @@ func (c *Concurrency) renew(slots Slots, key, lease string, ttl time.Duration, s
 			return
 		case <-t.C:
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(c.Timeout, DefaultTimeout))
-		held, err := slots.Renew(ctx, key, lease, ttl)
-		cancel()
+		held, err := call(c, context.Background(), slots, func(ctx context.Context) (bool, error) {
+			return slots.Renew(ctx, key, lease, ttl)
+		})
 		switch {
 		case err != nil:
 			c.note("concurrency lease not renewed", err)

@@ -121,6 +121,11 @@ type Check struct {
 	Modes []FailMode
 	// Shadow are decided after Enforced, apart from them, and never deny.
 	Shadow []Request
+	// Held is set by Concurrency.Hold when the request holds a slot its
+	// fail mode gave it while the slots' store failed (FailedOpen or
+	// LocalAllowed): an allowed check then has that outcome, so that the
+	// request has one, and the failure is counted once.
+	Held Outcome
 }
 
 // Outcome is a check's one result, for metrics: each check has exactly
@@ -195,6 +200,9 @@ func (g *Guard) Decide(ctx context.Context, c *Check, ds, sds []Decision) Verdic
 		default:
 			v = g.failed(ctx, c, ds, err)
 		}
+	}
+	if c.Held.Failed() && (v.Outcome == Allowed || v.Outcome == ShadowDenied) {
+		v.Outcome = c.Held
 	}
 	if len(c.Shadow) > 0 {
 		sds = sds[:len(c.Shadow)]
@@ -300,6 +308,47 @@ func bounded(ctx context.Context, s Store, reqs []Request, ds []Decision) error 
 	}
 }
 
+// do makes one call f to the store, other than a Take (a Slots call),
+// through the breaker and the timeout. While the store fails, f runs on a
+// goroutine of its own, as in bounded: so its answer comes back only
+// through its results.
+func do[T any](g *Guard, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	var zero T
+	if g.inproc {
+		return f(ctx)
+	}
+	probe, ok := g.breaker.allow()
+	if !ok {
+		return zero, g.breaker.openError()
+	}
+	cctx, cancel, start := g.within(ctx)
+	var (
+		v   T
+		err error
+	)
+	if probe || g.breaker.failing.Load() {
+		type result struct {
+			v   T
+			err error
+		}
+		done := make(chan result, 1)
+		go func() {
+			v, err := f(cctx)
+			done <- result{v, err}
+		}()
+		select {
+		case r := <-done:
+			v, err = r.v, r.err
+		case <-cctx.Done():
+			err = fmt.Errorf("sluice: store call: %w", cctx.Err())
+		}
+	} else {
+		v, err = f(cctx)
+	}
+	g.end(ctx, cancel, start, probe, err)
+	return v, err
+}
+
 // within returns the context of a store call, its cancel function (nil
 // for none) and its start time when OnStoreCall wants it.
 func (g *Guard) within(ctx context.Context) (context.Context, context.CancelFunc, time.Time) {
@@ -360,7 +409,9 @@ func take(ctx context.Context, s Store, reqs []Request, ds []Decision) error {
 // failed decides c's enforced requests by their fail modes after the store
 // failed with err.
 func (g *Guard) failed(ctx context.Context, c *Check, ds []Decision, err error) Verdict {
-	g.failures.Add(1)
+	if !c.Held.Failed() { // counted by Hold already
+		g.failures.Add(1)
+	}
 	err = fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 	v := Verdict{Outcome: FailedOpen, Closest: -1, Err: err}
 	local := false

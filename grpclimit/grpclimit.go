@@ -219,7 +219,7 @@ func New(opts Options) (*Interceptor, error) {
 				return nil, fmt.Errorf("grpclimit: policy %q: concurrency needs Options.Slots: the store keeps none", p.Name)
 			}
 			p.conc = &sluice.Concurrency{Slots: opts.Slots, Max: p.Concurrency, Wait: p.ConcurrencyWait,
-				Timeout: opts.Timeout, FailMode: p.FailMode, Logger: opts.Logger}
+				Timeout: opts.Timeout, FailMode: p.FailMode, Logger: opts.Logger, Guard: i.guard, Label: p.Name}
 			if local != nil {
 				p.conc.Local = local
 			}
@@ -307,11 +307,18 @@ func (i *Interceptor) decide(ctx context.Context, method string, held *[]func() 
 			continue
 		}
 		if p.conc != nil {
-			release, d, err := p.conc.Acquire(ctx, r.Key)
-			switch {
-			case err != nil:
-				return status.Error(codes.Unavailable, "rate limiter unavailable")
-			case release == nil:
+			release, d, v := p.conc.Hold(ctx, &c, r.Key)
+			if release == nil {
+				// Refused here: counted under this policy.
+				if i.opts.OnResult != nil {
+					i.opts.OnResult(method, &v)
+				}
+				switch v.Outcome {
+				case sluice.Invalid:
+					return status.Error(codes.InvalidArgument, v.Err.Error())
+				case sluice.FailedClosed:
+					return status.Error(codes.Unavailable, "rate limiter unavailable")
+				}
 				return exhausted(fmt.Sprintf("concurrency limited: %d calls in flight already", p.Concurrency), d.RetryAfter)
 			}
 			*held = append(*held, release)
@@ -321,7 +328,7 @@ func (i *Interceptor) decide(ctx context.Context, method string, held *[]func() 
 		}
 		c.Enforced, c.Modes = append(c.Enforced, r), append(c.Modes, p.FailMode)
 	}
-	if len(c.Enforced)+len(c.Shadow) == 0 {
+	if len(c.Enforced)+len(c.Shadow)+len(*held) == 0 {
 		if closed {
 			return status.Error(codes.Unavailable, "rate limit key not found")
 		}

@@ -164,3 +164,30 @@ func TestStreamsInFlight(t *testing.T) {
 	second()
 	third()
 }
+
+// TestConcurrencyOutcomes: a call refused or admitted by a concurrency
+// policy alone is reported once to OnResult, with the store's failure
+// when its fail mode decided.
+func TestConcurrencyOutcomes(t *testing.T) {
+	down, _ := redisstore.Open("redis://127.0.0.1:1", redisstore.Options{})
+	defer down.Close()
+	for _, tc := range []struct {
+		mode sluice.FailMode
+		code codes.Code
+		want sluice.Outcome
+	}{
+		{sluice.FailOpen, codes.OK, sluice.FailedOpen},
+		{sluice.FailClosed, codes.Unavailable, sluice.FailedClosed},
+	} {
+		var got []sluice.Outcome
+		c := serve(t, grpclimit.Options{Store: down, Timeout: 200 * time.Millisecond, Policies: []grpclimit.Policy{
+			{Name: "p", Concurrency: 2, Key: grpclimit.Method(), FailMode: tc.mode},
+		}, OnResult: func(_ string, v *sluice.Verdict) { got = append(got, v.Outcome) }})
+		if _, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{}); status.Code(err) != tc.code {
+			t.Fatalf("%v, store down: %v; want %v", tc.mode, err, tc.code)
+		}
+		if len(got) != 1 || got[0] != tc.want {
+			t.Fatalf("%v, store down: reported %v; want once %v", tc.mode, got, tc.want)
+		}
+	}
+}

@@ -71,6 +71,12 @@ type Result struct {
 	// InFlight reports that the denial was a policy's Concurrency: its key
 	// had as many requests in flight as it allows.
 	InFlight bool
+	// Label is the policy the request is counted under, once: the one
+	// whose concurrency refused it, else the first enforced policy that
+	// applied, else the first shadow one; empty when none applied.
+	// Identity is the client's identity under it: its key without the
+	// policy's name.
+	Label, Identity string
 }
 
 // Middleware limits HTTP requests by policy. Make it with New; it is safe
@@ -119,7 +125,7 @@ func New(opts Options) (*Middleware, error) {
 				return nil, fmt.Errorf("httplimit: policy %q: concurrency needs Options.Slots: the store keeps none", p.Name)
 			}
 			p.conc = &sluice.Concurrency{Slots: opts.Slots, Max: p.Concurrency, Wait: p.ConcurrencyWait,
-				Timeout: opts.Timeout, FailMode: p.FailMode, Local: localSlots, Logger: opts.Logger}
+				Timeout: opts.Timeout, FailMode: p.FailMode, Local: localSlots, Logger: opts.Logger, Guard: m.guard, Label: p.Name}
 			if err := p.conc.Validate(); err != nil {
 				return nil, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
 			}
@@ -188,6 +194,8 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 	s.keys = s.keys[len(s.keys):]
 	res := &s.res
 	*res = Result{Closest: -1}
+	c := &s.check
+	*c = sluice.Check{}
 	failClosed := false
 	for _, p := range m.policies {
 		if !p.matches(r) {
@@ -196,13 +204,21 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 		req, err := m.request(r, p, s)
 		if err != nil {
 			if errors.Is(err, errBadCost) || errors.Is(err, errKeyTooLong) {
+				res.Label, res.Outcome, res.Err = p.Name, sluice.Invalid, err
+				m.report(r, res)
 				http.Error(w, err.Error(), http.StatusBadRequest)
 				return false
 			}
 			res.Err, res.MissingKey = err, true
+			if res.Label == "" && !p.Shadow {
+				res.Label = p.Name
+			}
 			failClosed = failClosed || (p.FailMode == sluice.FailClosed && !p.Shadow)
 			m.log.note(r.Context(), slog.LevelWarn, p.Name, "rate limit key not found", slog.String("error", err.Error()))
 			continue
+		}
+		if res.Label == "" && !p.Shadow {
+			res.Label, res.Identity = p.Name, req.Key[len(p.Name)+1:]
 		}
 		if !p.Shadow && p.conc != nil && !m.hold(w, r, p, req.Key, s) {
 			return false // answered; nothing charged
@@ -233,14 +249,11 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 	if len(sreqs) > len(sds) {
 		sds = make([]sluice.Decision, len(sreqs))
 	}
-	c := &s.check
-	*c = sluice.Check{Enforced: reqs, Modes: modes, Shadow: sreqs}
-	switch {
-	case len(enforced) > 0:
-		c.Label = enforced[0].Name
-	case len(shadow) > 0:
-		c.Label = shadow[0].Name
+	c.Enforced, c.Modes, c.Shadow = reqs, modes, sreqs
+	if res.Label == "" && len(shadow) > 0 {
+		res.Label, res.Identity = shadow[0].Name, sreqs[0].Key[len(shadow[0].Name)+1:]
 	}
+	c.Label = res.Label
 	v := m.guard.Decide(r.Context(), c, ds, sds)
 	ds, sds = ds[:len(reqs)], sds[:len(sreqs)]
 	res.Outcome, res.ShadowDenied = v.Outcome, v.ShadowDenied
@@ -249,6 +262,7 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 	}
 	switch v.Outcome {
 	case sluice.Invalid:
+		m.report(r, res)
 		http.Error(w, v.Err.Error(), http.StatusBadRequest)
 		return false
 	case sluice.FailedClosed:
@@ -290,21 +304,29 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 // 429 when the key is full, 503 when the slots failed under FailClosed.
 // Slots taken for this request's earlier policies are released then.
 func (m *Middleware) hold(w http.ResponseWriter, r *http.Request, p *Policy, key string, s *scratch) bool {
-	release, d, err := p.conc.Acquire(r.Context(), key)
+	release, d, v := p.conc.Hold(r.Context(), &s.check, key)
 	if release != nil {
 		s.held = append(s.held, release)
 		return true
 	}
 	s.release()
 	res := &s.res
-	if err != nil {
-		res.Err, res.FailedClosed, res.Outcome = err, true, sluice.FailedClosed
+	res.Label, res.Identity, res.Outcome = p.Name, key[len(p.Name)+1:], v.Outcome
+	switch v.Outcome {
+	case sluice.Invalid:
+		res.Err = v.Err
+		m.report(r, res)
+		http.Error(w, v.Err.Error(), http.StatusBadRequest)
+		return false
+	case sluice.FailedClosed:
+		res.Err, res.FailedClosed = v.Err, true
 		m.report(r, res)
 		m.refuse(w, r, res, http.StatusServiceUnavailable, time.Second)
 		return false
 	}
+	res.Err = v.Err // the store's, when the stand-in denied
 	res.Policies, res.Decisions, res.Closest = []*Policy{p}, []sluice.Decision{d}, 0
-	res.Denied, res.InFlight, res.Outcome = true, true, sluice.Denied
+	res.Denied, res.InFlight = true, true
 	s.hdr.set(w.Header(), m.now(), m.opts.ResetFormat, 0, res.Policies, res.Decisions)
 	m.report(r, res)
 	m.log.note(r.Context(), slog.LevelInfo, p.Name, "concurrency limited",
