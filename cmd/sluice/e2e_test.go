@@ -112,6 +112,25 @@ func start(t *testing.T, env []string, args ...string) *proc {
 
 // adminCall sends one admin API call with token and a JSON body, and
 // returns its status and body.
+// metric returns the value of series (its name and labels as /metrics
+// writes them) on the server at addr, 0 when it has none.
+func metric(t *testing.T, addr, series string) float64 {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	m := regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(series) + ` ([0-9.e+]+)$`).FindSubmatch(b)
+	if m == nil {
+		return 0
+	}
+	var n float64
+	fmt.Sscan(string(m[1]), &n)
+	return n
+}
+
 func adminCall(t *testing.T, addr, token, method, path, body string) (int, string) {
 	t.Helper()
 	req, _ := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
@@ -454,8 +473,8 @@ func TestProxy(t *testing.T) {
     match: "/shaped"
     shape: true
 `), 0o644)
-	addr := freeAddr(t)
-	cmd := exec.Command(binary, "proxy", "-config", file, "-upstream", upstream.URL, "-listen", addr)
+	addr, ops := freeAddr(t), freeAddr(t)
+	cmd := exec.Command(binary, "proxy", "-config", file, "-upstream", upstream.URL, "-listen", addr, "-metrics", ops)
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
@@ -489,6 +508,14 @@ func TestProxy(t *testing.T) {
 	}
 	if codes[200] != 3 || codes[429] != 2 {
 		t.Fatalf("limited: %v, want 3×200 and 2×429", codes)
+	}
+	// Each request counted once, under its policy, on the proxy's own
+	// metrics listener.
+	for result, want := range map[string]float64{"allowed": 3, "denied": 2} {
+		series := `sluice_checks_total{domain="",policy="limited",result="` + result + `"}`
+		if got := metric(t, ops, series); got != want {
+			t.Errorf("%s = %v; want %v", series, got, want)
+		}
 	}
 
 	// Bursty input: 4 bursts of 50, every 2.5s, for 10s. Shaped to 20/s,
@@ -624,17 +651,7 @@ policies:
 	// that other instances own.
 	forwarded := 0
 	for _, p := range procs {
-		resp, err := http.Get("http://" + p.http + "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if m := regexp.MustCompile(`(?m)^sluice_shard_forwarded_total ([0-9.e+]+)$`).FindSubmatch(b); m != nil {
-			var n float64
-			fmt.Sscan(string(m[1]), &n)
-			forwarded += int(n)
-		}
+		forwarded += int(metric(t, p.http, "sluice_shard_forwarded_total"))
 	}
 	if forwarded == 0 {
 		t.Error("no forwarding counted on any instance")
@@ -821,7 +838,7 @@ func TestProxyReloadsUnderLoad(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "proxy.yaml")
 	os.WriteFile(file, []byte("policies: [{name: p, limit: 1000000/1h, key: client_ip}]\n"), 0o644)
 	addr := freeAddr(t)
-	cmd := exec.Command(binary, "proxy", "-config", file, "-upstream", upstream.URL, "-listen", addr)
+	cmd := exec.Command(binary, "proxy", "-config", file, "-upstream", upstream.URL, "-listen", addr, "-metrics", freeAddr(t))
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
@@ -41,10 +42,9 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	c.register(fs)
 	httpAddr := fs.String("http", "127.0.0.1:8080", "HTTP listen address: /v1/check, /json, /metrics, /healthz, /readyz")
 	grpcAddr := fs.String("grpc", "127.0.0.1:8081", "gRPC listen address: Envoy RLS v3, health, reflection")
-	adminAddr := fs.String("admin", "127.0.0.1:8082", "admin API listen address; starts only with a token")
-	token := fs.String("admin-token", "", "admin API bearer token, overriding the config's; on the command line it shows in ps: prefer -admin-token-file or the variable")
+	var admin adminFlags
+	admin.register(fs, "127.0.0.1:8082")
 	envoyEnvFlag := fs.Bool("envoy-env", false, "start from envoyproxy/ratelimit's environment: RUNTIME_ROOT and the rest for the config directory, HOST/PORT, GRPC_HOST/GRPC_PORT, DEBUG_HOST/DEBUG_PORT, REDIS_*, LOG_*, SHADOW_MODE, LIMIT_RESPONSE_HEADERS_ENABLED (docs/envoy.md)")
-	tokenFile := fs.String("admin-token-file", "", "file holding the admin API bearer token, such as a mounted secret")
 	drain := fs.Duration("shutdown-timeout", 10*time.Second, "how long draining and in-flight checks may take on SIGINT or SIGTERM")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sluice serve [flags]\n\nRuns the rate-limit service. With no flags: the embedded policy file and the memory store.\n\nFlags:")
@@ -91,20 +91,12 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if len(ee.ineffective) > 0 {
 		log.Info("-envoy-env: these variables are read and have nothing to do in sluice", "variables", strings.Join(ee.ineffective, "; "))
 	}
-	if cli["admin-token"] {
-		log.Warn("the admin token given with -admin-token shows in ps and in shell history; use -admin-token-file or SLUICE_ADMIN_TOKEN")
-	}
-	if *tokenFile != "" {
-		data, err := os.ReadFile(*tokenFile)
-		if err != nil || strings.TrimSpace(string(data)) == "" {
-			fmt.Fprintf(stderr, "sluice serve: -admin-token-file: %v\n", cmp.Or(err, errors.New("the file is empty")))
-			return 2
-		}
-		*token = strings.TrimSpace(string(data))
+	if !admin.resolve(cli, log, stderr, "serve") {
+		return 2
 	}
 	srv, err := server.New(server.Options{
 		Config: c.config, RedisURL: c.redis, HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr,
-		AdminAddr: *adminAddr, AdminToken: *token, Logger: log, Envoy: envoy, DebugAddr: debugAddr,
+		AdminAddr: admin.addr, AdminToken: admin.token, Logger: log, Envoy: envoy, DebugAddr: debugAddr,
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice serve: cannot start:\n"+err.Error())
@@ -149,13 +141,17 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 	var c common
 	c.register(fs)
 	listen := fs.String("listen", "127.0.0.1:8090", "listen address")
+	metricsAddr := fs.String("metrics", "127.0.0.1:8091", "operator's listen address: /metrics, /healthz, /readyz; empty: none")
+	var admin adminFlags
+	admin.register(fs, "127.0.0.1:8092")
 	upstream := fs.String("upstream", "", "upstream URL to forward allowed requests to; required")
 	drain := fs.Duration("shutdown-timeout", 10*time.Second, "how long in-flight requests may take to finish on SIGINT or SIGTERM")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sluice proxy -upstream URL [flags]\n\nA reverse proxy applying the policy file's policies (match, key, shape) to what it forwards.\n\nFlags:")
 		fs.PrintDefaults()
 	}
-	if _, code := parseFlags(fs, args, stderr); code >= 0 {
+	cli, code := parseFlags(fs, args, stderr)
+	if code >= 0 {
 		return code
 	}
 	u, err := url.Parse(*upstream)
@@ -168,12 +164,15 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 		fail(stderr, "proxy", err)
 		return 2
 	}
+	if !admin.resolve(cli, log, stderr, "proxy") {
+		return 2
+	}
 	// The handler is rebuilt from each config a reload puts in place and
 	// swapped in whole: a request sees one config or the other.
 	var handler atomic.Pointer[http.Handler]
 	var srv *server.Server
 	build := func(cfg *config.Config) error {
-		h, err := proxy.New(cfg, proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides()}, u, log)
+		h, err := proxy.New(cfg, proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides(), Count: srv.CountCheck}, u, log)
 		if err != nil {
 			return err
 		}
@@ -181,6 +180,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 		return nil
 	}
 	srv, err = server.New(server.Options{Config: c.config, RedisURL: c.redis, Logger: log,
+		HTTPAddr: *metricsAddr, AdminAddr: admin.addr, AdminToken: admin.token, OpsOnly: true,
 		OnReload: func(cfg *config.Config) {
 			if err := build(cfg); err != nil {
 				log.Error("config reload: the proxy keeps its previous policies", "error", err)
@@ -204,13 +204,25 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 		fail(stderr, "proxy", err)
 		return 1
 	}
+	if err := srv.Start(); err != nil {
+		ln.Close()
+		fail(stderr, "proxy", err)
+		return 1
+	}
 	hs := server.HTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		(*handler.Load()).ServeHTTP(w, r)
 	}), lim, true, log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	srv.WatchReload(ctx) // SIGHUP and file changes, watched before announcing
+	a := srv.Addrs()
 	fmt.Fprintf(stdout, "sluice proxy listening on http://%s, forwarding to %s\n", ln.Addr(), u)
+	if a.HTTP != "" {
+		fmt.Fprintf(stdout, "  metrics    http://%s/metrics\n", a.HTTP)
+	}
+	if a.Admin != "" {
+		fmt.Fprintf(stdout, "  admin      http://%s/ui/   (bearer token required)\n", a.Admin)
+	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
 	select {
@@ -265,4 +277,30 @@ func banner(stdout io.Writer, build buildinfo.Info, source, store string, a serv
   curl -s http://%s/v1/check -H 'Content-Type: application/json' -d '{"checks":[{"policy":"default","key":"alice"}]}'
   sluice check -addr %s -policy default -key alice
 `, a.HTTP, a.HTTP)
+}
+
+// adminFlags are the admin API's flags, which serve and proxy share.
+type adminFlags struct{ addr, token, tokenFile string }
+
+func (a *adminFlags) register(fs *flag.FlagSet, addr string) {
+	fs.StringVar(&a.addr, "admin", addr, "admin API and status page listen address; starts only with a token")
+	fs.StringVar(&a.token, "admin-token", "", "admin API bearer token, overriding the config's; on the command line it shows in ps: prefer -admin-token-file or the variable")
+	fs.StringVar(&a.tokenFile, "admin-token-file", "", "file holding the admin API bearer token, such as a mounted secret")
+}
+
+// resolve reads the token file, if any, and warns of a token given on
+// the command line; false when the file cannot be used (said on stderr).
+func (a *adminFlags) resolve(cli map[string]bool, log *slog.Logger, stderr io.Writer, cmd string) bool {
+	if cli["admin-token"] {
+		log.Warn("the admin token given with -admin-token shows in ps and in shell history; use -admin-token-file or SLUICE_ADMIN_TOKEN")
+	}
+	if a.tokenFile != "" {
+		data, err := os.ReadFile(a.tokenFile)
+		if err != nil || strings.TrimSpace(string(data)) == "" {
+			fmt.Fprintf(stderr, "sluice %s: -admin-token-file: %v\n", cmd, cmp.Or(err, errors.New("the file is empty")))
+			return false
+		}
+		a.token = strings.TrimSpace(string(data))
+	}
+	return true
 }

@@ -28,7 +28,7 @@ func countingGateway(t *testing.T, yaml string, store sluice.Store, hold time.Du
 		time.Sleep(hold)
 		inFlight.Add(-1)
 		io.WriteString(w, "up")
-	}), nil)
+	}), Deps{})
 }
 
 // TestConcurrencyOnRedis: 64 callers of one key through the proxy on
@@ -149,7 +149,7 @@ policies:
     overrides: [{key: "partner-*", limit: fixed_window 3/1h}]
     plan_from: header:X-Plan
     plans: {pro: fixed_window 2/1h}
-`, memstore.New(memstore.Options{}), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), runtime)
+`, memstore.New(memstore.Options{}), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), Deps{Overrides: runtime})
 	admitted := func(key, plan string) int {
 		n := 0
 		for range 6 {

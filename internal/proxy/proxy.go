@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
@@ -31,6 +32,11 @@ type Deps struct {
 	Slots sluice.Slots
 	// Overrides are the limits set at runtime; nil: none.
 	Overrides *overrides.Registry
+	// Count, if set, counts each check once under its policy, with its
+	// outcome, the client's identity and the decision closest to its
+	// limit (nil for none): the server's CountCheck, so that the proxy's
+	// checks are in its metrics and status page.
+	Count func(policy string, o sluice.Outcome, identity string, closest *sluice.Decision, at time.Time)
 }
 
 // New returns a handler that limits by cfg's policies and forwards what it
@@ -65,7 +71,20 @@ func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (ht
 		}
 		policies = append(policies, hp)
 	}
-	m, err := httplimit.New(httplimit.Options{Guard: deps.Guard, Slots: deps.Slots, Policies: policies, Logger: log})
+	opts := httplimit.Options{Guard: deps.Guard, Slots: deps.Slots, Policies: policies, Logger: log}
+	if count := deps.Count; count != nil {
+		opts.OnResult = func(_ *http.Request, res *httplimit.Result) {
+			if res.Label == "" {
+				return // no policy applied
+			}
+			var closest *sluice.Decision
+			if res.Closest >= 0 {
+				closest = &res.Decisions[res.Closest]
+			}
+			count(res.Label, res.Outcome, res.Identity, closest, time.Now())
+		}
+	}
+	m, err := httplimit.New(opts)
 	if err != nil {
 		return nil, err
 	}

@@ -4,16 +4,17 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/faultproxy"
-	"github.com/sluicehq/sluice/internal/overrides"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/localsync"
 	"github.com/sluicehq/sluice/memstore"
@@ -23,12 +24,12 @@ import (
 // gateway is the proxy in front of an upstream that answers 200 "up".
 func gateway(t *testing.T, yaml string, store sluice.Store) *httptest.Server {
 	t.Helper()
-	return gatewayTo(t, yaml, store, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "up") }), nil)
+	return gatewayTo(t, yaml, store, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "up") }), Deps{})
 }
 
-// gatewayTo is the proxy on store, with the runtime overrides runtime (or
-// none), in front of upstream.
-func gatewayTo(t *testing.T, yaml string, store sluice.Store, upstream http.Handler, runtime *overrides.Registry) *httptest.Server {
+// gatewayTo is the proxy on store, with deps (its Guard made here), in
+// front of upstream.
+func gatewayTo(t *testing.T, yaml string, store sluice.Store, upstream http.Handler, deps Deps) *httptest.Server {
 	t.Helper()
 	cfg, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
@@ -45,7 +46,8 @@ func gatewayTo(t *testing.T, yaml string, store sluice.Store, upstream http.Hand
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := New(cfg, Deps{Guard: g, Overrides: runtime}, u, slog.New(slog.DiscardHandler))
+	deps.Guard = g
+	h, err := New(cfg, deps, u, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +96,9 @@ policies:
 }
 
 // Redis down under each fail_mode: local enforces the limit in memory,
-// open lets requests through, closed answers 503.
+// open lets requests through, closed answers 503; concurrency slots
+// follow their policy's mode too. Each request is counted once, under its
+// policy, with the outcome that decided it.
 func TestFailModes(t *testing.T) {
 	redis := redistest.Standalone(t)
 	fp := faultproxy.Start(t, redis.Addr)
@@ -103,13 +107,21 @@ func TestFailModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(rs.Close)
-	srv := gateway(t, `
+	var mu sync.Mutex
+	counted := map[string]int{}
+	count := func(policy string, o sluice.Outcome, identity string, _ *sluice.Decision, _ time.Time) {
+		mu.Lock()
+		counted[policy+" "+o.String()+" "+identity]++
+		mu.Unlock()
+	}
+	srv := gatewayTo(t, `
 store: {timeout: 200ms}
 policies:
   - {name: local, limit: 2/1h, key: "header:X-Key", match: "/local"}
   - {name: open, limit: 1/1h, key: "header:X-Key", match: "/open", fail_mode: open}
   - {name: closed, limit: 1/1h, key: "header:X-Key", match: "/closed", fail_mode: closed}
-`, rs)
+  - {name: uploads, concurrency: 2, key: "header:X-Key", match: "/upload", fail_mode: open}
+`, rs, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "up") }), Deps{Count: count})
 	fp.Down()
 	for i := range 3 {
 		want := 200
@@ -125,6 +137,20 @@ policies:
 		if resp := get(t, srv.URL+"/closed", "X-Key", "a"); resp.StatusCode != 503 {
 			t.Fatalf("closed, request %d: %d", i, resp.StatusCode)
 		}
+		if resp := get(t, srv.URL+"/upload", "X-Key", "a"); resp.StatusCode != 200 {
+			t.Fatalf("concurrency, open, request %d: %d", i, resp.StatusCode)
+		}
+	}
+	want := map[string]int{
+		"local local_allowed a": 2, "local local_denied a": 1,
+		"open failed_open a":     3,
+		"closed failed_closed a": 3,
+		"uploads failed_open a":  3,
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !maps.Equal(counted, want) {
+		t.Fatalf("counted %v; want %v", counted, want)
 	}
 }
 

@@ -47,18 +47,29 @@ func (s subject) labels() (policy, domain string) {
 	return s.name, ""
 }
 
-// countNearLimit counts a check allowed with at most the config's
-// near-limit share of its closest limit left (envoyproxy/ratelimit's
-// near_limit): a policy approaching its limit before it denies.
-func (s *Server) countNearLimit(policy, domain string, ds []sluice.Decision, v sluice.Verdict) {
-	if v.Closest < 0 || v.Outcome != sluice.Allowed {
-		return
-	}
-	d := ds[v.Closest]
-	capacity := float64(d.Limit.Capacity())
-	if float64(d.Remaining) <= capacity*(1-s.state().cfg.Metrics.NearLimitRatio) {
+// count counts a check of sub once, decided at start with outcome o on
+// key (policy or domain, NUL, the client's identity): in
+// sluice_checks_total, in the near-limit counter when it was allowed with
+// at most the config's near-limit share of its closest limit left
+// (envoyproxy/ratelimit's near_limit), and in the status page's activity.
+// closest is the enforced decision closest to its limit, nil for none.
+func (s *Server) count(sub subject, o sluice.Outcome, key string, closest *sluice.Decision, start time.Time) {
+	policy, domain := sub.labels()
+	s.metrics.checks.WithLabelValues(policy, domain, o.String()).Inc()
+	cfg := s.state().cfg
+	if closest != nil && o == sluice.Allowed &&
+		float64(closest.Remaining) <= float64(closest.Limit.Capacity())*(1-cfg.Metrics.NearLimitRatio) {
 		s.metrics.nearLimit.WithLabelValues(policy, domain).Inc()
 	}
+	s.activity.record(sub.name, o, key, cfg.UI.TopKeys, start)
+}
+
+// CountCheck counts a check of policy that another front door on this
+// server's Guard decided (the proxy), as the server counts its own: once
+// in sluice_checks_total under the policy, near-limit, the status page's
+// activity and its top keys (identity is the client's part of the key).
+func (s *Server) CountCheck(policy string, o sluice.Outcome, identity string, closest *sluice.Decision, start time.Time) {
+	s.count(subject{name: policy}, o, policy+"\x00"+identity, closest, start)
 }
 
 // outcome is the decision for one check or descriptor: every limit's
@@ -117,11 +128,13 @@ func (s *Server) decide(ctx context.Context, sub subject, key string, limits []s
 	}
 	out.Result = v.Outcome
 	policy, domain := sub.labels()
-	s.metrics.checks.WithLabelValues(policy, domain, v.Outcome.String()).Inc()
-	s.countNearLimit(policy, domain, ds, v)
-	s.activity.record(label, v.Outcome, key, s.state().cfg.UI.TopKeys, start)
-	if v.Outcome == sluice.Denied || v.Outcome == sluice.LocalDenied {
-		s.noteDenied(sub, ds[v.Closest])
+	var closest *sluice.Decision
+	if v.Closest >= 0 {
+		closest = &ds[v.Closest]
+	}
+	s.count(sub, v.Outcome, key, closest, start)
+	if closest != nil && (v.Outcome == sluice.Denied || v.Outcome == sluice.LocalDenied) {
+		s.noteDenied(sub, *closest)
 	}
 	took := time.Since(start).Seconds()
 	if span != nil && span.SpanContext().IsSampled() {

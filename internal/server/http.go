@@ -25,6 +25,13 @@ func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/check", s.handleCheck)
 	mux.HandleFunc("POST /json", s.handleEnvoyJSON)
+	s.ops(mux)
+	return mux
+}
+
+// ops adds the operator's endpoints to mux: health, readiness and
+// metrics.
+func (s *Server) ops(mux *http.ServeMux) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "ok\n") })
 	mux.HandleFunc("GET /readyz", s.handleReady)
 	// envoyproxy/ratelimit's probe: 200 "OK" while serving, 500 once
@@ -37,7 +44,6 @@ func (s *Server) httpHandler() http.Handler {
 		io.WriteString(w, "OK")
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{}))
-	return mux
 }
 
 // CheckRequest is the body of POST /v1/check.

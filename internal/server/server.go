@@ -56,6 +56,11 @@ type Options struct {
 	// DebugAddr, if set, serves the loaded config and pprof there, as
 	// envoyproxy/ratelimit's debug listener does.
 	DebugAddr string
+	// OpsOnly makes HTTPAddr serve only the operator's endpoints
+	// (/metrics, /healthz, /readyz, /healthcheck), or nothing when it is
+	// empty, starts no gRPC listener, and skips the drain: for `sluice
+	// proxy`, whose own listener serves the traffic and drains it.
+	OpsOnly bool
 }
 
 // Server is a running sluice service. Its config is swapped atomically on
@@ -234,6 +239,21 @@ func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	lim := s.state().cfg.Listeners
+	if s.opts.OpsOnly {
+		s.ready.Store(true)
+		if s.opts.HTTPAddr != "" {
+			hl, err := Listen(s.opts.HTTPAddr, lim)
+			if err != nil {
+				return fmt.Errorf("metrics listener: %w", err)
+			}
+			s.addrs = Addrs{HTTP: hl.Addr().String()}
+			mux := http.NewServeMux()
+			s.ops(mux)
+			s.httpSrv = HTTPServer(mux, lim, false, s.log)
+			go s.serveHTTP(s.httpSrv, hl)
+		}
+		return s.startAdmin(lim)
+	}
 	hl, err := Listen(s.opts.HTTPAddr, lim)
 	if err != nil {
 		return fmt.Errorf("http listener: %w", err)
@@ -259,14 +279,8 @@ func (s *Server) Start() error {
 	reflection.Register(s.grpcSrv)
 	go s.grpcSrv.Serve(gl)
 
-	if token := s.adminToken(); token != "" && s.opts.AdminAddr != "" {
-		al, err := Listen(s.opts.AdminAddr, lim)
-		if err != nil {
-			return fmt.Errorf("admin listener: %w", err)
-		}
-		s.addrs.Admin = al.Addr().String()
-		s.adminSrv = HTTPServer(s.adminHandler(), lim, false, s.log)
-		go s.serveHTTP(s.adminSrv, al)
+	if err := s.startAdmin(lim); err != nil {
+		return err
 	}
 	if s.opts.DebugAddr != "" {
 		dl, err := Listen(s.opts.DebugAddr, lim)
@@ -279,6 +293,22 @@ func (s *Server) Start() error {
 	}
 	s.ready.Store(true)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
+	return nil
+}
+
+// startAdmin starts the admin API and status page when there is a token
+// and an address for them. The caller holds s.mu.
+func (s *Server) startAdmin(lim config.Listeners) error {
+	if token := s.adminToken(); token == "" || s.opts.AdminAddr == "" {
+		return nil
+	}
+	al, err := Listen(s.opts.AdminAddr, lim)
+	if err != nil {
+		return fmt.Errorf("admin listener: %w", err)
+	}
+	s.addrs.Admin = al.Addr().String()
+	s.adminSrv = HTTPServer(s.adminHandler(), lim, false, s.log)
+	go s.serveHTTP(s.adminSrv, al)
 	return nil
 }
 
@@ -319,7 +349,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.health != nil {
 		s.health.Shutdown() // NOT_SERVING
 	}
-	if drain := s.state().cfg.Listeners.Drain; drain > 0 && s.httpSrv != nil {
+	if drain := s.state().cfg.Listeners.Drain; drain > 0 && s.httpSrv != nil && !s.opts.OpsOnly {
 		s.log.Info("draining: /readyz answers 503 while checks are still served", "drain", drain)
 		t := time.NewTimer(drain)
 		select {
