@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -69,4 +70,57 @@ func TestParseURL(t *testing.T) {
 			t.Errorf("%s: accepted", bad)
 		}
 	}
+}
+
+// A calendar limit's argument is computed once per window, and is the
+// window's own whichever instant in it asks: across a month's end, a DST
+// change and a zone whose hours start at half past.
+func TestCalendarArgPerWindow(t *testing.T) {
+	s := newStore(Options{})
+	ny, err := sluice.LoadZone("America/New_York")
+	if err != nil {
+		t.Fatal(err)
+	}
+	kolkata, err := sluice.LoadZone("Asia/Kolkata")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fresh := newStore(Options{})
+	for _, l := range []sluice.Limit{
+		{Algorithm: sluice.Calendar, Rate: 5, Period: sluice.CalendarMonth, Zone: ny},
+		{Algorithm: sluice.Calendar, Rate: 5, Period: sluice.CalendarDay, Zone: ny},
+		{Algorithm: sluice.Calendar, Rate: 5, Period: sluice.CalendarHour, Zone: kolkata},
+	} {
+		start := time.Date(2024, 2, 28, 0, 0, 0, 0, ny)
+		for at := start; at.Before(start.AddDate(0, 0, 12)); at = at.Add(17 * time.Minute) {
+			now := strconv.FormatInt(at.UnixMicro(), 10)
+			want := fresh.limitArg(l, now)
+			fresh.cals.Clear() // computed afresh for each instant
+			if got := s.limitArg(l, now); got != want {
+				t.Fatalf("%v at %v: cached argument %q; computed %q", l, at, got, want)
+			}
+		}
+	}
+}
+
+// BenchmarkCalendarArg: a calendar limit's argument from the cache, and
+// computed afresh as every call would without it.
+func BenchmarkCalendarArg(b *testing.B) {
+	ny, err := sluice.LoadZone("America/New_York")
+	if err != nil {
+		b.Fatal(err)
+	}
+	l := sluice.Limit{Algorithm: sluice.Calendar, Rate: 50_000, Period: sluice.CalendarMonth, Zone: ny}
+	s := newStore(Options{})
+	b.Run("cached", func(b *testing.B) {
+		for b.Loop() {
+			s.limitArg(l, "-1")
+		}
+	})
+	b.Run("computed", func(b *testing.B) {
+		for b.Loop() {
+			s.cals.Clear()
+			s.limitArg(l, "-1")
+		}
+	})
 }

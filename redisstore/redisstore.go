@@ -61,6 +61,14 @@ type Store struct {
 	fn    functions
 	args  sync.Map     // sluice.Limit → string, see limitArg
 	nargs atomic.Int64 // limits cached
+	cals  sync.Map     // a calendar sluice.Limit → *calendarArg
+}
+
+// calendarArg is a calendar limit's argument while Redis's clock is in
+// the window [start, end): the boundaries only change when it ends.
+type calendarArg struct {
+	start, end int64
+	arg        string
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -278,14 +286,25 @@ func (s *Store) take(ctx context.Context, c *call) error {
 // the key of its params cache. Formatted once per limit: a service sees
 // few limits. A calendar's is its code, its rate and the boundaries of
 // the windows before, around and after now (µs, on Redis's clock), which
-// the script chooses from by its own clock (scripts/calendar.lua).
+// the script chooses from by its own clock (scripts/calendar.lua);
+// computed once per window.
 func (s *Store) limitArg(l sluice.Limit, now string) string {
 	if l.Algorithm == sluice.Calendar {
+		t := s.clock.around(now)
+		if v, ok := s.cals.Load(l); ok {
+			if c := v.(*calendarArg); c.start <= t && t < c.end {
+				return c.arg
+			}
+		}
 		p := algorithm.ParamsOf(l)
-		b2, b3 := p.Window(s.clock.around(now))
+		b2, b3 := p.Window(t)
 		b1, _ := p.Window(b2 - 1)
 		_, b4 := p.Window(b3)
-		return fmt.Sprintf("%d %d %d %d %d %d", sluice.Calendar, p.Rate, b1, b2, b3, b4)
+		c := &calendarArg{start: b2, end: b3, arg: fmt.Sprintf("%d %d %d %d %d %d", sluice.Calendar, p.Rate, b1, b2, b3, b4)}
+		if _, ok := s.cals.Load(l); ok || s.nargs.Add(1) <= maxCachedLimits {
+			s.cals.Store(l, c) // the window now; bounded as args are
+		}
+		return c.arg
 	}
 	if v, ok := s.args.Load(l); ok {
 		return v.(string)
