@@ -87,7 +87,7 @@ func (r *Registry) LookupKey(policy, key string) ([]sluice.Limit, bool) {
 
 // List returns every override, sorted by policy and key.
 func (r *Registry) List() []Entry {
-	var out []Entry
+	out := []Entry{} // an empty list, not null, in JSON
 	for k, ls := range *r.table.Load() {
 		policy, key, _ := strings.Cut(k, "\x00")
 		e := Entry{Policy: policy, Key: key}
