@@ -152,8 +152,16 @@ func (e *entry) kill(swaps bool) {
 // tombstones, and resize by publishing a new index; a reader still on the
 // old one finds each entry it holds, live or dead, or misses a key added
 // since, and then looks again under the shard lock.
+//
+// Beside each slot a byte, its tag, says whether it is empty, a tombstone,
+// or which of 254 classes of hash its key is in: a probe reads the entries
+// whose tag matches, about one a lookup, where comparing each key on the
+// way would read one entry per slot probed (1.5 at half full, 2.5 at three
+// quarters), each a cache miss in a large store. A reader that sees a tag
+// not yet updated misses at worst, and looks again under the lock.
 type index struct {
 	slots []atomic.Pointer[entry]
+	tags  []atomic.Uint64 // slot i's tag is byte i%8 of word i/8
 	mask  uint64
 	used  int // slots not empty (entries and tombstones); guarded by the shard lock
 	live  int // entries; guarded by the shard lock
@@ -162,6 +170,17 @@ type index struct {
 // tombstone fills the slot of a removed entry, so that probes go past it.
 var tombstone = new(entry)
 
+// The tags of an empty slot and of a tombstone; an entry's is tagOf its
+// key's hash.
+const (
+	tagEmpty = 0
+	tagGone  = 1
+)
+
+// tagOf returns the tag of a key of hash h: 2 to 255, from bits the shard
+// and the slot are not chosen by.
+func tagOf(h uint64) uint64 { return max(h>>24&0xff, 2) }
+
 const minIndex = 8
 
 func newIndex(size int) *index {
@@ -169,35 +188,56 @@ func newIndex(size int) *index {
 	for n < size {
 		n <<= 1
 	}
-	return &index{slots: make([]atomic.Pointer[entry], n), mask: uint64(n - 1)}
+	return &index{slots: make([]atomic.Pointer[entry], n), tags: make([]atomic.Uint64, n/8), mask: uint64(n - 1)}
 }
 
 // home returns the first slot probed for hash h. The shard is chosen by
 // the low bits of h; the index uses the high ones.
 func (ix *index) home(h uint64) uint64 { return (h >> 32) & ix.mask }
 
-// find returns key's entry and slot, or nil and the first free slot (a
-// tombstone or empty) on its probe sequence. The index always has an empty
-// slot, so the probe ends.
+// find returns the entry and slot of key, of hash h, or nil and the first
+// free slot (a tombstone or empty) on its probe sequence. At most 3/4 of
+// the slots are ever used, so the probe ends.
 func (ix *index) find(h uint64, key string) (*entry, uint64) {
 	free := ^uint64(0)
-	for i := ix.home(h); ; i = (i + 1) & ix.mask {
-		switch e := ix.slots[i].Load(); e {
-		case nil:
+	want := tagOf(h)
+	i := ix.home(h)
+	w := ix.tags[i>>3].Load()
+	for {
+		switch w >> (i & 7 * 8) & 0xff {
+		case tagEmpty:
 			if free == ^uint64(0) {
 				free = i
 			}
 			return nil, free
-		case tombstone:
+		case tagGone:
 			if free == ^uint64(0) {
 				free = i
 			}
-		default:
-			if e.key == key {
+		case want:
+			if e := ix.slots[i].Load(); e != nil && e != tombstone && e.key == key {
 				return e, i
 			}
 		}
+		if i = (i + 1) & ix.mask; i&7 == 0 {
+			w = ix.tags[i>>3].Load()
+		}
 	}
+}
+
+// set puts e, of hash h, or a tombstone (e nil) in slot i. The caller
+// holds the shard lock. The entry is published before its tag: a reader
+// that sees the tag finds it.
+func (ix *index) set(i uint64, e *entry, h uint64) {
+	t := uint64(tagGone)
+	if e == nil {
+		e = tombstone
+	} else {
+		t = tagOf(h)
+	}
+	ix.slots[i].Store(e)
+	w, shift := &ix.tags[i>>3], i&7*8
+	w.Store(w.Load()&^(0xff<<shift) | t<<shift)
 }
 
 // tryLockAt locks the entry in slot i, if it holds one that no one holds
@@ -228,8 +268,9 @@ func (ix *index) rebuilt(hash func(string) uint64) *index {
 		if e == nil || e == tombstone {
 			continue
 		}
-		_, at := nx.find(hash(e.key), e.key)
-		nx.slots[at].Store(e)
+		h := hash(e.key)
+		_, at := nx.find(h, e.key)
+		nx.set(at, e, h)
 		nx.used++
 		nx.live++
 	}

@@ -1,6 +1,8 @@
 package memstore
 
 import (
+	"math/rand/v2"
+	"strconv"
 	"testing"
 
 	"github.com/sluicehq/sluice/algorithm"
@@ -34,5 +36,57 @@ func TestWordsRoundTrip(t *testing.T) {
 		if w, ok := word(s); ok && w != a {
 			t.Errorf("%+v: word %#x, pack %#x", s, w, a)
 		}
+	}
+}
+
+// The index against a map, through random inserts and removals of keys
+// whose hashes share homes and tags, and rebuilds when tombstones fill it:
+// each present key is found, each absent one is not and gets a free slot
+// on its probe path, and the count of live entries agrees.
+func TestIndexAgainstAMap(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	ix := newIndex(minIndex)
+	type placed struct {
+		e *entry
+		h uint64
+	}
+	held := map[string]placed{}
+	rebuilds := 0
+	// Few homes and few tags, so that probes run long, pass tombstones
+	// and meet tags that match other keys.
+	hashOf := func(k int) uint64 { return uint64(k%5)<<32 | uint64(k%3+2)<<24 }
+	for step := range 20_000 {
+		k := rng.IntN(100)
+		key := strconv.Itoa(k)
+		h := hashOf(k)
+		e, at := ix.find(h, key)
+		p, ok := held[key]
+		switch {
+		case ok && e != p.e:
+			t.Fatalf("step %d: %q found as %p; it is %p", step, key, e, p.e)
+		case !ok && e != nil:
+			t.Fatalf("step %d: %q found, but it was removed", step, key)
+		case ok:
+			ix.set(at, nil, 0)
+			ix.live--
+			delete(held, key)
+		case ix.full():
+			ix = ix.rebuilt(func(k string) uint64 { n, _ := strconv.Atoi(k); return hashOf(n) })
+			rebuilds++
+		default:
+			if s := ix.slots[at].Load(); s != nil && s != tombstone {
+				t.Fatalf("step %d: free slot %d of %q holds %q", step, at, key, s.key)
+			}
+			if ix.slots[at].Load() == nil {
+				ix.used++
+			}
+			ne := newEntry(key, algorithm.State{})
+			ix.set(at, ne, h)
+			ix.live++
+			held[key] = placed{ne, h}
+		}
+	}
+	if ix.live != len(held) || rebuilds == 0 {
+		t.Fatalf("live %d; %d keys held; %d rebuilds", ix.live, len(held), rebuilds)
 	}
 }

@@ -258,7 +258,7 @@ func (sh *shard) commit(s *Store, req *sluice.Request, now int64, p *pending) {
 		ix.used++
 	}
 	ix.live++
-	ix.slots[at].Store(e) // published: from here a Take may lock it
+	ix.set(at, e, p.h) // published: from here a Take may lock it
 	sh.keys++
 }
 
@@ -292,7 +292,7 @@ func (t *table) exp(s algorithm.State) int64 {
 // caller holds sh.mu.
 func (sh *shard) removeAt(s *Store, t *table, ix *index, i uint64, e *entry) {
 	e.kill(t.swaps)
-	ix.slots[i].Store(tombstone)
+	ix.set(i, nil, 0)
 	ix.live--
 	sh.keys--
 	if ix.sparse() {
