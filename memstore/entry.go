@@ -157,15 +157,25 @@ func (e *entry) kill(swaps bool) {
 // or which of 254 classes of hash its key is in: a probe reads the entries
 // whose tag matches, about one a lookup, where comparing each key on the
 // way would read one entry per slot probed (1.5 at half full, 2.5 at three
-// quarters), each a cache miss in a large store. A reader that sees a tag
-// not yet updated misses at worst, and looks again under the lock.
+// quarters), each a cache miss in a large store. Seven slots and their
+// tags share a cache line (a group), so a lookup in a large store reads
+// two lines: its group's and its entry's. A reader that sees a tag not yet
+// updated misses at worst, and looks again under the lock.
 type index struct {
-	slots []atomic.Pointer[entry]
-	tags  []atomic.Uint64 // slot i's tag is byte i%8 of word i/8
-	mask  uint64
-	used  int // slots not empty (entries and tombstones); guarded by the shard lock
-	live  int // entries; guarded by the shard lock
+	groups []group
+	n      uint64 // slots: groupSlots per group, a power of two groups
+	used   int    // slots not empty (entries and tombstones); guarded by the shard lock
+	live   int    // entries; guarded by the shard lock
 }
+
+// group is seven slots and their tags: 64 bytes, one cache line (the
+// allocator aligns a power of two of them).
+type group struct {
+	tags  atomic.Uint64 // byte j is slot j's tag; the eighth is unused
+	slots [groupSlots]atomic.Pointer[entry]
+}
+
+const groupSlots = 7
 
 // tombstone fills the slot of a removed entry, so that probes go past it.
 var tombstone = new(entry)
@@ -183,17 +193,23 @@ func tagOf(h uint64) uint64 { return max(h>>24&0xff, 2) }
 
 const minIndex = 8
 
+// newIndex returns an index of at least size slots.
 func newIndex(size int) *index {
-	n := minIndex
-	for n < size {
-		n <<= 1
+	g := 1
+	for g*groupSlots < size {
+		g <<= 1
 	}
-	return &index{slots: make([]atomic.Pointer[entry], n), tags: make([]atomic.Uint64, n/8), mask: uint64(n - 1)}
+	return &index{groups: make([]group, g), n: uint64(g * groupSlots)}
+}
+
+// slot returns slot i.
+func (ix *index) slot(i uint64) *atomic.Pointer[entry] {
+	return &ix.groups[i/groupSlots].slots[i%groupSlots]
 }
 
 // home returns the first slot probed for hash h. The shard is chosen by
-// the low bits of h; the index uses the high ones.
-func (ix *index) home(h uint64) uint64 { return (h >> 32) & ix.mask }
+// the low bits of h; the index uses the high 32, scaled to its size.
+func (ix *index) home(h uint64) uint64 { return (h >> 32) * ix.n >> 32 }
 
 // find returns the entry and slot of key, of hash h, or nil and the first
 // free slot (a tombstone or empty) on its probe sequence. At most 3/4 of
@@ -202,9 +218,10 @@ func (ix *index) find(h uint64, key string) (*entry, uint64) {
 	free := ^uint64(0)
 	want := tagOf(h)
 	i := ix.home(h)
-	w := ix.tags[i>>3].Load()
+	g, j := &ix.groups[i/groupSlots], i%groupSlots
+	w := g.tags.Load()
 	for {
-		switch w >> (i & 7 * 8) & 0xff {
+		switch w >> (j * 8) & 0xff {
 		case tagEmpty:
 			if free == ^uint64(0) {
 				free = i
@@ -215,12 +232,16 @@ func (ix *index) find(h uint64, key string) (*entry, uint64) {
 				free = i
 			}
 		case want:
-			if e := ix.slots[i].Load(); e != nil && e != tombstone && e.key == key {
+			if e := g.slots[j].Load(); e != nil && e != tombstone && e.key == key {
 				return e, i
 			}
 		}
-		if i = (i + 1) & ix.mask; i&7 == 0 {
-			w = ix.tags[i>>3].Load()
+		if i, j = i+1, j+1; j == groupSlots {
+			if i == ix.n {
+				i = 0
+			}
+			g, j = &ix.groups[i/groupSlots], 0
+			w = g.tags.Load()
 		}
 	}
 }
@@ -235,16 +256,16 @@ func (ix *index) set(i uint64, e *entry, h uint64) {
 	} else {
 		t = tagOf(h)
 	}
-	ix.slots[i].Store(e)
-	w, shift := &ix.tags[i>>3], i&7*8
-	w.Store(w.Load()&^(0xff<<shift) | t<<shift)
+	g, shift := &ix.groups[i/groupSlots], i%groupSlots*8
+	g.slots[i%groupSlots].Store(e)
+	g.tags.Store(g.tags.Load()&^(0xff<<shift) | t<<shift)
 }
 
 // tryLockAt locks the entry in slot i, if it holds one that no one holds
 // now, and returns it with its state. Sweeping and eviction use it. The
 // caller holds the shard lock.
 func (ix *index) tryLockAt(i uint64, swaps bool) (*entry, algorithm.State, bool) {
-	e := ix.slots[i].Load()
+	e := ix.slot(i).Load()
 	if e == nil || e == tombstone {
 		return nil, algorithm.State{}, false
 	}
@@ -253,18 +274,18 @@ func (ix *index) tryLockAt(i uint64, swaps bool) (*entry, algorithm.State, bool)
 }
 
 // full reports whether one more entry would fill the index past 3/4.
-func (ix *index) full() bool { return (ix.used+1)*4 > len(ix.slots)*3 }
+func (ix *index) full() bool { return uint64(ix.used+1)*4 > ix.n*3 }
 
 // sparse reports whether the index is mostly empty slots and tombstones
 // (after keys expired): worth rebuilding smaller.
-func (ix *index) sparse() bool { return len(ix.slots) > 64 && ix.live*8 < len(ix.slots) }
+func (ix *index) sparse() bool { return ix.n > 64 && uint64(ix.live)*8 < ix.n }
 
 // rebuilt returns a new index holding ix's live entries, sized for twice
 // as many as it holds plus one. hash is the store's key hash.
 func (ix *index) rebuilt(hash func(string) uint64) *index {
 	nx := newIndex((ix.live + 1) * 2)
-	for i := range ix.slots {
-		e := ix.slots[i].Load()
+	for i := range ix.n {
+		e := ix.slot(i).Load()
 		if e == nil || e == tombstone {
 			continue
 		}

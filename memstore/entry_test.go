@@ -74,10 +74,10 @@ func TestIndexAgainstAMap(t *testing.T) {
 			ix = ix.rebuilt(func(k string) uint64 { n, _ := strconv.Atoi(k); return hashOf(n) })
 			rebuilds++
 		default:
-			if s := ix.slots[at].Load(); s != nil && s != tombstone {
+			if s := ix.slot(at).Load(); s != nil && s != tombstone {
 				t.Fatalf("step %d: free slot %d of %q holds %q", step, at, key, s.key)
 			}
-			if ix.slots[at].Load() == nil {
+			if ix.slot(at).Load() == nil {
 				ix.used++
 			}
 			ne := newEntry(key, algorithm.State{})

@@ -254,7 +254,7 @@ func (sh *shard) commit(s *Store, req *sluice.Request, now int64, p *pending) {
 	// Look again: making room may have freed a slot on the way.
 	_, at := ix.find(p.h, req.Key)
 	e := newEntry(req.Key, p.s)
-	if ix.slots[at].Load() == nil {
+	if ix.slot(at).Load() == nil {
 		ix.used++
 	}
 	ix.live++
@@ -358,8 +358,8 @@ func (sh *shard) sweep(s *Store, t *table, before int64, n, most int) (deleted i
 		return deleted
 	}
 	ix := t.ix.Load()
-	for range min(len(ix.slots), sweepScan) {
-		i := t.cursor & ix.mask
+	for range min(ix.n, sweepScan) {
+		i := t.cursor % ix.n
 		t.cursor++
 		e, st, ok := ix.tryLockAt(i, t.swaps)
 		if !ok {
@@ -421,8 +421,8 @@ func (sh *shard) evict(s *Store, now int64) (live, ok bool) {
 			}
 		} else {
 			ix := t.ix.Load()
-			for range len(ix.slots) {
-				i := t.cursor & ix.mask
+			for range ix.n {
+				i := t.cursor % ix.n
 				t.cursor++
 				e, st, ok := ix.tryLockAt(i, t.swaps)
 				if !ok {
