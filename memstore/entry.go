@@ -246,19 +246,54 @@ func (ix *index) find(h uint64, key string) (*entry, uint64) {
 	}
 }
 
-// set puts e, of hash h, or a tombstone (e nil) in slot i. The caller
-// holds the shard lock. The entry is published before its tag: a reader
-// that sees the tag finds it.
-func (ix *index) set(i uint64, e *entry, h uint64) {
-	t := uint64(tagGone)
-	if e == nil {
-		e = tombstone
-	} else {
-		t = tagOf(h)
+// set puts e, of hash h, in slot i. The caller holds the shard lock.
+func (ix *index) set(i uint64, e *entry, h uint64) { ix.put(i, e, tagOf(h)) }
+
+// remove takes the entry out of slot i. The caller holds the shard lock. A
+// probe ends at an empty slot, so when the next slot is empty no probe
+// needs to pass slot i: it becomes empty, and so do the tombstones before
+// it in turn, which keeps tombstones from filling the index between
+// rebuilds. Otherwise it becomes a tombstone.
+func (ix *index) remove(i uint64) {
+	if ix.tag(ix.after(i)) != tagEmpty {
+		ix.put(i, tombstone, tagGone)
+		return
 	}
+	for {
+		ix.put(i, nil, tagEmpty)
+		ix.used--
+		if i = ix.before(i); ix.tag(i) != tagGone {
+			return
+		}
+	}
+}
+
+// put sets slot i and its tag. The slot is written before its tag: a
+// reader that sees an entry's tag finds the entry.
+func (ix *index) put(i uint64, e *entry, tag uint64) {
 	g, shift := &ix.groups[i/groupSlots], i%groupSlots*8
 	g.slots[i%groupSlots].Store(e)
-	g.tags.Store(g.tags.Load()&^(0xff<<shift) | t<<shift)
+	g.tags.Store(g.tags.Load()&^(0xff<<shift) | tag<<shift)
+}
+
+// tag returns slot i's tag.
+func (ix *index) tag(i uint64) uint64 {
+	return ix.groups[i/groupSlots].tags.Load() >> (i % groupSlots * 8) & 0xff
+}
+
+// after and before return the slots probed after and before slot i.
+func (ix *index) after(i uint64) uint64 {
+	if i+1 == ix.n {
+		return 0
+	}
+	return i + 1
+}
+
+func (ix *index) before(i uint64) uint64 {
+	if i == 0 {
+		return ix.n - 1
+	}
+	return i - 1
 }
 
 // tryLockAt locks the entry in slot i, if it holds one that no one holds

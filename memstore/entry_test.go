@@ -67,7 +67,7 @@ func TestIndexAgainstAMap(t *testing.T) {
 		case !ok && e != nil:
 			t.Fatalf("step %d: %q found, but it was removed", step, key)
 		case ok:
-			ix.set(at, nil, 0)
+			ix.remove(at)
 			ix.live--
 			delete(held, key)
 		case ix.full():
@@ -84,6 +84,23 @@ func TestIndexAgainstAMap(t *testing.T) {
 			ix.set(at, ne, h)
 			ix.live++
 			held[key] = placed{ne, h}
+		}
+		if step%100 == 0 {
+			// Every key held is found, and used counts the slots not empty.
+			for key, p := range held {
+				if e, _ := ix.find(p.h, key); e != p.e {
+					t.Fatalf("step %d: %q found as %p; it is %p", step, key, e, p.e)
+				}
+			}
+			used := 0
+			for i := range ix.n {
+				if ix.tag(i) != tagEmpty {
+					used++
+				}
+			}
+			if used != ix.used {
+				t.Fatalf("step %d: %d slots not empty; used says %d", step, used, ix.used)
+			}
 		}
 	}
 	if ix.live != len(held) || rebuilds == 0 {

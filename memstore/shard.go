@@ -288,11 +288,22 @@ func (t *table) exp(s algorithm.State) int64 {
 	return algorithm.FullAt(t.alg, s, &t.slowest)
 }
 
+// step returns the slot of ix that sweeping looks at next, and moves the
+// cursor past it. The caller holds the shard lock.
+func (t *table) step(ix *index) uint64 {
+	i := t.cursor
+	if i >= ix.n { // the index was rebuilt smaller, or the cursor wrapped
+		i = 0
+	}
+	t.cursor = i + 1
+	return i
+}
+
 // removeAt removes the locked entry e in slot i of t's current index. The
 // caller holds sh.mu.
 func (sh *shard) removeAt(s *Store, t *table, ix *index, i uint64, e *entry) {
 	e.kill(t.swaps)
-	ix.set(i, nil, 0)
+	ix.remove(i)
 	ix.live--
 	sh.keys--
 	if ix.sparse() {
@@ -359,8 +370,7 @@ func (sh *shard) sweep(s *Store, t *table, before int64, n, most int) (deleted i
 	}
 	ix := t.ix.Load()
 	for range min(ix.n, sweepScan) {
-		i := t.cursor % ix.n
-		t.cursor++
+		i := t.step(ix)
 		e, st, ok := ix.tryLockAt(i, t.swaps)
 		if !ok {
 			continue
@@ -422,8 +432,7 @@ func (sh *shard) evict(s *Store, now int64) (live, ok bool) {
 		} else {
 			ix := t.ix.Load()
 			for range ix.n {
-				i := t.cursor % ix.n
-				t.cursor++
+				i := t.step(ix)
 				e, st, ok := ix.tryLockAt(i, t.swaps)
 				if !ok {
 					continue
