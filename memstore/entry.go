@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"math"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -21,14 +22,14 @@ import (
 // lookup that finds it reads one object. A longer key is a second object.
 // Its expiry is not stored: it is derived from the state (algorithm.FullAt).
 type entry struct {
-	key string // in short when it fits
-	mu  sync.Mutex
+	key string     // in short when it fits
+	mu  sync.Mutex // the lock, in tables that do not swap
 	// a is the state's first word, A, which no algorithm makes negative:
 	// alone when B is 0, with B packed in (packedB) when both fit, or with
-	// hasB set and B in b; or a mark. Guarded by mu, and in tables that
-	// swap (swaps), also read and swapped without it, atomically.
+	// hasB set and B in b; or a mark. Guarded by mu; in tables that swap
+	// (swaps), read and swapped atomically, and busyMark while locked.
 	a     int64
-	b, c  int64 // guarded by mu
+	b, c  int64 // guarded by the lock
 	short [16]byte
 }
 
@@ -95,44 +96,74 @@ func newEntry(key string, st algorithm.State) *entry {
 }
 
 // lock locks e and returns its state; ok is false when e is dead. swaps
-// says whether e's table also swaps a without the lock.
-func (e *entry) lock(swaps bool) (s algorithm.State, ok bool) {
-	e.mu.Lock()
-	return e.locked(swaps)
+// says whether e's table also swaps a without the lock. In such a table
+// the lock is the word itself: locking swaps busyMark in, so that a swap
+// without the lock fails meanwhile, and unlocking stores the new state.
+// The section it guards is a few dozen instructions, so a locker spins,
+// yielding its processor after a few tries, instead of sleeping on a
+// mutex: under contention a sleep and a wake-up cost more than the wait.
+func (e *entry) lock(swaps bool) (algorithm.State, bool) {
+	if !swaps {
+		e.mu.Lock()
+		return e.locked()
+	}
+	for tries := 0; ; tries++ {
+		if s, ok, done := e.trySwap(); done {
+			return s, ok
+		}
+		if tries >= 16 {
+			runtime.Gosched()
+		}
+	}
 }
 
 // tryLock locks e if no one holds it now. Sweeping uses it: an entry in
 // use is not a candidate for removal, and a batch may hold it.
 func (e *entry) tryLock(swaps bool) (s algorithm.State, ok bool) {
-	if !e.mu.TryLock() {
-		return s, false
+	if !swaps {
+		if !e.mu.TryLock() {
+			return s, false
+		}
+		return e.locked()
 	}
-	return e.locked(swaps)
+	s, ok, _ = e.trySwap()
+	return s, ok
 }
 
-func (e *entry) locked(swaps bool) (algorithm.State, bool) {
-	var a int64
-	if swaps {
-		// Mark it busy, so that a swap without the lock fails meanwhile.
-		a = atomic.SwapInt64(&e.a, busyMark)
-	} else {
-		a = e.a
+// trySwap locks e of a table that swaps, unless it is held: done reports
+// whether it got an answer, ok whether e is live (and now locked).
+func (e *entry) trySwap() (s algorithm.State, ok, done bool) {
+	switch a := atomic.LoadInt64(&e.a); a {
+	case deadMark:
+		return s, false, true
+	case busyMark:
+		return s, false, false
+	default:
+		if atomic.CompareAndSwapInt64(&e.a, a, busyMark) {
+			return stateOf(a, e.b, e.c), true, true
+		}
+		return s, false, false
 	}
-	if a == deadMark {
-		e.kill(swaps)
+}
+
+// locked returns the state of e, of a table that does not swap, whose
+// mutex the caller holds.
+func (e *entry) locked() (algorithm.State, bool) {
+	if e.a == deadMark {
+		e.mu.Unlock()
 		return algorithm.State{}, false
 	}
-	return stateOf(a, e.b, e.c), true
+	return stateOf(e.a, e.b, e.c), true
 }
 
 // unlock stores s, changed or not, into the locked e and unlocks it.
 func (e *entry) unlock(s algorithm.State, swaps bool) {
 	e.b, e.c = s.B, s.C
 	if swaps {
-		atomic.StoreInt64(&e.a, pack(s))
-	} else {
-		e.a = pack(s)
+		atomic.StoreInt64(&e.a, pack(s)) // unlocks
+		return
 	}
+	e.a = pack(s)
 	e.mu.Unlock()
 }
 
@@ -140,9 +171,9 @@ func (e *entry) unlock(s algorithm.State, swaps bool) {
 func (e *entry) kill(swaps bool) {
 	if swaps {
 		atomic.StoreInt64(&e.a, deadMark)
-	} else {
-		e.a = deadMark
+		return
 	}
+	e.a = deadMark
 	e.mu.Unlock()
 }
 
