@@ -140,6 +140,16 @@ func BenchmarkMemstore(b *testing.B) {
 			}
 		})
 	})
+	// The wall and monotonic clocks together (time.Now), which go-limiter
+	// reads per decision (its fasttime is time.now).
+	b.Run("clock-now-only/1key", func(b *testing.B) {
+		var sink atomic.Int64
+		parallel(b, keySets[0].keys, func(string) {
+			if time.Now().UnixNano() < 0 {
+				sink.Add(1)
+			}
+		})
+	})
 	// The least any exact limiter does for a hot key: read the clock and
 	// compare-and-swap one word that every caller shares, with nothing
 	// else (no key, no limit, no report). On one key it bounds every

@@ -53,7 +53,7 @@ type Options struct {
 	// search, so a new key at the bound costs about twice one below it
 	// however full of live keys the store is (BenchmarkFullStore).
 	// Default 4,000,000: for the O(1) algorithms about 320 MB of heap and
-	// 400 MB of RSS, 81 and 100 bytes per key of 14-byte names
+	// 410 MB of RSS, 81 and 102 bytes per key of 14-byte names
 	// (bench/BenchmarkRSSPerKey).
 	MaxKeys int
 	// Clock returns the current time for Requests without Now. Default:
