@@ -242,15 +242,12 @@ func (s *Server) Start() error {
 	if s.opts.OpsOnly {
 		s.ready.Store(true)
 		if s.opts.HTTPAddr != "" {
-			hl, err := Listen(s.opts.HTTPAddr, lim)
-			if err != nil {
-				return fmt.Errorf("metrics listener: %w", err)
-			}
-			s.addrs = Addrs{HTTP: hl.Addr().String()}
 			mux := http.NewServeMux()
 			s.ops(mux)
-			s.httpSrv = HTTPServer(mux, lim, false, s.log)
-			go s.serveHTTP(s.httpSrv, hl)
+			var err error
+			if s.httpSrv, s.addrs.HTTP, err = s.serveOn("metrics", s.opts.HTTPAddr, lim, mux); err != nil {
+				return err
+			}
 		}
 		return s.startAdmin(lim)
 	}
@@ -283,13 +280,9 @@ func (s *Server) Start() error {
 		return err
 	}
 	if s.opts.DebugAddr != "" {
-		dl, err := Listen(s.opts.DebugAddr, lim)
-		if err != nil {
-			return fmt.Errorf("debug listener: %w", err)
+		if s.debugSrv, s.addrs.Debug, err = s.serveOn("debug", s.opts.DebugAddr, lim, s.debugHandler()); err != nil {
+			return err
 		}
-		s.addrs.Debug = dl.Addr().String()
-		s.debugSrv = HTTPServer(s.debugHandler(), lim, false, s.log)
-		go s.serveHTTP(s.debugSrv, dl)
 	}
 	s.ready.Store(true)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
@@ -302,14 +295,21 @@ func (s *Server) startAdmin(lim config.Listeners) error {
 	if token := s.adminToken(); token == "" || s.opts.AdminAddr == "" {
 		return nil
 	}
-	al, err := Listen(s.opts.AdminAddr, lim)
+	var err error
+	s.adminSrv, s.addrs.Admin, err = s.serveOn("admin", s.opts.AdminAddr, lim, s.adminHandler())
+	return err
+}
+
+// serveOn serves h on a listener at addr (named in its error) in the
+// background, and returns the server and the address it listens on.
+func (s *Server) serveOn(name, addr string, lim config.Listeners, h http.Handler) (*http.Server, string, error) {
+	l, err := Listen(addr, lim)
 	if err != nil {
-		return fmt.Errorf("admin listener: %w", err)
+		return nil, "", fmt.Errorf("%s listener: %w", name, err)
 	}
-	s.addrs.Admin = al.Addr().String()
-	s.adminSrv = HTTPServer(s.adminHandler(), lim, false, s.log)
-	go s.serveHTTP(s.adminSrv, al)
-	return nil
+	srv := HTTPServer(h, lim, false, s.log)
+	go s.serveHTTP(srv, l)
+	return srv, l.Addr().String(), nil
 }
 
 func (s *Server) serveHTTP(srv *http.Server, l net.Listener) {
