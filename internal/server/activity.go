@@ -54,8 +54,9 @@ func (a *activity) label(name string) *labelActivity {
 }
 
 // record counts a check of label with outcome made at at (the check's own
-// clock reading), and its key when denied and topKeys > 0.
-func (a *activity) record(label string, o sluice.Outcome, key string, topKeys int, at time.Time) {
+// clock reading), and its client (the key without the policy's or
+// domain's name) when denied and topKeys > 0.
+func (a *activity) record(label string, o sluice.Outcome, client string, topKeys int, at time.Time) {
 	l := a.label(label)
 	if l == nil {
 		return
@@ -81,8 +82,6 @@ func (a *activity) record(label string, o sluice.Outcome, key string, topKeys in
 			l.top.CompareAndSwap(nil, topk.New(topKeys))
 			sk = l.top.Load()
 		}
-		// The client's part of the key: after the policy's or domain's name.
-		_, client, _ := strings.Cut(key, "\x00")
 		sk.Observe(strings.ReplaceAll(client, "\x00", " "))
 	}
 }

@@ -47,13 +47,13 @@ func (s subject) labels() (policy, domain string) {
 	return s.name, ""
 }
 
-// count counts a check of sub once, decided at start with outcome o on
-// key (policy or domain, NUL, the client's identity): in
+// count counts a check of sub once, decided at start with outcome o for
+// client (its key without the policy's or domain's name): in
 // sluice_checks_total, in the near-limit counter when it was allowed with
 // at most the config's near-limit share of its closest limit left
 // (envoyproxy/ratelimit's near_limit), and in the status page's activity.
 // closest is the enforced decision closest to its limit, nil for none.
-func (s *Server) count(sub subject, o sluice.Outcome, key string, closest *sluice.Decision, start time.Time) {
+func (s *Server) count(sub subject, o sluice.Outcome, client string, closest *sluice.Decision, start time.Time) {
 	policy, domain := sub.labels()
 	s.metrics.checks.WithLabelValues(policy, domain, o.String()).Inc()
 	cfg := s.state().cfg
@@ -61,7 +61,7 @@ func (s *Server) count(sub subject, o sluice.Outcome, key string, closest *sluic
 		float64(closest.Remaining) <= float64(closest.Limit.Capacity())*(1-cfg.Metrics.NearLimitRatio) {
 		s.metrics.nearLimit.WithLabelValues(policy, domain).Inc()
 	}
-	s.activity.record(sub.name, o, key, cfg.UI.TopKeys, start)
+	s.activity.record(sub.name, o, client, cfg.UI.TopKeys, start)
 }
 
 // CountCheck counts a check of policy that another front door on this
@@ -69,7 +69,7 @@ func (s *Server) count(sub subject, o sluice.Outcome, key string, closest *sluic
 // in sluice_checks_total under the policy, near-limit, the status page's
 // activity and its top keys (identity is the client's part of the key).
 func (s *Server) CountCheck(policy string, o sluice.Outcome, identity string, closest *sluice.Decision, start time.Time) {
-	s.count(subject{name: policy}, o, policy+"\x00"+identity, closest, start)
+	s.count(subject{name: policy}, o, identity, closest, start)
 }
 
 // outcome is the decision for one check or descriptor: every limit's
@@ -132,7 +132,8 @@ func (s *Server) decide(ctx context.Context, sub subject, key string, limits []s
 	if v.Closest >= 0 {
 		closest = &ds[v.Closest]
 	}
-	s.count(sub, v.Outcome, key, closest, start)
+	_, client, _ := strings.Cut(key, "\x00") // after the policy's or domain's name
+	s.count(sub, v.Outcome, client, closest, start)
 	if closest != nil && (v.Outcome == sluice.Denied || v.Outcome == sluice.LocalDenied) {
 		s.noteDenied(sub, *closest)
 	}

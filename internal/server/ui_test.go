@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice"
 )
 
 // startUI starts a server with the admin listener (token s3cret) and the
@@ -206,5 +208,31 @@ func TestStatusPageKeysOff(t *testing.T) {
 	_, body, _ := fetch(t, b, "GET", admin+"/ui/policy/auth", nil)
 	if strings.Contains(body, "alice@example.com") || !strings.Contains(body, "top_keys") {
 		t.Fatalf("with top_keys 0: %s", body)
+	}
+}
+
+// A check another front door decided (the proxy's) counts as the
+// server's own: in sluice_checks_total under its policy, and on the status
+// page with its denied client among the top keys.
+func TestCountCheckFromAnotherFrontDoor(t *testing.T) {
+	r, admin := startUI(t, "policies: [{name: edge, limit: fixed_window 2/1h}]\n")
+	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 2, Period: time.Hour}
+	for i, o := range []sluice.Outcome{sluice.Allowed, sluice.Allowed, sluice.Denied, sluice.Denied} {
+		d := sluice.Decision{Allowed: o == sluice.Allowed, Limit: limit, Remaining: int64(max(1-i, 0))}
+		r.CountCheck("edge", o, "203.0.113.9", &d, time.Now())
+	}
+	m := r.metrics(t)
+	for _, want := range []string{
+		`sluice_checks_total{domain="",policy="edge",result="allowed"} 2`,
+		`sluice_checks_total{domain="",policy="edge",result="denied"} 2`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Fatalf("no %s in /metrics", want)
+		}
+	}
+	b := browser()
+	fetch(t, b, "POST", admin+"/ui/login", url.Values{"token": {"s3cret"}})
+	if _, body, _ := fetch(t, b, "GET", admin+"/ui/policy/edge", nil); !strings.Contains(body, "203.0.113.9") {
+		t.Fatalf("the denied client is not on the policy's page:\n%s", body)
 	}
 }
