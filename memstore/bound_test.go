@@ -72,6 +72,30 @@ func TestExpiredKeysAreSwept(t *testing.T) {
 	}
 }
 
+// Under steady churn below half the bound (new keys at 1,000 a second,
+// each back to full at once and kept 10 s for its return), the store holds
+// about as many keys as arrived within a few graces, and no more: sweeping
+// looks less often while it finds only keys within their grace, never so
+// little that it falls behind.
+func TestChurnBelowHalfTheBoundStaysProportional(t *testing.T) {
+	s := memstore.New(memstore.Options{Shards: 1, MaxKeys: 1_000_000})
+	l := sluice.Limit{Rate: 1000, Period: time.Second, Burst: 1}
+	const perSecond, seconds = 1000, 120
+	most := 0
+	for i := range perSecond * seconds {
+		take(t, s, fmt.Sprint("k", i), l, 1, t0.Add(time.Duration(i)*time.Second/perSecond))
+		if i > perSecond*60 {
+			most = max(most, s.Len())
+		}
+	}
+	// 10 s of arrivals are within their grace: 10,000 keys; with no
+	// sweeping the store would hold every one of the 120,000.
+	t.Logf("keys held in the second minute: at most %d", most)
+	if most > 3*10*perSecond {
+		t.Fatalf("%d keys held under a churn of %d/s with a 10 s grace; sweeping fell behind", most, perSecond)
+	}
+}
+
 // A peek never creates a key.
 func TestPeekCreatesNothing(t *testing.T) {
 	s := memstore.New(memstore.Options{})

@@ -12,7 +12,9 @@
 // Expired keys are swept a few at a time whenever a new key is inserted: no
 // goroutine, no full scans. While a shard holds under half its share of
 // MaxKeys, a key stays 10 seconds after it expired, so that a key that
-// returns finds its entry instead of being made again. MaxKeys bounds memory under a key flood; see
+// returns finds its entry instead of being made again, and while sweeps
+// find only such keys (a burst of new ones) they run before one insert in
+// up to 16. MaxKeys bounds memory under a key flood; see
 // Options.
 //
 // Memory per key, for the O(1) algorithms: a 64-byte entry holding the

@@ -39,6 +39,8 @@ type table struct {
 	slowest algorithm.Params
 	ix      atomic.Pointer[index] // O(1) algorithms
 	cursor  uint64                // where sweeping resumes; guarded by the shard lock
+	idle    uint8                 // sweeps in a row within the grace that removed nothing, up to 4; guarded by the shard lock
+	skip    uint8                 // inserts left before the next such sweep; guarded by the shard lock
 	logs    map[string]*logState  // SlidingLog; guarded by the shard lock
 }
 
@@ -334,7 +336,20 @@ func (sh *shard) remove(s *Store, t *table, key string) {
 func (sh *shard) makeRoom(s *Store, t *table, now int64) {
 	switch {
 	case sh.keys < s.perShard/2:
-		sh.sweep(s, t, now-sweepGrace, sweepPerInsert, sweepPerInsert)
+		// While sweeps keep finding only keys within their grace (a burst
+		// of new keys), looking costs a cache miss per key for nothing:
+		// look before one insert in 2, 4, 8, then 16, and before every
+		// one again as soon as a sweep removes a key.
+		if t.skip > 0 {
+			t.skip--
+			return
+		}
+		if sh.sweep(s, t, now-sweepGrace, sweepPerInsert, sweepPerInsert) > 0 {
+			t.idle = 0
+		} else {
+			t.idle = min(t.idle+1, 4)
+			t.skip = 1<<t.idle - 1
+		}
 		return
 	case sh.keys < s.perShard:
 		// Past half the bound, keys back to full go without grace.
