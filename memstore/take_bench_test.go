@@ -34,6 +34,37 @@ func BenchmarkTake(b *testing.B) {
 	}
 }
 
+// BenchmarkHotKeyManyWaiters is one key taken by 32 goroutines per CPU,
+// under a limit whose state is one word (decided by compare-and-swap) and
+// one whose state is two (decided under the lock that is its first word):
+// waiters that spin and yield, never sleep, must not collapse when they
+// far outnumber the processors.
+//
+//	go test -run '^$' -bench HotKeyManyWaiters -cpu 1,2 -count 3 ./memstore/
+func BenchmarkHotKeyManyWaiters(b *testing.B) {
+	for _, tc := range []struct {
+		name  string
+		limit sluice.Limit
+	}{
+		{"one-word", sluice.Limit{Rate: 1_000_000, Period: time.Second, Burst: 100_000_000}},
+		{"two-words", sluice.Limit{Rate: 999_999_937, Period: time.Hour, Burst: 100_000_000}},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			s := memstore.New(memstore.Options{})
+			ctx := context.Background()
+			b.SetParallelism(32)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					if _, err := s.Take(ctx, sluice.Request{Key: "hot", Limit: tc.limit, Cost: 1}); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			})
+		})
+	}
+}
+
 // BenchmarkTakeCount compares counting every request with counting
 // admissions only, on one key over its limit (every request refused: where
 // the two differ) and under it, for both window counters: count all costs
