@@ -288,37 +288,46 @@ func (g *Guard) call1(ctx context.Context, req Request, d *Decision) (err error)
 // dial timeout first). The call works on copies, as it may outlive its
 // caller; the goroutine ends when the store returns.
 func bounded(ctx context.Context, s Store, reqs []Request, ds []Decision) error {
+	own := slices.Clone(reqs)
+	out, err := detached(ctx, func(ctx context.Context) ([]Decision, error) {
+		out := make([]Decision, len(own))
+		return out, take(ctx, s, own, out)
+	})
+	copy(ds, out) // nil when ctx ended first
+	return err
+}
+
+// detached runs f on a goroutine of its own and returns its results, or
+// ctx's error as soon as ctx ends, whether f has returned or not.
+func detached[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
 	type result struct {
-		ds  []Decision
+		v   T
 		err error
 	}
 	done := make(chan result, 1)
-	own := slices.Clone(reqs)
 	go func() {
-		out := make([]Decision, len(own))
-		err := take(ctx, s, own, out)
-		done <- result{out, err}
+		v, err := f(ctx)
+		done <- result{v, err}
 	}()
 	select {
 	case r := <-done:
-		copy(ds, r.ds)
-		return r.err
+		return r.v, r.err
 	case <-ctx.Done():
-		return fmt.Errorf("sluice: store call: %w", ctx.Err())
+		var zero T
+		return zero, fmt.Errorf("sluice: store call: %w", ctx.Err())
 	}
 }
 
 // do makes one call f to the store, other than a Take (a Slots call),
-// through the breaker and the timeout. While the store fails, f runs on a
-// goroutine of its own, as in bounded: so its answer comes back only
-// through its results.
+// through the breaker and the timeout; while the store fails, detached,
+// as bounded makes a Take.
 func do[T any](g *Guard, ctx context.Context, f func(context.Context) (T, error)) (T, error) {
-	var zero T
 	if g.inproc {
 		return f(ctx)
 	}
 	probe, ok := g.breaker.allow()
 	if !ok {
+		var zero T
 		return zero, g.breaker.openError()
 	}
 	cctx, cancel, start := g.within(ctx)
@@ -327,21 +336,7 @@ func do[T any](g *Guard, ctx context.Context, f func(context.Context) (T, error)
 		err error
 	)
 	if probe || g.breaker.failing.Load() {
-		type result struct {
-			v   T
-			err error
-		}
-		done := make(chan result, 1)
-		go func() {
-			v, err := f(cctx)
-			done <- result{v, err}
-		}()
-		select {
-		case r := <-done:
-			v, err = r.v, r.err
-		case <-cctx.Done():
-			err = fmt.Errorf("sluice: store call: %w", cctx.Err())
-		}
+		v, err = detached(cctx, f)
 	} else {
 		v, err = f(cctx)
 	}
