@@ -297,7 +297,7 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 		}
 		shadow := o.Node.Shadow && overrides[i] == nil
 		if over {
-			o.outcome = s.overLimit(subject{name: domain, domain: true}, limits, shadow)
+			o.outcome = s.overLimit(subject{name: domain, domain: true}, key, limits, shadow)
 			continue
 		}
 		o.outcome = s.decide(ctx, subject{name: domain, domain: true}, key, limits, hits[i], shadow, cfg.Store.FailMode)
@@ -353,8 +353,8 @@ const unknownDomain = "(unknown domain)"
 
 // overLimit is the outcome of hits that no state could allow (a limit of
 // requests_per_unit 0, or more hits than the limit): over every limit,
-// nothing taken, no store call.
-func (s *Server) overLimit(sub subject, limits []sluice.Limit, shadow bool) outcome {
+// nothing taken, no store call; counted as any check of key.
+func (s *Server) overLimit(sub subject, key string, limits []sluice.Limit, shadow bool) outcome {
 	ds := make([]sluice.Decision, len(limits))
 	for i, l := range limits {
 		ds[i] = sluice.Decision{Limit: l, RetryAfter: l.Period}
@@ -363,7 +363,7 @@ func (s *Server) overLimit(sub subject, limits []sluice.Limit, shadow bool) outc
 	if shadow {
 		result = sluice.ShadowDenied
 	}
-	policy, domain := sub.labels()
-	s.metrics.checks.WithLabelValues(policy, domain, result.String()).Inc()
+	_, client, _ := strings.Cut(key, "\x00")
+	s.count(sub, result, client, &ds[0], time.Now())
 	return outcome{Decisions: ds, Closest: 0, Shadow: shadow, Result: result}
 }
