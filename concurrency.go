@@ -221,7 +221,9 @@ func (c *Concurrency) forget(slots Slots, key, lease string) {
 	go func() {
 		ctx, cancel := context.WithTimeout(context.Background(), cmp.Or(c.Timeout, DefaultTimeout))
 		defer cancel()
-		slots.Release(ctx, key, lease)
+		if _, err := slots.Release(ctx, key, lease); err != nil {
+			c.note("concurrency slot not released; its lease will free it", err)
+		}
 	}()
 }
 
