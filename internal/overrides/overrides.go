@@ -29,6 +29,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
 )
 
 // Entry is one override: the limits of a policy's key.
@@ -74,15 +75,19 @@ func (r *Registry) Lookup(storeKey string) ([]sluice.Limit, bool) {
 	return ls, ok
 }
 
-// LookupKey is Lookup of policy's key, without making the store key when
-// there are no overrides.
-func (r *Registry) LookupKey(policy, key string) ([]sluice.Limit, bool) {
-	t := *r.table.Load()
-	if len(t) == 0 {
-		return nil, false
+// LimitsFor returns the limits of key under p, for a request that names
+// plan: its override set at runtime, else p's own choice (an override of
+// the policy file, the plan, the policy's limits). The store key is made
+// only when there are runtime overrides. A nil Registry has none.
+func (r *Registry) LimitsFor(p *config.Policy, key, plan string) []sluice.Limit {
+	if r != nil {
+		if t := *r.table.Load(); len(t) > 0 {
+			if ls, ok := t[p.Name+"\x00"+key]; ok {
+				return ls
+			}
+		}
 	}
-	ls, ok := t[policy+"\x00"+key]
-	return ls, ok
+	return p.LimitsFor(key, plan)
 }
 
 // List returns every override, sorted by policy and key.

@@ -105,16 +105,11 @@ func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (ht
 func limitsFor(p *config.Policy, runtime *overrides.Registry) func(*http.Request, string) []sluice.Limit {
 	_, planHeader, _ := strings.Cut(p.PlanFrom, ":")
 	return func(r *http.Request, identity string) []sluice.Limit {
-		if runtime != nil {
-			if ls, ok := runtime.LookupKey(p.Name, identity); ok {
-				return ls
-			}
-		}
 		var plan string
 		if planHeader != "" {
 			plan = r.Header.Get(planHeader)
 		}
-		return p.LimitsFor(identity, plan)
+		return runtime.LimitsFor(p, identity, plan)
 	}
 }
 

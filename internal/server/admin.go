@@ -106,7 +106,7 @@ func (s *Server) adminKey(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		key = p.Name + "\x00" + q.Get("key")
-		limits = s.limitsFor(p, key, q.Get("key"), q.Get("plan"))
+		limits = s.overrides.LimitsFor(p, q.Get("key"), q.Get("plan"))
 	} else {
 		d := cfg.Domains[q.Get("domain")]
 		if d == nil {

@@ -166,7 +166,7 @@ func (s *Server) checkPolicy(ctx context.Context, cfg *config.Config, ck Check) 
 		return outcome{Closest: -1, Err: inputError("key is required")}
 	}
 	storeKey := p.Name + "\x00" + ck.Key
-	limits := s.limitsFor(p, storeKey, ck.Key, ck.Plan)
+	limits := s.overrides.LimitsFor(p, ck.Key, ck.Plan)
 	if len(limits) == 0 {
 		// A check cannot say when its request ends: holding a slot is for
 		// front doors that see the request through.
@@ -177,16 +177,6 @@ func (s *Server) checkPolicy(ctx context.Context, cfg *config.Config, ck Check) 
 		c = *ck.Cost
 	}
 	return s.decide(ctx, subject{name: p.Name}, storeKey, limits, c, p.Shadow, p.FailMode)
-}
-
-// limitsFor returns the limits of key (storeKey in the store) under
-// policy p and plan: an override set through the admin API, else p's
-// own override, plan or limits (config.Policy.LimitsFor).
-func (s *Server) limitsFor(p *config.Policy, storeKey, key, plan string) []sluice.Limit {
-	if ls, ok := s.overrides.Lookup(storeKey); ok {
-		return ls
-	}
-	return p.LimitsFor(key, plan)
 }
 
 // descriptor is a request descriptor's decision: the node of the domain's
