@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,7 +56,9 @@ func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (ht
 		resolver = r.Or(resolver)
 	}
 	var policies []httplimit.Policy
+	var keyHeaders []string
 	for _, p := range cfg.Policies {
+		keyHeaders = append(keyHeaders, headersOf(p)...)
 		key, err := keyFunc(p.Key, resolver)
 		if err != nil {
 			return nil, fmt.Errorf("policy %q: %w", p.Name, err)
@@ -97,7 +100,22 @@ func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (ht
 	rp.Transport = tr
 	rp.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	rp.ErrorHandler = upstreamFailed(log, sample.New(1))
-	return m.Handler(rp), nil
+	slices.Sort(keyHeaders)
+	return canonical(m.Handler(forward(rp)), slices.Compact(keyHeaders)), nil
+}
+
+// headersOf returns the headers p's key and plan are read from.
+func headersOf(p *config.Policy) []string {
+	var hs []string
+	for _, part := range strings.Split(p.Key, "+") {
+		if name, arg, _ := strings.Cut(strings.TrimSpace(part), ":"); name == "header" || name == "user" {
+			hs = append(hs, http.CanonicalHeaderKey(arg))
+		}
+	}
+	if src, h, _ := strings.Cut(p.PlanFrom, ":"); src == "header" && h != "" {
+		hs = append(hs, http.CanonicalHeaderKey(h))
+	}
+	return hs
 }
 
 // limitsFor returns the limits of a request under p: an override set at
@@ -133,12 +151,17 @@ func upstreamFailed(log *slog.Logger, logs *sample.Sampler) func(http.ResponseWr
 			log.Warn("sluice proxy: upstream failed", "status", status, "method", r.Method, "path", r.URL.Path,
 				"error", err.Error(), "suppressed", held)
 		}
-		body, _ := json.Marshal(map[string]any{"type": "about:blank", "title": http.StatusText(status), "status": status, "detail": title})
-		w.Header().Set("Content-Type", "application/problem+json")
-		w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-		w.WriteHeader(status)
-		w.Write(body)
+		problem(w, status, title)
 	}
+}
+
+// problem answers status with an RFC 9457 problem+json body.
+func problem(w http.ResponseWriter, status int, detail string) {
+	body, _ := json.Marshal(map[string]any{"type": "about:blank", "title": http.StatusText(status), "status": status, "detail": detail})
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	w.WriteHeader(status)
+	w.Write(body)
 }
 
 // keyFunc turns a config key spec into a KeyFunc.

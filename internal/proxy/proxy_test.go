@@ -22,22 +22,29 @@ import (
 )
 
 // gateway is the proxy in front of an upstream that answers 200 "up".
-func gateway(t *testing.T, yaml string, store sluice.Store) *httptest.Server {
+func gateway(t testing.TB, yaml string, store sluice.Store) *httptest.Server {
 	t.Helper()
 	return gatewayTo(t, yaml, store, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "up") }), Deps{})
 }
 
 // gatewayTo is the proxy on store, with deps (its Guard made here), in
 // front of upstream.
-func gatewayTo(t *testing.T, yaml string, store sluice.Store, upstream http.Handler, deps Deps) *httptest.Server {
+func gatewayTo(t testing.TB, yaml string, store sluice.Store, upstream http.Handler, deps Deps) *httptest.Server {
+	t.Helper()
+	up := httptest.NewServer(upstream)
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	return gatewayURL(t, yaml, store, u, deps)
+}
+
+// gatewayURL is the proxy on store, with deps (its Guard made here), in
+// front of the upstream at u.
+func gatewayURL(t testing.TB, yaml string, store sluice.Store, u *url.URL, deps Deps) *httptest.Server {
 	t.Helper()
 	cfg, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
 	}
-	up := httptest.NewServer(upstream)
-	t.Cleanup(up.Close)
-	u, _ := url.Parse(up.URL)
 	var local sluice.Store
 	if _, ok := store.(*memstore.Store); !ok {
 		local = memstore.New(memstore.Options{})

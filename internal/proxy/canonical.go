@@ -1,0 +1,157 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// The proxy's requests in one form. A policy matches a path the way
+// ServeMux would route it, but the upstream behind the proxy resolves the
+// path it is sent, often after decoding it differently ("%2e%2e" is a dot
+// segment to most file servers, segment text to ServeMux). So the proxy
+// decides once what a request's path and host are, and both the policies
+// and the upstream get that:
+//
+//   - The path is decoded, segment by segment; "." and ".." segments
+//     (encoded or not) are resolved and repeated slashes merged, and the
+//     result is sent re-encoded in Go's one escaping of it. "/x/%2e%2e/api/1",
+//     "/%2e/api/1" and "/api//1" are "/api/1" to policy and upstream alike.
+//   - A path that has no single meaning is refused with 400: an encoded
+//     slash ("%2F", a separator to some upstreams and segment text to
+//     others), a backslash (a separator on Windows), a control character
+//     or NUL, or a path that does not start with "/".
+//   - Policies match the path without its trailing slash ("/api/items/1/"
+//     is limited by "GET /api/items/{id}": many upstreams serve it), which
+//     also matches every pattern the slashed path matches; the upstream is
+//     sent the slash.
+//   - The host is lower-case, without a trailing dot: "ADMIN.Example.COM."
+//     is "admin.example.com", as DNS has it.
+//   - A header a policy keys on may appear once: two X-API-Key headers
+//     are refused with 400, since the limit would count one value and the
+//     upstream might read the other.
+
+// errPath is wrapped by the errors canonicalPath returns.
+var errPath = errors.New("the request path has no single meaning")
+
+// canonicalPath returns the decoded, resolved form of an escaped path.
+func canonicalPath(escaped string) (string, error) {
+	if escaped == "*" {
+		return escaped, nil // OPTIONS *
+	}
+	if !strings.HasPrefix(escaped, "/") {
+		return "", fmt.Errorf("%w: it does not start with /", errPath)
+	}
+	if strings.IndexByte(escaped, '%') < 0 && strings.IndexByte(escaped, '\\') < 0 && clean(escaped) {
+		return escaped, nil // nothing to decode or resolve: no allocation
+	}
+	segs := strings.Split(escaped[1:], "/")
+	out := make([]string, 0, len(segs))
+	for _, seg := range segs {
+		dec, err := url.PathUnescape(seg)
+		if err != nil {
+			return "", fmt.Errorf("%w: %v", errPath, err)
+		}
+		switch {
+		case strings.ContainsAny(dec, "/\\"):
+			return "", fmt.Errorf("%w: an encoded slash or a backslash", errPath)
+		case strings.ContainsFunc(dec, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+			return "", fmt.Errorf("%w: a control character", errPath)
+		case dec == "" || dec == ".":
+		case dec == "..":
+			if len(out) > 0 {
+				out = out[:len(out)-1]
+			}
+		default:
+			out = append(out, dec)
+		}
+	}
+	p := "/" + strings.Join(out, "/")
+	if last := segs[len(segs)-1]; len(out) > 0 && (last == "" || last == "." || last == ".." || strings.EqualFold(last, "%2e") || strings.EqualFold(last, "%2e%2e")) {
+		p += "/" // a path that ends in a directory keeps saying so
+	}
+	return p, nil
+}
+
+// clean reports whether an unescaped path has no empty, "." or ".."
+// segment (a conservative test: "/.well-known" is decoded the long way).
+func clean(path string) bool {
+	for i := 1; i < len(path); i++ {
+		if path[i-1] == '/' && (path[i] == '/' || path[i] == '.') {
+			return false
+		}
+	}
+	return true
+}
+
+// canonicalHost is host lower-case and without a trailing dot before its
+// port, if it has one.
+func canonicalHost(host string) string {
+	name, port := host, ""
+	if i := strings.LastIndexByte(host, ':'); i >= 0 && !strings.HasSuffix(host, "]") {
+		name, port = host[:i], host[i:]
+	}
+	name = strings.TrimSuffix(name, ".")
+	if !strings.ContainsFunc(name, func(r rune) bool { return 'A' <= r && r <= 'Z' }) {
+		if len(name)+len(port) == len(host) {
+			return host
+		}
+		return name + port
+	}
+	return strings.ToLower(name) + port
+}
+
+// forwardKey is the context key under which canonical keeps the URL the
+// upstream is sent while the policies see the one they match.
+type forwardKey struct{}
+
+// canonical puts r in its one form (see above) before next, which are the
+// policies; forward, behind them, sends the request on with its path as
+// the upstream is to see it. keyHeaders are the headers policies key on.
+func canonical(next http.Handler, keyHeaders []string) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for _, h := range keyHeaders {
+			if len(r.Header[h]) > 1 {
+				problem(w, http.StatusBadRequest, "the "+h+" header appears more than once")
+				return
+			}
+		}
+		p, err := canonicalPath(r.URL.EscapedPath())
+		if err != nil {
+			problem(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		r.Host = canonicalHost(r.Host)
+		fwd := r.URL
+		if p != fwd.EscapedPath() {
+			fwd = new(url.URL)
+			*fwd = *r.URL
+			fwd.Path, fwd.RawPath = p, ""
+		}
+		match := fwd
+		if len(p) > 1 && strings.HasSuffix(p, "/") {
+			match = new(url.URL)
+			*match = *fwd
+			match.Path, match.RawPath = strings.TrimSuffix(fwd.Path, "/"), ""
+		}
+		if match != r.URL || fwd != r.URL {
+			r = r.WithContext(context.WithValue(r.Context(), forwardKey{}, fwd))
+			r.URL = match
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// forward restores the URL canonical chose for the upstream, then calls next.
+func forward(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if u, ok := r.Context().Value(forwardKey{}).(*url.URL); ok {
+			r.URL = u
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
