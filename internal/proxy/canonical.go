@@ -154,4 +154,3 @@ func forward(next http.Handler) http.Handler {
 		next.ServeHTTP(w, r)
 	})
 }
-
