@@ -20,7 +20,8 @@
 // escaped (\ → \\, { → \(, } → \)) so it is always the whole hash tag: every
 // key of one user key shares a Cluster slot, and no user key can move its
 // slot or collide with another's. A batch whose keys span slots on Cluster
-// is refused with ErrCrossSlot before anything is sent.
+// is peeked in every slot, then taken slot by slot, the slots that would
+// deny first (TakeAll).
 //
 // The client is github.com/redis/rueidis, which pipelines concurrent calls
 // onto shared connections automatically.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -30,19 +31,79 @@ func TestSlotMatchesRedis(t *testing.T) {
 	}
 }
 
-// A batch across slots on Cluster is refused before anything is sent.
-func TestCrossSlotBatchIsRefused(t *testing.T) {
+// A batch across slots on Cluster is decided slot by slot: allowed, it
+// takes from every slot; denied in one slot, it takes from none.
+func TestCrossSlotBatch(t *testing.T) {
 	nodes := redistest.Cluster(t)
 	s := redisstore.New(client(t, addrsOf(nodes)...), redisstore.Options{Prefix: uniquePrefix(t)})
-	l := sluice.PerSecond(10)
+	ctx := context.Background()
+	l := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 3, Period: time.Hour}
 	reqs := []sluice.Request{{Key: "alice", Limit: l, Cost: 1}, {Key: "bob", Limit: l, Cost: 1}}
-	err := s.TakeAll(context.Background(), reqs, make([]sluice.Decision, 2))
-	if !errors.Is(err, redisstore.ErrCrossSlot) {
-		t.Fatalf("TakeAll across slots = %v; want ErrCrossSlot", err)
+	if redisstore.Slot("sluice:{alice}") == redisstore.Slot("sluice:{bob}") {
+		t.Fatal("alice and bob share a slot: the test proves nothing")
 	}
-	d, err := s.Take(context.Background(), reqs[0])
-	if err != nil || d.Remaining != 9 {
-		t.Fatalf("after the refused batch: %+v, %v; want 9 remaining (nothing applied)", d, err)
+	ds := make([]sluice.Decision, 2)
+	if err := s.TakeAll(ctx, reqs, ds); err != nil || !ds[0].Allowed || !ds[1].Allowed || ds[0].Remaining != 2 || ds[1].Remaining != 2 {
+		t.Fatalf("first batch: %+v, %v; want both allowed, 2 left each", ds, err)
+	}
+	for range 2 { // bob runs out
+		if _, err := s.Take(ctx, reqs[1]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := s.TakeAll(ctx, reqs, ds); err != nil || ds[1].Allowed || ds[1].RetryAfter <= 0 {
+		t.Fatalf("batch with bob out: %+v, %v; want bob denied with a RetryAfter", ds, err)
+	}
+	if d, err := s.Take(ctx, sluice.Request{Key: "alice", Limit: l}); err != nil || d.Remaining != 2 {
+		t.Fatalf("alice after the denied batch: %+v, %v; want 2 left (nothing taken)", d, err)
+	}
+	idem := slices.Clone(reqs)
+	idem[0].ID = "push-1"
+	if err := s.TakeAll(ctx, idem, ds); !errors.Is(err, redisstore.ErrCrossSlot) {
+		t.Fatalf("an idempotent batch across slots: %v; want ErrCrossSlot", err)
+	}
+}
+
+// Many callers at once on two keys of two slots, one batch each: the key
+// both share admits exactly its limit, and every admission is charged to
+// both keys.
+func TestCrossSlotBatchExact(t *testing.T) {
+	nodes := redistest.Cluster(t)
+	s := redisstore.New(client(t, addrsOf(nodes)...), redisstore.Options{Prefix: uniquePrefix(t)})
+	ctx := context.Background()
+	shared := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 100, Period: time.Hour}
+	own := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1000, Period: time.Hour}
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for c := range 64 {
+		wg.Go(func() {
+			for range 5 {
+				ds := make([]sluice.Decision, 2)
+				reqs := []sluice.Request{{Key: "ip-1", Limit: shared, Cost: 1}, {Key: fmt.Sprint("user-", c%4), Limit: own, Cost: 1}}
+				if err := s.TakeAll(ctx, reqs, ds); err != nil {
+					t.Error(err)
+					return
+				}
+				if ds[0].Allowed && ds[1].Allowed {
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if admitted.Load() != 100 {
+		t.Fatalf("admitted %d on a limit of 100", admitted.Load())
+	}
+	var used int64
+	for u := range 4 {
+		d, err := s.Take(ctx, sluice.Request{Key: fmt.Sprint("user-", u), Limit: own})
+		if err != nil {
+			t.Fatal(err)
+		}
+		used += own.Rate - d.Remaining
+	}
+	if used != 100 {
+		t.Fatalf("the users' keys were charged %d for 100 admissions; want 100 (the shared key, first in the batch, is taken first)", used)
 	}
 }
 

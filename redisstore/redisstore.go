@@ -29,9 +29,10 @@ type Options struct {
 
 // Errors.
 var (
-	// ErrCrossSlot is returned by TakeAll on Redis Cluster for a batch whose
-	// keys hash to different slots: one script cannot touch them atomically.
-	ErrCrossSlot = errors.New("redisstore: batch keys span Redis Cluster slots; use one user key per batch")
+	// ErrCrossSlot is returned by TakeAll on Redis Cluster for an
+	// idempotent batch (Request.ID) whose keys hash to different slots: it
+	// could apply in one slot and not another.
+	ErrCrossSlot = errors.New("redisstore: batch keys span Redis Cluster slots")
 	// ErrNotConnected is returned while a Store from Open has not reached
 	// Redis yet.
 	ErrNotConnected = errors.New("redisstore: not connected to Redis")
@@ -218,9 +219,12 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Decision, 
 // calls recycles Take's calls, which most Takes would otherwise allocate.
 var calls = sync.Pool{New: func() any { return new(call) }}
 
-// TakeAll decides reqs all-or-nothing in one script call. On Cluster, keys
-// of different slots are refused with ErrCrossSlot; two requests with the
-// same key, algorithm and period with sluice.ErrDuplicateRequest.
+// TakeAll decides reqs all-or-nothing in one script call. On Cluster, a
+// batch whose keys span slots is decided slot by slot (see takeSlots): a
+// request any limit denies takes nothing from the others unless a
+// concurrent request changed a state in between, and no limit admits more
+// than it allows. Two requests with the same key, algorithm and period are
+// refused with sluice.ErrDuplicateRequest.
 //
 // Off Cluster, concurrent calls on the store's clock are coalesced: while
 // up to maxInFlight script calls are running, further calls queue and go
@@ -258,8 +262,12 @@ func (s *Store) take(ctx context.Context, c *call) error {
 				return fmt.Errorf("%w: requests %d and %d", sluice.ErrDuplicateRequest, j, i)
 			}
 		}
-		if cluster && slot(c.keys[i]) != slot(c.keys[0]) {
-			return fmt.Errorf("%w: %q and %q", ErrCrossSlot, reqs[0].Key, r.Key)
+	}
+	if cluster {
+		for _, k := range c.keys[1:len(reqs)] {
+			if slot(k) != slot(c.keys[0]) {
+				return s.takeSlots(ctx, c)
+			}
 		}
 	}
 	if id := reqs[0].ID; id != "" {
