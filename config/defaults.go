@@ -40,7 +40,11 @@ var defaults = struct {
 		// Per listener; Go raises the file descriptor limit to the hard
 		// limit at start, usually far above.
 		MaxConnections: 4096,
-		MaxStreams:     1000,
+		// gRPC calls at once per connection, the least HTTP/2 recommends:
+		// each holds a goroutine, and Go keeps a goroutine's descriptor
+		// for good once it has made one. Clients open more connections
+		// (Envoy) or queue (grpc-go) past it.
+		MaxStreams: 100,
 		// A load balancer that polls /readyz every second sees the 503
 		// before the listeners close.
 		Drain: 2 * time.Second,

@@ -25,6 +25,7 @@ type metrics struct {
 	lastReload   prometheus.Gauge
 	reloadOK     prometheus.Gauge
 	descriptors  *prometheus.CounterVec
+	refused      *prometheus.CounterVec
 	detailed     seriesCap
 }
 
@@ -91,6 +92,10 @@ func newMetrics() *metrics {
 			Name: "sluice_envoy_descriptor_checks_total",
 			Help: "Envoy descriptors decided, by the config node that limited them (envoyproxy/ratelimit's key: domain.key_value...; the request's own values under detailed_metric or value_to_metric, at most 1000 such series, then \"(overflow)\") and result.",
 		}, []string{"descriptor", "result"}),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_grpc_refused_total",
+			Help: "gRPC calls and connections the listener cut, by reason: receive_timeout (a call whose request did not arrive within listeners.read_timeout), too_many_resets (a connection that reset streams faster than the rapid-reset guard allows, sent a GOAWAY).",
+		}, []string{"reason"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_config_reloads_total",
 			Help: "Config reloads by result: success or failure.",
@@ -103,7 +108,7 @@ func newMetrics() *metrics {
 	info.WithLabelValues(build.Version, build.Revision, strconv.FormatBool(build.Modified), build.Go).Set(1)
 	m.lastReload.SetToCurrentTime()
 	m.reloadOK.Set(1)
-	m.reg.MustRegister(info, m.checks, m.nearLimit, m.latency, m.storeLatency, m.storeCalls, m.reloads, m.lastReload, m.reloadOK, m.descriptors,
+	m.reg.MustRegister(info, m.checks, m.nearLimit, m.latency, m.storeLatency, m.storeCalls, m.reloads, m.lastReload, m.reloadOK, m.descriptors, m.refused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -255,7 +255,7 @@ func (s *Server) Start() error {
 	if err != nil {
 		return fmt.Errorf("http listener: %w", err)
 	}
-	gl, err := Listen(s.opts.GRPCAddr, lim)
+	gl, err := listenGRPC(s.opts.GRPCAddr, lim, s.goneAway)
 	if err != nil {
 		hl.Close()
 		return fmt.Errorf("grpc listener: %w", err)
@@ -265,7 +265,7 @@ func (s *Server) Start() error {
 	s.httpSrv = HTTPServer(s.tracing.httpHandler(s.httpHandler()), lim, false, s.log)
 	go s.serveHTTP(s.httpSrv, hl)
 
-	s.grpcSrv = grpc.NewServer(append(grpcOptions(lim), s.tracing.grpcOptions()...)...)
+	s.grpcSrv = grpc.NewServer(append(grpcOptions(lim, s.refused), s.tracing.grpcOptions()...)...)
 	rlspb.RegisterRateLimitServiceServer(s.grpcSrv, &rls{s: s})
 	sluicev1.RegisterCheckServiceServer(s.grpcSrv, &native{s: s})
 	if _, ok := s.store.(*shard.Store); ok {
@@ -288,6 +288,18 @@ func (s *Server) Start() error {
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	return nil
 }
+
+// refused counts a gRPC call or connection the listener cut, and logs it
+// sampled: one line a second per reason, with the count held back.
+func (s *Server) refused(reason string) {
+	s.metrics.refused.WithLabelValues(reason).Inc()
+	if ok, held := s.logs.Allow("grpc:" + reason); ok {
+		s.log.Warn("grpc: listener cut a client", "reason", reason, "suppressed", held)
+	}
+}
+
+// goneAway counts a connection the rapid-reset guard sent away.
+func (s *Server) goneAway() { s.refused("too_many_resets") }
 
 // startAdmin starts the admin API and status page when there is a token
 // and an address for them. The caller holds s.mu.

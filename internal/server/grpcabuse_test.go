@@ -1,0 +1,296 @@
+package server
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+)
+
+// h2conn is a raw HTTP/2 client connection to the gRPC listener, for
+// sending what no gRPC client would.
+type h2conn struct {
+	c   net.Conn
+	w   *bufio.Writer
+	fr  *http2.Framer
+	enc *hpack.Encoder
+	hb  bytes.Buffer
+}
+
+func dialH2(t testing.TB, addr string) *h2conn {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &h2conn{c: c, w: bufio.NewWriterSize(c, 64<<10)}
+	h.fr = http2.NewFramer(h.w, c)
+	h.fr.SetMaxReadFrameSize(1 << 20)
+	h.enc = hpack.NewEncoder(&h.hb)
+	io.WriteString(h.w, http2.ClientPreface)
+	h.fr.WriteSettings()
+	h.w.Flush()
+	return h
+}
+
+// open sends a ShouldRateLimit call's headers on stream id.
+func (h *h2conn) open(id uint32, endStream bool) {
+	h.hb.Reset()
+	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "x"},
+		{":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"},
+		{"content-type", "application/grpc"}, {"te", "trailers"}} {
+		h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
+	}
+	h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.hb.Bytes(), EndHeaders: true, EndStream: endStream})
+}
+
+// Calls that send their headers and 5 bytes of a message, then nothing,
+// are ended by the receive deadline: 100 connections × 1,000 such calls
+// are all closed, and the server's goroutines and memory come back.
+func TestStalledCallsAreCut(t *testing.T) {
+	r := start(t, "listeners: {drain: 0s, read_timeout: 2s}\npolicies: [{name: p, limit: 1000000/1h}]", "")
+	addr := r.Addrs().GRPC
+	baseG, baseRSS := settledGoroutines(), rss(t)
+	const conns, calls = 100, 1000
+	var wg sync.WaitGroup
+	var closedCalls atomic.Int64
+	began := time.Now()
+	for range conns {
+		h := dialH2(t, addr)
+		wg.Go(func() {
+			defer h.c.Close()
+			for i := range uint32(calls) {
+				id := 2*i + 1
+				h.open(id, false)
+				h.fr.WriteData(id, false, []byte{0, 0, 0, 0, 100}) // a 100-byte message, never sent
+			}
+			h.w.Flush()
+			h.c.SetReadDeadline(time.Now().Add(2 * time.Minute))
+			open := map[uint32]bool{}
+			for i := range uint32(calls) {
+				open[2*i+1] = true
+			}
+			for len(open) > 0 {
+				f, err := h.fr.ReadFrame()
+				if err != nil {
+					t.Errorf("%d calls still open when the connection ended: %v", len(open), err)
+					return
+				}
+				switch f := f.(type) {
+				case *http2.RSTStreamFrame:
+					delete(open, f.StreamID)
+				case *http2.HeadersFrame:
+					if f.StreamEnded() {
+						delete(open, f.StreamID)
+					}
+				case *http2.SettingsFrame:
+					if !f.IsAck() {
+						h.fr.WriteSettingsAck()
+						h.w.Flush()
+					}
+				case *http2.PingFrame:
+					if !f.IsAck() {
+						h.fr.WritePing(true, f.Data)
+						h.w.Flush()
+					}
+				}
+			}
+			closedCalls.Add(calls)
+		})
+	}
+	wg.Wait()
+	if n := closedCalls.Load(); n != conns*calls {
+		t.Fatalf("%d of %d stalled calls closed", n, conns*calls)
+	}
+	t.Logf("%d stalled calls closed %v after they began (receive deadline 2 s)", conns*calls, time.Since(began).Round(100*time.Millisecond))
+	waitFor(t, "goroutines back to their start ±50", func() bool { return abs(settledGoroutines()-baseG) <= 50 })
+	waitFor(t, "RSS back within 50 MB of its start", func() bool {
+		runtime.GC()
+		debug.FreeOSMemory()
+		now := rss(t)
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		t.Logf("RSS %d MB, at the start %d MB; goroutines %d; heap in use %d MB, stacks %d MB, released %d MB, sys %d MB", now>>20, baseRSS>>20, runtime.NumGoroutine(), ms.HeapInuse>>20, ms.StackInuse>>20, ms.HeapReleased>>20, ms.Sys>>20)
+		return now-baseRSS < 50<<20
+	})
+	if got := metricValue(t, r, `sluice_grpc_refused_total{reason="receive_timeout"}`); got < 1 {
+		t.Fatalf("receive timeouts counted: %v", got)
+	}
+	// The listener still answers.
+	checkRLS(t, addr)
+}
+
+// HTTP/2 rapid reset (HEADERS then RST_STREAM, as fast as the client can
+// write them) is answered with a GOAWAY and the connection closed, and a
+// well-behaved client beside it keeps being answered.
+func TestRapidResetGoesAway(t *testing.T) {
+	r := start(t, "policies: [{name: p, limit: 1000000/1h}]", "")
+	addr := r.Addrs().GRPC
+	h := dialH2(t, addr)
+	defer h.c.Close()
+	goAway := make(chan *http2.GoAwayFrame, 1)
+	go func() {
+		for {
+			f, err := h.fr.ReadFrame()
+			if err != nil {
+				close(goAway)
+				return
+			}
+			if g, ok := f.(*http2.GoAwayFrame); ok {
+				goAway <- g
+				return
+			}
+		}
+	}()
+	for id := uint32(1); id < 1<<30; id += 2 {
+		h.open(id, false)
+		h.fr.WriteRSTStream(id, http2.ErrCodeCancel)
+		if id%200 == 1 {
+			if err := h.w.Flush(); err != nil {
+				break // the server closed the connection
+			}
+		}
+		select {
+		case g, ok := <-goAway:
+			if !ok {
+				t.Fatal("the connection closed without a GOAWAY")
+			}
+			if g.ErrCode != http2.ErrCodeEnhanceYourCalm {
+				t.Fatalf("GOAWAY %v; want ENHANCE_YOUR_CALM", g.ErrCode)
+			}
+			t.Logf("GOAWAY after %d streams opened and reset", (id+1)/2)
+			if got := metricValue(t, r, `sluice_grpc_refused_total{reason="too_many_resets"}`); got != 1 {
+				t.Fatalf("too_many_resets counted %v times; want 1", got)
+			}
+			checkRLS(t, addr)
+			return
+		default:
+		}
+	}
+	g, ok := <-goAway
+	if !ok || g.ErrCode != http2.ErrCodeEnhanceYourCalm {
+		t.Fatalf("no GOAWAY (ENHANCE_YOUR_CALM): %v", g)
+	}
+}
+
+// A client that cancels its calls now and then is never sent away: 3,000
+// calls, each cancelled as it starts, at the pace of one client.
+func TestCancellingClientStays(t *testing.T) {
+	r := start(t, "policies: [{name: p, limit: 1000000/1h}]", "")
+	conn, err := grpc.NewClient(r.Addrs().GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := rlspb.NewRateLimitServiceClient(conn)
+	req := &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*commonpb.RateLimitDescriptor{{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+	for i := range 3000 {
+		ctx, cancel := context.WithCancel(context.Background())
+		if i%2 == 0 {
+			cancel() // before it is sent
+		} else {
+			go cancel() // while it is in flight
+		}
+		c.ShouldRateLimit(ctx, req)
+		cancel()
+	}
+	if _, err := c.ShouldRateLimit(context.Background(), req); err != nil {
+		t.Fatalf("after 3,000 cancelled calls: %v", err)
+	}
+	if got := metricValue(t, r, `sluice_grpc_refused_total{reason="too_many_resets"}`); got != 0 {
+		t.Fatalf("a cancelling client was sent away %v times", got)
+	}
+}
+
+func checkRLS(t *testing.T, addr string) {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*commonpb.RateLimitDescriptor{{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+	if _, err := rlspb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, req); err != nil {
+		t.Fatalf("a well-behaved client: %v", err)
+	}
+}
+
+// settledGoroutines is the goroutine count once it stops falling.
+func settledGoroutines() int {
+	n := runtime.NumGoroutine()
+	for range 50 {
+		time.Sleep(20 * time.Millisecond) // sampling a count, not timing an event
+		m := runtime.NumGoroutine()
+		if m >= n {
+			return m
+		}
+		n = m
+	}
+	return n
+}
+
+// rss is this process's resident set, from /proc.
+func rss(t *testing.T) int64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc/self/status here")
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	t.Skip("no VmRSS here")
+	return 0
+}
+
+func abs(n int) int {
+	if n < 0 {
+		return -n
+	}
+	return n
+}
+
+// waitFor polls cond until it holds, for up to two minutes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within two minutes", what)
+		}
+		time.Sleep(500 * time.Millisecond) // polling for the condition
+	}
+}
+
+// metricValue is the value of one series of /metrics, 0 when absent.
+func metricValue(t *testing.T, r *running, series string) float64 {
+	t.Helper()
+	for _, line := range strings.Split(r.metrics(t), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			f, _ := strconv.ParseFloat(v, 64)
+			return f
+		}
+	}
+	return 0
+}
