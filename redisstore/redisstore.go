@@ -122,7 +122,7 @@ func parseURL(raw string) (rueidis.ClientOption, error) {
 	if rest, ok := strings.CutPrefix(raw, "redis-sentinel://"); ok {
 		u, err := url.Parse("redis://" + rest)
 		if err != nil {
-			return rueidis.ClientOption{}, fmt.Errorf("redisstore: sentinel URL: %w", err)
+			return rueidis.ClientOption{}, fmt.Errorf("redisstore: sentinel URL: %w", withoutURL(err))
 		}
 		master := strings.Trim(u.Path, "/")
 		if master == "" {
@@ -145,10 +145,20 @@ func parseURL(raw string) (rueidis.ClientOption, error) {
 	}
 	opt, err := rueidis.ParseURL(raw)
 	if err != nil {
-		return opt, fmt.Errorf("redisstore: %w", err)
+		return opt, fmt.Errorf("redisstore: %w", withoutURL(err))
 	}
 	opt.InitAddress = append(opt.InitAddress, extra...)
 	return opt, nil
+}
+
+// withoutURL is err without the URL it quotes, which may hold a password:
+// a *url.Error names its URL, and rueidis's errors quote the URL's parts.
+func withoutURL(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return fmt.Errorf("the URL does not parse: %w", ue.Err)
+	}
+	return err
 }
 
 // dialLocked tries to connect. The caller holds s.mu.

@@ -259,3 +259,19 @@ func TestGivingUpWhileQueued(t *testing.T) {
 	}
 	t.Logf("%d of %d hot-key calls returned a decision; %d counted", allowed.Load(), 16*200, used)
 }
+
+// A URL that does not parse is refused with an error that does not quote
+// its password.
+func TestOpenErrorHidesPassword(t *testing.T) {
+	for _, u := range []string{"redis://user:s3cret@host:port/0", "rediss://u:s3cret@[::1:6379", "redis-sentinel://u:s3cret@h:port/m",
+		"redis://:s3cret@h:6379/notanumber", "redis://u:s3cret@h,h2:port"} {
+		_, err := redisstore.Open(u, redisstore.Options{})
+		if err == nil {
+			t.Errorf("%s: opened", u)
+			continue
+		}
+		if strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: the error shows the password: %v", u, err)
+		}
+	}
+}

@@ -67,7 +67,10 @@ func readEnvoyEnv(get func(string) (string, bool)) (envoyEnv, error) {
 	e.config = filepath.Join(v("RUNTIME_ROOT", "/srv/runtime_data/current"), v("RUNTIME_SUBDIRECTORY", ""), v("RUNTIME_APPDIRECTORY", "config"))
 	e.http = net.JoinHostPort(v("HOST", "0.0.0.0"), v("PORT", "8080"))
 	e.grpc = net.JoinHostPort(v("GRPC_HOST", "0.0.0.0"), v("GRPC_PORT", "8081"))
-	e.debug = net.JoinHostPort(v("DEBUG_HOST", "0.0.0.0"), v("DEBUG_PORT", "6070"))
+	// pprof and the loaded config, without auth: loopback unless
+	// DEBUG_HOST says otherwise (envoyproxy/ratelimit binds every
+	// interface).
+	e.debug = net.JoinHostPort(v("DEBUG_HOST", "127.0.0.1"), v("DEBUG_PORT", "6070"))
 	e.logLevel = strings.ToLower(v("LOG_LEVEL", "warn"))
 	e.logFormat = strings.ToLower(v("LOG_FORMAT", "text"))
 	var err error

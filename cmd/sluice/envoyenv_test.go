@@ -25,3 +25,35 @@ func TestEnvoyRedisURL(t *testing.T) {
 		t.Error("REDIS_TYPE=ring accepted")
 	}
 }
+
+// The debug listener has no auth: DEBUG_PORT alone binds it to loopback.
+func TestEnvoyDebugListenerIsLoopback(t *testing.T) {
+	for env, want := range map[[2]string]string{
+		{"DEBUG_PORT", "7000"}:    "127.0.0.1:7000",
+		{"DEBUG_HOST", "0.0.0.0"}: "0.0.0.0:6070",
+		{"", ""}:                  "127.0.0.1:6070",
+	} {
+		e, err := readEnvoyEnv(func(k string) (string, bool) { return env[1], k == env[0] })
+		if err != nil || e.debug != want {
+			t.Errorf("%s=%s: debug %q, %v; want %q", env[0], env[1], e.debug, err, want)
+		}
+	}
+}
+
+// A secret on the command line is warned of: the admin token, and a
+// password in -redis; a -redis without one is not.
+func TestSecretFlagsAreWarnedOf(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"-redis", "redis://:pw@h:6379"}, true},
+		{[]string{"--redis=redis://u:pw@h:6379"}, true},
+		{[]string{"-redis", "redis://h:6379"}, false},
+		{[]string{"-redis=redis://u:pw@h:port"}, true},
+	} {
+		if got := redisPassword(append([]string{"sluice", "serve"}, tt.args...)); got != tt.want {
+			t.Errorf("%q: %v; want %v", tt.args, got, tt.want)
+		}
+	}
+}

@@ -291,9 +291,7 @@ func (a *adminFlags) register(fs *flag.FlagSet, addr string) {
 // resolve reads the token file, if any, and warns of a token given on
 // the command line; false when the file cannot be used (said on stderr).
 func (a *adminFlags) resolve(cli map[string]bool, log *slog.Logger, stderr io.Writer, cmd string) bool {
-	if cli["admin-token"] {
-		log.Warn("the admin token given with -admin-token shows in ps and in shell history; use -admin-token-file or SLUICE_ADMIN_TOKEN")
-	}
+	warnSecretFlags(cli, log)
 	if a.tokenFile != "" {
 		data, err := os.ReadFile(a.tokenFile)
 		if err != nil || strings.TrimSpace(string(data)) == "" {
@@ -303,4 +301,39 @@ func (a *adminFlags) resolve(cli map[string]bool, log *slog.Logger, stderr io.Wr
 		a.token = strings.TrimSpace(string(data))
 	}
 	return true
+}
+
+// warnSecretFlags warns of each secret given on the command line, where
+// ps and shell history show it: the admin token, and a password in a
+// Redis URL (-redis).
+func warnSecretFlags(cli map[string]bool, log *slog.Logger) {
+	if cli["admin-token"] {
+		log.Warn("the admin token given with -admin-token shows in ps and in shell history; use -admin-token-file or SLUICE_ADMIN_TOKEN")
+	}
+	if cli["redis"] && redisPassword(os.Args) {
+		log.Warn("the Redis password given in -redis shows in ps and in shell history; use SLUICE_REDIS or the config file's store.redis.url")
+	}
+}
+
+// redisPassword reports whether a -redis argument among args holds a
+// password.
+func redisPassword(args []string) bool {
+	for i, a := range args {
+		n := strings.TrimLeft(a, "-")
+		var v string
+		switch {
+		case a == n:
+			continue
+		case n == "redis" && i+1 < len(args):
+			v = args[i+1]
+		case strings.HasPrefix(n, "redis="):
+			v = strings.TrimPrefix(n, "redis=")
+		default:
+			continue
+		}
+		if u, err := url.Parse(v); err != nil || u.User != nil {
+			return true // unparsable: it may hold one
+		}
+	}
+	return false
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -20,6 +21,7 @@ import (
 // adminHandler serves the admin API; every call needs the bearer token.
 //
 //	GET    /admin/config                    the loaded config file, secrets redacted
+//	GET    /admin/readyz                    /readyz with the store's errors and addresses
 //	GET    /admin/keys?policy=P&key=K       the key's state under each limit (a peek)
 //	DELETE /admin/keys?policy=P&key=K       reset the key under each limit
 //	GET    /admin/overrides                 the overrides set here, every one
@@ -45,12 +47,31 @@ func (s *Server) adminHandler() http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		json.NewEncoder(w).Encode(map[string]any{"overrides": s.overrides.List()})
 	})
+	mux.HandleFunc("GET /admin/readyz", func(w http.ResponseWriter, r *http.Request) {
+		status, _, detail := s.readiness(r.Context())
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.WriteHeader(status)
+		io.WriteString(w, detail)
+	})
 	mux.HandleFunc("PUT /admin/overrides", s.adminSetOverride)
 	mux.HandleFunc("DELETE /admin/overrides", s.adminSetOverride)
 	failures, _ := sluice.NewLimiter(memstore.New(memstore.Options{MaxKeys: 100_000}),
 		sluice.Limit{Algorithm: sluice.FixedWindow, Rate: adminFailures, Period: time.Minute}, sluice.LimiterOptions{})
 	s.ui = newUI(s, failures)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/favicon.ico" {
+			// Browsers ask for it on every page of the status page,
+			// without a credential: no icon, and no wrong token.
+			w.Header().Set("Cache-Control", "max-age=86400")
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if s.adminToken() == "" {
+			// The token was removed by a reload: nothing authenticates
+			// until the listener closes.
+			problem(w, http.StatusNotFound, "the admin API is closed: no admin token is set", "")
+			return
+		}
 		if r.URL.Path == "/ui" || strings.HasPrefix(r.URL.Path, "/ui/") {
 			if r.URL.Path == "/ui" {
 				http.Redirect(w, r, "/ui/", http.StatusMovedPermanently)
@@ -66,9 +87,12 @@ func (s *Server) adminHandler() http.Handler {
 			problem(w, http.StatusTooManyRequests, "too many wrong tokens from this address; retry later", "")
 			return
 		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(s.adminToken())) != 1 {
-			failures.Allow(r.Context(), from)
+		auth := r.Header.Get("Authorization")
+		got, ok := strings.CutPrefix(auth, "Bearer ")
+		if !ok || !tokenIs(got, s.adminToken()) {
+			if auth != "" { // a request without a credential guesses nothing
+				failures.Allow(r.Context(), from)
+			}
 			s.log.Warn("admin: refused: no valid bearer token", "remote", from, "method", r.Method, "path", r.URL.Path)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
 			problem(w, http.StatusUnauthorized, "a valid bearer token is required", "")
@@ -79,6 +103,12 @@ func (s *Server) adminHandler() http.Handler {
 			"domain", q.Get("domain"), "entries", strings.Join(q["entry"], ","))
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// tokenIs reports whether got is the admin token want, in constant time;
+// an empty token is never a token.
+func tokenIs(got, want string) bool {
+	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
 // adminFailures is how many wrong tokens a source address may send a

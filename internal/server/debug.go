@@ -9,7 +9,8 @@ import (
 
 // debugHandler serves what envoyproxy/ratelimit's debug listener does: the
 // loaded config (secrets redacted) on /rlconfig, and pprof. Like the
-// admin listener it belongs on a private address.
+// admin listener it belongs on a private address. /debug/pprof/cmdline is
+// left out: the command line may hold secrets.
 func (s *Server) debugHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /rlconfig", func(w http.ResponseWriter, _ *http.Request) {
@@ -23,7 +24,6 @@ func (s *Server) debugHandler() http.Handler {
 		}
 	})
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)

@@ -235,37 +235,50 @@ func (s *Server) handleEnvoyJSON(w http.ResponseWriter, r *http.Request) {
 	w.Write(out)
 }
 
+// handleReady serves /readyz on the public listeners: ready or not, and
+// why in words that name no address and carry no error text (those are
+// on the admin listener's /admin/readyz, and in the log).
 func (s *Server) handleReady(w http.ResponseWriter, r *http.Request) {
-	if !s.ready.Load() {
-		http.Error(w, "draining: shutting down", http.StatusServiceUnavailable)
+	status, public, _ := s.readiness(r.Context())
+	if status != http.StatusOK {
+		http.Error(w, public, status)
 		return
+	}
+	io.WriteString(w, public)
+}
+
+// readiness reports whether the server is ready: the status to answer,
+// what a public listener may say, and the details for the admin.
+func (s *Server) readiness(ctx context.Context) (status int, public, detail string) {
+	if !s.ready.Load() {
+		return http.StatusServiceUnavailable, "draining: shutting down", "draining: shutting down"
 	}
 	// The store is reachable when a peek answers (an open breaker says it
 	// is not without asking), and a Redis store when every primary does.
 	h := s.guard.Health()
 	if h.Breaker == "open" && s.redis == nil {
-		http.Error(w, fmt.Sprintf("store failing since %v (breaker open): %s", h.Since.Format(time.RFC3339), h.LastError), http.StatusServiceUnavailable)
-		return
+		return http.StatusServiceUnavailable, "store failing (breaker open)",
+			fmt.Sprintf("store failing since %v (breaker open): %s", h.Since.Format(time.RFC3339), h.LastError)
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), s.state().cfg.Store.Timeout)
+	ctx, cancel := context.WithTimeout(ctx, s.state().cfg.Store.Timeout)
 	defer cancel()
 	if s.redis != nil {
 		// Every primary is asked: on Cluster, one slot's answer says
 		// nothing of the others.
 		up, total, err := s.redis.Reachable(ctx)
 		if err != nil || up < total {
-			http.Error(w, fmt.Sprintf("store: %d of %d slots reachable (breaker %s): %v", up, total, h.Breaker, err), http.StatusServiceUnavailable)
-			return
+			return http.StatusServiceUnavailable, fmt.Sprintf("store: %d of %d slots reachable (breaker %s)", up, total, h.Breaker),
+				fmt.Sprintf("store: %d of %d slots reachable (breaker %s): %v", up, total, h.Breaker, err)
 		}
-		fmt.Fprintf(w, "ready\nstore: %s, %d of %d slots reachable\nbreaker: %s\n", s.storeType, up, total, h.Breaker)
-		return
+		ok := fmt.Sprintf("ready\nstore: %s, %d of %d slots reachable\nbreaker: %s\n", s.storeType, up, total, h.Breaker)
+		return http.StatusOK, ok, ok
 	}
-	_, err := s.store.Take(ctx, sluice.Request{Key: "sluice:readyz", Limit: sluice.PerSecond(1)})
-	if err != nil {
-		http.Error(w, fmt.Sprintf("store unreachable (breaker %s): %v", h.Breaker, err), http.StatusServiceUnavailable)
-		return
+	if _, err := s.store.Take(ctx, sluice.Request{Key: "sluice:readyz", Limit: sluice.PerSecond(1)}); err != nil {
+		return http.StatusServiceUnavailable, fmt.Sprintf("store unreachable (breaker %s)", h.Breaker),
+			fmt.Sprintf("store unreachable (breaker %s): %v", h.Breaker, err)
 	}
-	fmt.Fprintf(w, "ready\nstore: %s\nbreaker: %s\n", s.storeType, h.Breaker)
+	ok := fmt.Sprintf("ready\nstore: %s\nbreaker: %s\n", s.storeType, h.Breaker)
+	return http.StatusOK, ok, ok
 }
 
 // problem writes an RFC 9457 problem details body.

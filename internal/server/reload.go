@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/fsnotify/fsnotify"
+
+	"github.com/sluicehq/sluice/config"
 )
 
 // Reload reads the config file again; a valid one replaces the running
@@ -36,6 +38,7 @@ func (s *Server) Reload() error {
 		s.log.Warn("config reload: the listeners section changed; it takes effect at the next restart")
 	}
 	s.cfg.Store(&state{cfg: cfg})
+	s.syncAdmin(old.Listeners)
 	if s.opts.OnReload != nil {
 		s.opts.OnReload(cfg)
 	}
@@ -48,6 +51,27 @@ func (s *Server) Reload() error {
 	}
 	s.log.Info("config reloaded", "file", s.opts.Config, "policies", len(cfg.Policies), "domains", len(cfg.Domains))
 	return nil
+}
+
+// syncAdmin opens the admin listener when a reload set its first token,
+// and closes it, with every connection, when a reload removed the token:
+// no token, no admin API or status page. lim are the listeners' bounds in
+// force.
+func (s *Server) syncAdmin(lim config.Listeners) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch token := s.adminToken(); {
+	case token == "" && s.adminSrv != nil:
+		s.adminSrv.Close()
+		s.adminSrv, s.addrs.Admin = nil, ""
+		s.log.Warn("config reload: the admin token was removed; the admin API and status page are closed")
+	case token != "" && s.adminSrv == nil && s.opts.AdminAddr != "" && s.started:
+		if err := s.startAdmin(lim); err != nil {
+			s.log.Error("config reload: the admin token is set but the admin listener cannot start", "error", err)
+			return
+		}
+		s.log.Info("config reload: an admin token is set; the admin API and status page are open", "addr", s.addrs.Admin)
+	}
 }
 
 // WatchReload reloads on SIGHUP and when the config file changes (watching

@@ -89,6 +89,7 @@ type Server struct {
 	grpcSrv   *grpc.Server
 	health    *health.Server
 	addrs     Addrs
+	started   bool // Start has run and Shutdown has not
 	storeType string
 	local     sluice.Store      // the memory store peers forward to, in shard mode
 	redis     *redisstore.Store // the Redis store, if any, for /readyz
@@ -238,6 +239,7 @@ func (s *Server) openStore(cfg *config.Config) error {
 func (s *Server) Start() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.started = true
 	lim := s.state().cfg.Listeners
 	if s.opts.OpsOnly {
 		s.ready.Store(true)
@@ -283,10 +285,24 @@ func (s *Server) Start() error {
 		if s.debugSrv, s.addrs.Debug, err = s.serveOn("debug", s.opts.DebugAddr, lim, s.debugHandler()); err != nil {
 			return err
 		}
+		if !loopback(s.addrs.Debug) {
+			s.log.Warn("the debug listener (pprof, the loaded config; no auth) is reachable beyond this host", "addr", s.addrs.Debug)
+		}
 	}
 	s.ready.Store(true)
 	s.health.SetServingStatus("", healthpb.HealthCheckResponse_SERVING)
 	return nil
+}
+
+// loopback reports whether a listener's address is reachable only from
+// this host.
+func loopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // refused counts a gRPC call or connection the listener cut, and logs it
@@ -358,6 +374,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.ready.Store(false)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.started = false
 	if s.health != nil {
 		s.health.Shutdown() // NOT_SERVING
 	}

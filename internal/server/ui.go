@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"embed"
 	"encoding/hex"
@@ -41,6 +42,7 @@ const (
 type session struct {
 	csrf    string
 	expires time.Time
+	token   [sha256.Size]byte // the admin token it was made with: a new one ends it
 }
 
 // ui serves the status page.
@@ -64,7 +66,11 @@ func token() string {
 	return hex.EncodeToString(b)
 }
 
-// session returns the request's live session and its id.
+// tokenSum is what a session keeps of the admin token it was made with.
+func tokenSum(token string) [sha256.Size]byte { return sha256.Sum256([]byte(token)) }
+
+// session returns the request's live session and its id: made with the
+// admin token in force, and not expired.
 func (u *ui) session(r *http.Request) (string, session, bool) {
 	c, err := r.Cookie(sessionCookie)
 	if err != nil {
@@ -73,7 +79,7 @@ func (u *ui) session(r *http.Request) (string, session, bool) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	sess, ok := u.sessions[c.Value]
-	if !ok || time.Now().After(sess.expires) {
+	if !ok || time.Now().After(sess.expires) || sess.token != tokenSum(u.s.adminToken()) {
 		delete(u.sessions, c.Value)
 		return "", session{}, false
 	}
@@ -145,8 +151,10 @@ func (u *ui) login(w http.ResponseWriter, r *http.Request) {
 		u.render(w, "login", page)
 		return
 	}
-	if subtle.ConstantTimeCompare([]byte(r.PostFormValue("token")), []byte(u.s.adminToken())) != 1 {
-		u.failures.Allow(r.Context(), from)
+	if given := r.PostFormValue("token"); !tokenIs(given, u.s.adminToken()) {
+		if given != "" { // an empty form guesses nothing
+			u.failures.Allow(r.Context(), from)
+		}
 		u.s.log.Warn("ui: refused: wrong admin token", "remote", from)
 		w.WriteHeader(http.StatusUnauthorized)
 		page["Flash"] = "That is not the admin token."
@@ -161,7 +169,7 @@ func (u *ui) login(w http.ResponseWriter, r *http.Request) {
 			break
 		}
 	}
-	u.sessions[id] = session{csrf: token(), expires: time.Now().Add(sessionTTL)}
+	u.sessions[id] = session{csrf: token(), expires: time.Now().Add(sessionTTL), token: tokenSum(u.s.adminToken())}
 	u.mu.Unlock()
 	u.s.log.Info("ui: logged in", "remote", from)
 	http.SetCookie(w, &http.Cookie{Name: sessionCookie, Value: id, Path: "/ui/", HttpOnly: true,
