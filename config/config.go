@@ -212,6 +212,44 @@ type Policy struct {
 	// An unknown or missing plan gets Limits.
 	Plans    map[string][]sluice.Limit
 	PlanFrom string // the proxy's source of a request's plan: header:NAME
+
+	overrideIdx *overrideIndex // Overrides indexed, by the parser
+}
+
+// overrideIndex finds a key's first override without trying each:
+// the plain keys in a map, and the patterns in order.
+type overrideIndex struct {
+	plain    map[string]int // the key a plain override matches → its index
+	patterns []int          // the overrides with a wildcard, in order
+}
+
+// add indexes override i, whose key is pattern.
+func (x *overrideIndex) add(i int, pattern string) {
+	if !plainKey(pattern) {
+		x.patterns = append(x.patterns, i)
+		return
+	}
+	if _, ok := x.plain[unquote(pattern)]; !ok {
+		x.plain[unquote(pattern)] = i
+	}
+}
+
+// first returns the index of the first of overrides that matches key,
+// or -1: the plain key's, unless a pattern before it matches.
+func (x *overrideIndex) first(overrides []Override, key string) int {
+	plain, ok := x.plain[key]
+	if !ok {
+		plain = -1
+	}
+	for _, i := range x.patterns {
+		if ok && i > plain {
+			break
+		}
+		if MatchKey(overrides[i].Key, key) {
+			return i
+		}
+	}
+	return plain
 }
 
 // Override is the limits of the keys Key matches: a key, or a pattern in
@@ -225,9 +263,15 @@ type Override struct {
 // LimitsFor returns the limits of key under plan: the first override's
 // that matches key, else plan's, else the policy's own.
 func (p *Policy) LimitsFor(key, plan string) []sluice.Limit {
-	for _, o := range p.Overrides {
-		if MatchKey(o.Key, key) {
-			return o.Limits
+	if p.overrideIdx != nil { // parsed: in O(1) plus the patterns
+		if i := p.overrideIdx.first(p.Overrides, key); i >= 0 {
+			return p.Overrides[i].Limits
+		}
+	} else {
+		for _, o := range p.Overrides { // a Policy made by hand
+			if MatchKey(o.Key, key) {
+				return o.Limits
+			}
 		}
 	}
 	if ls, ok := p.Plans[plan]; ok && plan != "" {
@@ -761,6 +805,9 @@ func (c *checker) policies(nodes []*yaml.Node, cfg *Config) {
 // match: empty, past sluice.MaxIdentityLen, invalid UTF-8, ending in a
 // lone \, defined twice, or always caught by an earlier pattern.
 func (c *checker) overrides(nodes []*yaml.Node, field string, p *Policy) {
+	x := &overrideIndex{plain: map[string]int{}}
+	seen := map[string]int{}
+	p.overrideIdx = x
 	for i, n := range nodes {
 		f := fmt.Sprintf("%s.overrides[%d]", field, i)
 		var y overrideYAML
@@ -787,13 +834,19 @@ func (c *checker) overrides(nodes []*yaml.Node, field string, p *Policy) {
 		case strings.HasSuffix(k, "\\") && !strings.HasSuffix(k, "\\\\"):
 			c.add(kn, f+".key", "%q ends in a lone \\ that quotes nothing: it can never match", k)
 		default:
-			for j, o := range p.Overrides {
-				if o.Key == k || (plainKey(k) && MatchKey(o.Key, unquote(k))) {
-					c.add(kn, f+".key", "%q can never match: overrides[%d] (%q) matches every key it does, and the first match applies", k, j, o.Key)
-					break
-				}
+			j, dup := seen[k]
+			if !dup && plainKey(k) {
+				j = x.first(p.Overrides, unquote(k))
+				dup = j >= 0
+			}
+			if dup {
+				c.add(kn, f+".key", "%q can never match: overrides[%d] (%q) matches every key it does, and the first match applies", k, j, p.Overrides[j].Key)
 			}
 		}
+		if _, ok := seen[y.Key]; !ok {
+			seen[y.Key] = len(p.Overrides)
+		}
+		x.add(len(p.Overrides), y.Key)
 		p.Overrides = append(p.Overrides, Override{Key: y.Key, Limits: ls})
 	}
 }
