@@ -132,8 +132,12 @@ func (c *checker) descriptors(nodes []*yaml.Node, field, parent string) []*Descr
 		if y.Metadata != nil && y.Metadata.Kind != yaml.MappingNode {
 			c.add(y.Metadata, f+".metadata", "want a mapping")
 		}
-		if d.Key == "" {
+		switch {
+		case d.Key == "":
 			c.add(dn, f+".key", "required")
+		case strings.ContainsFunc(d.Key, func(r rune) bool { return r < 0x20 || r == 0x7f || r == '=' }):
+			// A counter is named by its entries as key=value, NUL between.
+			c.add(dn, f+".key", "%q holds '=' or a control character", d.Key)
 		}
 		if id := d.Key + "\x00" + d.Value; seen[id] {
 			c.add(dn, f, "descriptor key %q value %q appears twice at this level", d.Key, d.Value)

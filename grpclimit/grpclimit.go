@@ -39,6 +39,10 @@ type KeyFunc func(ctx context.Context, fullMethod string) (string, error)
 // ErrNoKey is wrapped by key functions that find no identity.
 var ErrNoKey = errors.New("grpclimit: no key for call")
 
+// ErrAmbiguousKey is returned by Compose for a part that holds a NUL byte,
+// the separator of the parts; the call is refused with InvalidArgument.
+var ErrAmbiguousKey = errors.New("grpclimit: a part of the rate limit key holds a NUL byte")
+
 // PeerAddr keys by the peer's IP address, IPv6 grouped by /64. Behind a
 // proxy, key by a metadata value the proxy sets instead.
 func PeerAddr() KeyFunc {
@@ -80,7 +84,9 @@ func Method() KeyFunc {
 	return func(_ context.Context, m string) (string, error) { return m, nil }
 }
 
-// Compose keys by several identities at once, joined with a NUL byte.
+// Compose keys by several identities at once, joined with a NUL byte. A
+// part that holds a NUL itself could name another combination's counter:
+// the call is refused with InvalidArgument (ErrAmbiguousKey).
 func Compose(keys ...KeyFunc) KeyFunc {
 	return func(ctx context.Context, m string) (string, error) {
 		parts := make([]string, len(keys))
@@ -88,6 +94,9 @@ func Compose(keys ...KeyFunc) KeyFunc {
 			v, err := k(ctx, m)
 			if err != nil {
 				return "", err
+			}
+			if strings.IndexByte(v, 0) >= 0 {
+				return "", ErrAmbiguousKey
 			}
 			parts[i] = v
 		}
@@ -289,6 +298,9 @@ func (i *Interceptor) decide(ctx context.Context, method string, held *[]func() 
 			continue
 		}
 		key, err := p.Key(ctx, method)
+		if errors.Is(err, ErrAmbiguousKey) {
+			return status.Error(codes.InvalidArgument, err.Error())
+		}
 		if err != nil {
 			closed = closed || (p.FailMode == sluice.FailClosed && !p.Shadow)
 			i.note(p.Name, "rate limit key not found", err)

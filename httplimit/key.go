@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -92,19 +93,29 @@ func Route() KeyFunc {
 }
 
 // Compose keys by several identities at once, such as (API key, route):
-// the request is limited per combination. Parts are joined with a NUL byte,
-// which no header value can hold.
+// the request is limited per combination. Parts are joined with a NUL
+// byte, which no header value can hold; a part that holds one anyway (a
+// user ID from the context, say) could name another combination's
+// counter, and the request is answered 400 (ErrAmbiguousKey).
 func Compose(keys ...KeyFunc) KeyFunc {
 	return func(dst []byte, r *http.Request, p *Policy) ([]byte, error) {
 		for i, k := range keys {
 			if i > 0 {
 				dst = append(dst, 0)
 			}
+			start := len(dst)
 			var err error
 			if dst, err = k(dst, r, p); err != nil {
 				return dst, err
+			}
+			if bytes.IndexByte(dst[start:], 0) >= 0 {
+				return dst, ErrAmbiguousKey
 			}
 		}
 		return dst, nil
 	}
 }
+
+// ErrAmbiguousKey is returned by Compose for a part that holds a NUL byte,
+// the separator of the parts; the middleware answers 400.
+var ErrAmbiguousKey = errors.New("httplimit: a part of the request's key holds a NUL byte")

@@ -203,7 +203,7 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 		}
 		req, err := m.request(r, p, s)
 		if err != nil {
-			if errors.Is(err, errBadCost) || errors.Is(err, errKeyTooLong) {
+			if errors.Is(err, errBadCost) || errors.Is(err, errKeyTooLong) || errors.Is(err, ErrAmbiguousKey) {
 				res.Label, res.Outcome, res.Err = p.Name, sluice.Invalid, err
 				m.report(r, res)
 				http.Error(w, err.Error(), http.StatusBadRequest)

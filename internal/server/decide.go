@@ -207,19 +207,8 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 		return nil, inputError("%d descriptors: want 1 to %d", len(descs), maxDescriptors)
 	}
 	for i, entries := range descs {
-		if len(entries) == 0 || len(entries) > maxEntries {
-			return nil, inputError("descriptor %d has %d entries: want 1 to %d", i, len(entries), maxEntries)
-		}
-		for j, e := range entries {
-			if e.Key == "" {
-				return nil, inputError("descriptor %d entry %d: empty key", i, j)
-			}
-			if len(e.Key) > sluice.MaxIdentityLen {
-				return nil, inputError("descriptor %d entry %d: key of %d bytes; at most %d", i, j, len(e.Key), sluice.MaxIdentityLen)
-			}
-			if err := checkIdentity(e.Value); err != nil && e.Value != "" {
-				return nil, inputError("descriptor %d entry %d (%.40q): value %v", i, j, e.Key, err)
-			}
+		if err := checkEntries(i, entries); err != nil {
+			return nil, err
 		}
 		if hits[i] < 0 {
 			return nil, inputError("descriptor %d: hits_addend overflows", i)
@@ -293,6 +282,30 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 		o.outcome = s.decide(ctx, subject{name: domain, domain: true}, key, limits, hits[i], shadow, cfg.Store.FailMode)
 	}
 	return outs, nil
+}
+
+// checkEntries refuses descriptor i's entries unless they name one
+// counter that no other entries can: 1 to maxEntries of them, keys without
+// '=' or a control character, values without a control character (see
+// descriptorKey), none too long or not UTF-8.
+func checkEntries(i int, entries []config.Entry) error {
+	if len(entries) == 0 || len(entries) > maxEntries {
+		return inputError("descriptor %d has %d entries: want 1 to %d", i, len(entries), maxEntries)
+	}
+	for j, e := range entries {
+		switch {
+		case e.Key == "":
+			return inputError("descriptor %d entry %d: empty key", i, j)
+		case len(e.Key) > sluice.MaxIdentityLen:
+			return inputError("descriptor %d entry %d: key of %d bytes; at most %d", i, j, len(e.Key), sluice.MaxIdentityLen)
+		case strings.ContainsFunc(e.Key, control) || strings.IndexByte(e.Key, '=') >= 0:
+			return inputError("descriptor %d entry %d: key %.40q holds '=' or a control character", i, j, e.Key)
+		}
+		if err := checkIdentity(e.Value); err != nil && e.Value != "" {
+			return inputError("descriptor %d entry %d (%.40q): value %v", i, j, e.Key, err)
+		}
+	}
+	return nil
 }
 
 // noteDenied logs a denial, sampled per policy or domain as the

@@ -72,6 +72,7 @@ func grpcOptions(l config.Listeners, refused func(reason string)) []grpc.ServerO
 		grpc.ConnectionTimeout(l.ReadHeaderTimeout),
 		grpc.MaxConcurrentStreams(uint32(min(l.MaxStreams, 1<<31))),
 		grpc.MaxRecvMsgSize(maxBodyBytes),
+		grpc.ForceServerCodecV2(newRLSCodec()),
 		grpc.InitialWindowSize(streamWindow),
 		grpc.InitialConnWindowSize(connWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
