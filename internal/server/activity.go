@@ -1,7 +1,6 @@
 package server
 
 import (
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,7 +81,7 @@ func (a *activity) record(label string, o sluice.Outcome, client string, topKeys
 			l.top.CompareAndSwap(nil, topk.New(topKeys))
 			sk = l.top.Load()
 		}
-		sk.Observe(strings.ReplaceAll(client, "\x00", " "))
+		sk.Observe(client) // shown by keyText, NUL and all
 	}
 }
 

@@ -31,7 +31,34 @@ import (
 //go:embed ui/pages.html ui/style.css ui/refresh.js
 var uiFiles embed.FS
 
-var uiPages = template.Must(template.New("").ParseFS(uiFiles, "ui/pages.html"))
+var uiPages = template.Must(template.New("").Funcs(template.FuncMap{"keyText": func(k any) string { s, _ := k.(string); return keyText(s) }}).ParseFS(uiFiles, "ui/pages.html"))
+
+// keyText is how the status page shows and takes a key: as it is, or
+// Go-quoted when it holds a control character (a composite key's NUL
+// between its parts), which parseKeyText reads back.
+func keyText(key string) string {
+	if strings.ContainsFunc(key, control) {
+		return strconv.Quote(key)
+	}
+	return key
+}
+
+// parseKeyText is the key a keyText names.
+func parseKeyText(text string) string {
+	if strings.HasPrefix(text, `"`) {
+		if k, err := strconv.Unquote(text); err == nil {
+			return k
+		}
+	}
+	return text
+}
+
+// flashes are the messages a redirect may ask a page to show, by name: a
+// link cannot make the page say anything else.
+var flashes = map[string]string{
+	"confirm": "Tick the box to confirm the reset.",
+	"reset":   "Reset: the key starts afresh.",
+}
 
 const (
 	sessionCookie = "sluice_ui"
@@ -259,13 +286,15 @@ func (u *ui) policy(w http.ResponseWriter, r *http.Request, name string, page ma
 		top = append(top, topRow{Key: it.Key, Count: it.Count, Min: it.Count - it.Error})
 	}
 	page["Top"] = top
-	if f := r.URL.Query().Get("flash"); f != "" {
+	if f := flashes[r.URL.Query().Get("flash")]; f != "" {
 		page["Flash"] = f
 	}
-	if key := r.URL.Query().Get("key"); key != "" && p != nil {
+	if key := parseKeyText(r.URL.Query().Get("key")); key != "" && p != nil {
 		page["Key"] = key
+		limits := u.s.overrides.LimitsFor(p, key, "")
+		page["Limits"] = limitsText(limits) // the key's own, where an override gives it some
 		var states []keyState
-		for _, l := range p.Limits {
+		for _, l := range limits {
 			d, err := u.s.store.Take(r.Context(), sluice.Request{Key: p.Name + "\x00" + key, Limit: l})
 			if err != nil {
 				page["Flash"] = "The store did not answer: " + err.Error()
@@ -282,17 +311,19 @@ func (u *ui) policy(w http.ResponseWriter, r *http.Request, name string, page ma
 // reset forgets a key under a policy's limits, after the form's
 // confirmation; audited in the log.
 func (u *ui) reset(w http.ResponseWriter, r *http.Request) {
-	name, key := r.PostFormValue("policy"), r.PostFormValue("key")
+	name, key := r.PostFormValue("policy"), parseKeyText(r.PostFormValue("key"))
 	p := u.s.state().cfg.Policy(name)
 	if p == nil || key == "" {
 		http.NotFound(w, r)
 		return
 	}
+	back := "/ui/policy/" + name + "?key=" + urlQuery(keyText(key))
 	if r.PostFormValue("confirm") != "yes" {
-		http.Redirect(w, r, "/ui/policy/"+name+"?key="+urlQuery(key)+"&flash="+urlQuery("Tick the box to confirm the reset."), http.StatusSeeOther)
+		http.Redirect(w, r, back+"&flash=confirm", http.StatusSeeOther)
 		return
 	}
-	for _, l := range p.Limits {
+	for _, l := range u.s.overrides.LimitsFor(p, key, "") { // the limits the key is decided under
+
 		start := time.Now()
 		err := u.s.store.Reset(r.Context(), p.Name+"\x00"+key, l)
 		u.s.metrics.storeCall("reset", time.Since(start), err)
@@ -302,7 +333,7 @@ func (u *ui) reset(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	u.s.log.Info("ui: key reset", "remote", remoteIP(r), "policy", name, "key", key)
-	http.Redirect(w, r, "/ui/policy/"+name+"?key="+urlQuery(key)+"&flash="+urlQuery("Reset: the key starts afresh."), http.StatusSeeOther)
+	http.Redirect(w, r, back+"&flash=reset", http.StatusSeeOther)
 }
 
 // simulate runs the simulator on a bounded amount of traffic and shows
