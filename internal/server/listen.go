@@ -112,17 +112,25 @@ func receiveDeadline(d time.Duration, refused func(string)) tap.ServerInHandle {
 				cancel(errReceiveTimeout)
 			}
 		})
-		context.AfterFunc(ctx, func() { t.Stop() }) // the call ended first
-		return context.WithValue(ctx, receiveTimerKey{}, t), nil
+		// A call that ends first (reset by its client) frees its timer.
+		unwatch := context.AfterFunc(ctx, func() { t.Stop() })
+		return context.WithValue(ctx, receiveTimerKey{}, &receiveTimer{t, unwatch}), nil
 	}
 }
 
 type receiveTimerKey struct{}
 
+// receiveTimer is a call's receive deadline and the watch on its end.
+type receiveTimer struct {
+	t       *time.Timer
+	unwatch func() bool
+}
+
 // stopReceiveTimer stops the call's receive deadline: its request is here.
 func stopReceiveTimer(ctx context.Context) {
-	if t, ok := ctx.Value(receiveTimerKey{}).(*time.Timer); ok {
-		t.Stop()
+	if rt, ok := ctx.Value(receiveTimerKey{}).(*receiveTimer); ok {
+		rt.t.Stop()
+		rt.unwatch()
 	}
 }
 
