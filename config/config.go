@@ -197,8 +197,10 @@ type Policy struct {
 	Match    string // the proxy's ServeMux pattern; "" matches every request
 	Cost     int64  // default cost of a check
 	FailMode sluice.FailMode
-	Shadow   bool
-	Shape    bool // proxy: queue (leaky bucket) instead of rejecting
+	// Missing decides the proxy's requests whose key cannot be built.
+	Missing sluice.MissingKey
+	Shadow  bool
+	Shape   bool // proxy: queue (leaky bucket) instead of rejecting
 	// Concurrency, if above 0, is how many requests of one key the proxy
 	// lets be in flight at once; ConcurrencyWait how long a request waits
 	// for a slot before it is refused.
@@ -476,6 +478,7 @@ type policyYAML struct {
 	Match    string          `yaml:"match"`
 	Cost     int64           `yaml:"cost"`
 	FailMode sluice.FailMode `yaml:"fail_mode"`
+	Missing  string          `yaml:"missing"`
 	Shadow   bool            `yaml:"shadow"`
 	Shape    bool            `yaml:"shape"`
 
@@ -788,6 +791,11 @@ func (c *checker) policies(nodes []*yaml.Node, cfg *Config) {
 					break
 				}
 			}
+		}
+		if mk, err := sluice.ParseMissingKey(y.Missing); err != nil {
+			c.add(cmp.Or(m["missing"], pn), field+".missing", "%q: want client_ip, deny or skip", y.Missing)
+		} else {
+			p.Missing = mk
 		}
 		if p.Shape {
 			for _, l := range p.Limits {

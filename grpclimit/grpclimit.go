@@ -45,26 +45,28 @@ var ErrAmbiguousKey = errors.New("grpclimit: a part of the rate limit key holds 
 
 // PeerAddr keys by the peer's IP address, IPv6 grouped by /64. Behind a
 // proxy, key by a metadata value the proxy sets instead.
-func PeerAddr() KeyFunc {
-	return func(ctx context.Context, _ string) (string, error) {
-		p, ok := peer.FromContext(ctx)
-		if !ok || p.Addr == nil {
-			return "", fmt.Errorf("%w: no peer", ErrNoKey)
-		}
-		host, _, err := net.SplitHostPort(p.Addr.String())
-		if err != nil {
-			host = p.Addr.String()
-		}
-		a, err := netip.ParseAddr(host)
-		if err != nil {
-			return "", fmt.Errorf("%w: peer %q", ErrNoKey, p.Addr)
-		}
-		a = a.WithZone("").Unmap()
-		if a.Is6() {
-			return netip.PrefixFrom(a, 64).Masked().String(), nil
-		}
-		return a.String(), nil
+func PeerAddr() KeyFunc { return peerAddr }
+
+// peerAddr is PeerAddr's key function, and the identity of a call whose
+// policy's key is missing.
+func peerAddr(ctx context.Context, _ string) (string, error) {
+	p, ok := peer.FromContext(ctx)
+	if !ok || p.Addr == nil {
+		return "", fmt.Errorf("%w: no peer", ErrNoKey)
 	}
+	host, _, err := net.SplitHostPort(p.Addr.String())
+	if err != nil {
+		host = p.Addr.String()
+	}
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return "", fmt.Errorf("%w: peer %q", ErrNoKey, p.Addr)
+	}
+	a = a.WithZone("").Unmap()
+	if a.Is6() {
+		return netip.PrefixFrom(a, 64).Masked().String(), nil
+	}
+	return a.String(), nil
 }
 
 // Metadata keys by the first value of the incoming metadata key, such as
@@ -125,9 +127,14 @@ type Policy struct {
 	// Cost per call. Zero means 1.
 	Cost int64
 	// FailMode when the store fails: FailLocal (the default), FailOpen or
-	// FailClosed. A call with no key fails Unavailable under FailClosed
-	// and is not limited by this policy otherwise.
+	// FailClosed.
 	FailMode sluice.FailMode
+	// Missing decides a call whose Key finds no identity (no metadata):
+	// MissingClientIP (the default) limits it by its peer's address
+	// (PeerAddr) under the policy's limit, MissingDeny fails it
+	// InvalidArgument, MissingSkip lets it through unlimited by this
+	// policy. Each is logged, sampled.
+	Missing sluice.MissingKey
 	// Shadow decides and records but never fails a call.
 	Shadow bool
 
@@ -292,7 +299,6 @@ func (i *Interceptor) check(ctx context.Context, method string) (release func(),
 func (i *Interceptor) decide(ctx context.Context, method string, held *[]func() error) error {
 	var c sluice.Check
 	var shadowNames []string
-	closed := false
 	for _, p := range i.policies {
 		if !p.matches(method) {
 			continue
@@ -302,9 +308,18 @@ func (i *Interceptor) decide(ctx context.Context, method string, held *[]func() 
 			return status.Error(codes.InvalidArgument, err.Error())
 		}
 		if err != nil {
-			closed = closed || (p.FailMode == sluice.FailClosed && !p.Shadow)
-			i.note(p.Name, "rate limit key not found", err)
-			continue
+			i.note(p.Name+" (missing key)", "rate limit key not found; decided by the policy's missing: "+p.Missing.String(), err)
+			switch {
+			case p.Shadow || p.Missing == sluice.MissingSkip:
+				continue
+			case p.Missing == sluice.MissingDeny:
+				return status.Errorf(codes.InvalidArgument, "no rate limit identity for policy %s: %v", p.Name, err)
+			}
+			peerKey, perr := peerAddr(ctx, method)
+			if perr != nil {
+				return status.Errorf(codes.InvalidArgument, "no rate limit identity for policy %s: %v; and %v", p.Name, err, perr)
+			}
+			key = "\x00" + peerKey // a NUL, which no metadata value holds, then the address
 		}
 		if len(key) > sluice.MaxIdentityLen {
 			// Never let an oversized identity through unlimited.
@@ -341,9 +356,6 @@ func (i *Interceptor) decide(ctx context.Context, method string, held *[]func() 
 		c.Enforced, c.Modes = append(c.Enforced, r), append(c.Modes, p.FailMode)
 	}
 	if len(c.Enforced)+len(c.Shadow)+len(*held) == 0 {
-		if closed {
-			return status.Error(codes.Unavailable, "rate limit key not found")
-		}
 		return nil
 	}
 	ds, sds := make([]sluice.Decision, len(c.Enforced)), make([]sluice.Decision, len(c.Shadow))
@@ -365,9 +377,6 @@ func (i *Interceptor) decide(ctx context.Context, method string, held *[]func() 
 		return status.Error(codes.Unavailable, "rate limiter unavailable")
 	}
 	if v.Closest < 0 {
-		if closed {
-			return status.Error(codes.Unavailable, "rate limit key not found")
-		}
 		return nil
 	}
 	d := ds[v.Closest]
@@ -376,9 +385,6 @@ func (i *Interceptor) decide(ctx context.Context, method string, held *[]func() 
 		"x-ratelimit-remaining", strconv.FormatInt(max(d.Remaining, 0), 10),
 		"x-ratelimit-reset", strconv.FormatInt(int64((d.ResetAfter+time.Second-1)/time.Second), 10),
 	))
-	if closed {
-		return status.Error(codes.Unavailable, "rate limit key not found")
-	}
 	if d.Allowed {
 		return nil
 	}

@@ -13,8 +13,8 @@ import (
 // FuzzHeaders feeds the middleware's key functions arbitrary header
 // values (an API key, the User-Agent fingerprint's three headers) and
 // paths: no request panics; an API key past sluice.MaxIdentityLen is a
-// 400, never a way around the limit; a missing one is not limited by the
-// policy that needs it; every other request is allowed or denied, with
+// 400, never a way around the limit; a missing one is limited by the
+// client's address instead; every other request is allowed or denied, with
 // the rate headers.
 func FuzzHeaders(f *testing.F) {
 	f.Add("k1", "curl/8.0", "en", "gzip", "/a/b")

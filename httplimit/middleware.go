@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -46,6 +47,11 @@ type Options struct {
 	// Slots keeps the slots of policies with Concurrency. Default: the
 	// store, when it keeps slots (the memory and Redis stores do).
 	Slots sluice.Slots
+	// ClientIP finds the client's address that limits a request whose
+	// policy's key is missing (Policy.Missing). Default: the connection's
+	// peer (clientip.RemoteAddr); behind a proxy, the resolver its ClientIP
+	// keys use.
+	ClientIP *clientip.Resolver
 }
 
 // Result is the outcome for one request.
@@ -66,7 +72,7 @@ type Result struct {
 	// Err is the store or key error, if any.
 	Err error
 	// MissingKey reports that a policy found no identity for the request
-	// (Err says why); under FailClosed the request was answered 503.
+	// (Err says why), and its Missing decided it.
 	MissingKey bool
 	// InFlight reports that the denial was a policy's Concurrency: its key
 	// had as many requests in flight as it allows.
@@ -86,6 +92,7 @@ type Middleware struct {
 	guard    *sluice.Guard
 	base     time.Time // wall time at New; now is base plus the monotonic time since
 	policies []*Policy
+	fallback KeyFunc // the identity of a request whose key is missing
 	log      *sampler
 	scratch  sync.Pool
 }
@@ -101,7 +108,11 @@ func New(opts Options) (*Middleware, error) {
 	if opts.LogsPerSecond <= 0 {
 		opts.LogsPerSecond = 1
 	}
-	m := &Middleware{opts: opts, guard: opts.Guard, base: time.Now(), log: newSampler(opts.Logger, opts.LogsPerSecond)}
+	if opts.ClientIP == nil {
+		opts.ClientIP, _ = clientip.RemoteAddr()
+	}
+	m := &Middleware{opts: opts, guard: opts.Guard, base: time.Now(), log: newSampler(opts.Logger, opts.LogsPerSecond),
+		fallback: ClientIP(opts.ClientIP)}
 	if m.guard == nil {
 		g, err := sluice.NewGuard(opts.Store, sluice.GuardOptions{Timeout: opts.Timeout, Local: standin(opts.Store),
 			Logger: opts.Logger, LogsPerSecond: opts.LogsPerSecond})
@@ -202,20 +213,21 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 			continue
 		}
 		req, err := m.request(r, p, s)
-		if err != nil {
-			if errors.Is(err, errBadCost) || errors.Is(err, errKeyTooLong) || errors.Is(err, ErrAmbiguousKey) {
-				res.Label, res.Outcome, res.Err = p.Name, sluice.Invalid, err
-				m.report(r, res)
-				http.Error(w, err.Error(), http.StatusBadRequest)
-				return false
-			}
+		if errors.Is(err, errKeyMissing) {
 			res.Err, res.MissingKey = err, true
-			if res.Label == "" && !p.Shadow {
-				res.Label = p.Name
+			m.log.note(r.Context(), slog.LevelWarn, p.Name+" (missing key)", "rate limit key not found; decided by the policy's missing: "+p.Missing.String(),
+				slog.String("error", err.Error()))
+			if p.Missing == sluice.MissingSkip || p.Shadow {
+				continue // unlimited by this policy, as asked
 			}
-			failClosed = failClosed || (p.FailMode == sluice.FailClosed && !p.Shadow)
-			m.log.note(r.Context(), slog.LevelWarn, p.Name, "rate limit key not found", slog.String("error", err.Error()))
-			continue
+		}
+		if err != nil {
+			// Refused before any store call: nothing is charged, and the
+			// slots of earlier policies are released by Handler.
+			res.Label, res.Outcome, res.Err = p.Name, sluice.Invalid, err
+			m.report(r, res)
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return false
 		}
 		if res.Label == "" && !p.Shadow {
 			res.Label, res.Identity = p.Name, req.Key[len(p.Name)+1:]
@@ -370,6 +382,9 @@ var (
 	// errKeyTooLong answers 400: an identity past sluice.MaxIdentityLen (a huge
 	// API key header, say) must not slip through unlimited by failing open.
 	errKeyTooLong = errors.New("httplimit: request identity too long")
+	// errKeyMissing wraps the key function's error for a request the
+	// policy's Missing did not key by the client's address.
+	errKeyMissing = errors.New("httplimit: the request has no identity for the policy")
 )
 
 // request builds p's Request for r. Its key is "<policy>\x00<identity>",
@@ -379,6 +394,20 @@ func (m *Middleware) request(r *http.Request, p *Policy, s *scratch) (sluice.Req
 	start := len(s.keys)
 	keys := append(append(s.keys, p.Name...), 0)
 	keys, err := p.Key(keys, r, p)
+	if err != nil && !errors.Is(err, ErrAmbiguousKey) {
+		missing := err
+		if p.Missing != sluice.MissingClientIP {
+			return sluice.Request{}, fmt.Errorf("%w: %w", errKeyMissing, missing)
+		}
+		// The fallback identity: a NUL (which no header value holds), then
+		// the client's address.
+		keys = append(append(s.keys, p.Name...), 0, 0)
+		if keys, err = m.fallback(keys, r, p); err != nil {
+			return sluice.Request{}, fmt.Errorf("%w: %w; and no client address: %w", errKeyMissing, missing, err)
+		}
+		defer m.log.note(r.Context(), slog.LevelWarn, p.Name+" (missing key)", "rate limit key not found; limited by the client's address",
+			slog.String("error", missing.Error()))
+	}
 	if err != nil {
 		return sluice.Request{}, err
 	}

@@ -49,9 +49,14 @@ type Policy struct {
 	// FailMode decides requests while the store fails: FailLocal (the
 	// default) decides them in memory from where the store left the key,
 	// FailOpen lets them through, FailClosed answers 503 with Retry-After.
-	// A request whose key cannot be found is answered 503 under FailClosed
-	// and not limited by this policy otherwise.
 	FailMode sluice.FailMode
+	// Missing decides a request whose Key finds no identity (no header, no
+	// user): MissingClientIP (the default) limits it by the client's
+	// address (Options.ClientIP) under the policy's limits, MissingDeny
+	// answers 400, MissingSkip lets it through unlimited by this policy.
+	// Each such request is logged, sampled, as the misconfiguration it
+	// usually is.
+	Missing sluice.MissingKey
 	// Shadow decides and records, but never blocks: for trying a limit on
 	// live traffic before enforcing it.
 	Shadow bool

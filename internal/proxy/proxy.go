@@ -65,7 +65,7 @@ func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (ht
 		}
 		hp := httplimit.Policy{
 			Name: p.Name, Pattern: p.Match, Key: key, Cost: p.Cost,
-			FailMode: p.FailMode, Shadow: p.Shadow, Shape: p.Shape,
+			FailMode: p.FailMode, Missing: p.Missing, Shadow: p.Shadow, Shape: p.Shape,
 			Concurrency: p.Concurrency, ConcurrencyWait: p.ConcurrencyWait,
 			Limits: limitsFor(p, deps.Overrides),
 		}
@@ -74,7 +74,7 @@ func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (ht
 		}
 		policies = append(policies, hp)
 	}
-	opts := httplimit.Options{Guard: deps.Guard, Slots: deps.Slots, Policies: policies, Logger: log}
+	opts := httplimit.Options{Guard: deps.Guard, Slots: deps.Slots, Policies: policies, Logger: log, ClientIP: resolver}
 	if count := deps.Count; count != nil {
 		opts.OnResult = func(_ *http.Request, res *httplimit.Result) {
 			if res.Label == "" {

@@ -228,3 +228,24 @@ func TestUpstreamFailures(t *testing.T) {
 		t.Fatalf("upstream hung: %d %q", resp.StatusCode, resp.Header.Get("Content-Type"))
 	}
 }
+
+// A request without the header its policy keys on is limited by the
+// client's address by default (3 of 20 served on 3/1h), refused under
+// missing: deny, and passed under missing: skip.
+func TestMissingKeyInProxy(t *testing.T) {
+	for missing, want := range map[string]int{"": 3, "client_ip": 3, "deny": 0, "skip": 20} {
+		srv := gateway(t, fmt.Sprintf(`
+policies:
+  - {name: api, limit: fixed_window 3/1h, key: "header:X-API-Key", match: "/", missing: %q}
+`, missing), memstore.New(memstore.Options{}))
+		served := 0
+		for range 20 {
+			if get(t, srv.URL+"/").StatusCode == 200 {
+				served++
+			}
+		}
+		if served != want {
+			t.Errorf("missing: %q: %d of 20 served without X-API-Key; want %d", missing, served, want)
+		}
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"golang.org/x/net/netutil"
@@ -67,7 +68,7 @@ func HTTPServer(h http.Handler, l config.Listeners, proxy bool, log *slog.Logger
 // and a connection buffers at most connWindow bytes of the requests not
 // yet read (flow control with fixed windows: grpc-go's automatic window
 // growth would let one connection buffer up to 16 MiB).
-func grpcOptions(l config.Listeners, refused func(reason string)) []grpc.ServerOption {
+func grpcOptions(l config.Listeners, recv *receiveWatch) []grpc.ServerOption {
 	return []grpc.ServerOption{
 		grpc.ConnectionTimeout(l.ReadHeaderTimeout),
 		grpc.MaxConcurrentStreams(uint32(min(l.MaxStreams, 1<<31))),
@@ -81,9 +82,9 @@ func grpcOptions(l config.Listeners, refused func(reason string)) []grpc.ServerO
 			Time:              time.Minute,
 			Timeout:           20 * time.Second,
 		}),
-		grpc.InTapHandle(receiveDeadline(l.ReadTimeout, refused)),
-		grpc.ChainUnaryInterceptor(received),
-		grpc.ChainStreamInterceptor(receivedStream),
+		grpc.InTapHandle(recv.tap),
+		grpc.ChainUnaryInterceptor(recv.received),
+		grpc.ChainStreamInterceptor(recv.receivedStream),
 	}
 }
 
@@ -97,52 +98,114 @@ const (
 // errReceiveTimeout ends a call whose request did not arrive in time.
 var errReceiveTimeout = status.Error(codes.DeadlineExceeded, "the request did not arrive within listeners.read_timeout")
 
-// receiveDeadline gives each call until d to deliver its request: grpc-go
-// starts a call's handler only once its request message is read, and a
-// client that sends the headers and part of a message would otherwise
-// hold the call's goroutine and buffers for as long as the connection
-// lives. The call's context is cancelled at d unless the request has
-// arrived (received stops the timer); refused counts each call cut.
-func receiveDeadline(d time.Duration, refused func(string)) tap.ServerInHandle {
-	return func(ctx context.Context, _ *tap.Info) (context.Context, error) {
-		ctx, cancel := context.WithCancelCause(ctx)
-		t := time.AfterFunc(d, func() {
-			if ctx.Err() == nil {
-				refused("receive_timeout")
-				cancel(errReceiveTimeout)
+// receiveWatch gives each gRPC call until its deadline to deliver its
+// request: grpc-go starts a call's handler only once its request message
+// is read, and a client that sends the headers and part of a message
+// would otherwise hold the call's goroutine and buffers for as long as
+// the connection lives. A call is watched from its headers (tap) until
+// its request is decoded (arrived); every sweepEvery the watch cancels
+// the calls past their deadline and forgets those that ended first. One
+// map for every call rather than a timer each: a timer and its context
+// hooks cost a call 2.4 µs and 15 allocations, this 1.3 µs and 6
+// (BenchmarkReceiveWatch).
+type receiveWatch struct {
+	d       time.Duration
+	refused func(reason string)
+	mu      sync.Mutex
+	calls   map[*receiving]struct{}
+	once    sync.Once // starts the sweeping
+	stopped sync.Once
+	done    chan struct{}
+}
+
+// receiving is one call waiting for its request, and the call's context:
+// its own cancellable one, which also finds the receiving (Value) without
+// a context of its own.
+type receiving struct {
+	context.Context
+	cancel context.CancelCauseFunc
+	by     time.Time
+}
+
+type receivingKey struct{}
+
+func (rc *receiving) Value(key any) any {
+	if key == (receivingKey{}) {
+		return rc
+	}
+	return rc.Context.Value(key)
+}
+
+// sweepEvery is how often the watch looks for calls past their deadline:
+// a call is ended between its deadline and a second after it.
+const sweepEvery = time.Second
+
+func newReceiveWatch(d time.Duration, refused func(string)) *receiveWatch {
+	return &receiveWatch{d: d, refused: refused, calls: map[*receiving]struct{}{}, done: make(chan struct{})}
+}
+
+// tap is the grpc.InTapHandle that starts watching a call.
+func (w *receiveWatch) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
+	w.once.Do(func() { go w.sweep() })
+	ctx, cancel := context.WithCancelCause(ctx)
+	rc := &receiving{Context: ctx, cancel: cancel, by: time.Now().Add(w.d)}
+	w.mu.Lock()
+	w.calls[rc] = struct{}{}
+	w.mu.Unlock()
+	return rc, nil
+}
+
+// arrived stops watching the call of ctx: its request is here.
+func (w *receiveWatch) arrived(ctx context.Context) {
+	if rc, ok := ctx.Value(receivingKey{}).(*receiving); ok {
+		w.mu.Lock()
+		delete(w.calls, rc)
+		w.mu.Unlock()
+	}
+}
+
+func (w *receiveWatch) sweep() {
+	t := time.NewTicker(sweepEvery)
+	defer t.Stop()
+	var late []*receiving
+	for {
+		select {
+		case <-w.done:
+			return
+		case now := <-t.C:
+			w.mu.Lock()
+			for rc := range w.calls {
+				switch {
+				case rc.Err() != nil: // ended first (reset by its client)
+					delete(w.calls, rc)
+				case now.After(rc.by):
+					delete(w.calls, rc)
+					late = append(late, rc)
+				}
 			}
-		})
-		// A call that ends first (reset by its client) frees its timer.
-		unwatch := context.AfterFunc(ctx, func() { t.Stop() })
-		return context.WithValue(ctx, receiveTimerKey{}, &receiveTimer{t, unwatch}), nil
+			w.mu.Unlock()
+			for i, rc := range late {
+				w.refused("receive_timeout")
+				rc.cancel(errReceiveTimeout)
+				late[i] = nil
+			}
+			late = late[:0]
+		}
 	}
 }
 
-type receiveTimerKey struct{}
-
-// receiveTimer is a call's receive deadline and the watch on its end.
-type receiveTimer struct {
-	t       *time.Timer
-	unwatch func() bool
-}
-
-// stopReceiveTimer stops the call's receive deadline: its request is here.
-func stopReceiveTimer(ctx context.Context) {
-	if rt, ok := ctx.Value(receiveTimerKey{}).(*receiveTimer); ok {
-		rt.t.Stop()
-		rt.unwatch()
-	}
-}
+// stop ends the sweeping, once the gRPC server has stopped; again, nothing.
+func (w *receiveWatch) stop() { w.stopped.Do(func() { close(w.done) }) }
 
 // received runs once a unary call's request is decoded.
-func received(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	stopReceiveTimer(ctx)
+func (w *receiveWatch) received(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	w.arrived(ctx)
 	return h(ctx, req)
 }
 
 // receivedStream runs as a stream opens: a stream reads its messages
-// itself, as long as it lives, so only its opening is under the deadline.
-func receivedStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	stopReceiveTimer(ss.Context())
+// itself, as long as it lives, so only its opening is watched.
+func (w *receiveWatch) receivedStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	w.arrived(ss.Context())
 	return h(srv, ss)
 }

@@ -87,6 +87,7 @@ type Server struct {
 	adminSrv  *http.Server
 	debugSrv  *http.Server
 	grpcSrv   *grpc.Server
+	recv      *receiveWatch // the gRPC calls waiting for their request
 	health    *health.Server
 	addrs     Addrs
 	started   bool // Start has run and Shutdown has not
@@ -267,7 +268,8 @@ func (s *Server) Start() error {
 	s.httpSrv = HTTPServer(s.tracing.httpHandler(s.httpHandler()), lim, false, s.log)
 	go s.serveHTTP(s.httpSrv, hl)
 
-	s.grpcSrv = grpc.NewServer(append(grpcOptions(lim, s.refused), s.tracing.grpcOptions()...)...)
+	s.recv = newReceiveWatch(lim.ReadTimeout, s.refused)
+	s.grpcSrv = grpc.NewServer(append(grpcOptions(lim, s.recv), s.tracing.grpcOptions()...)...)
 	rlspb.RegisterRateLimitServiceServer(s.grpcSrv, &rls{s: s})
 	sluicev1.RegisterCheckServiceServer(s.grpcSrv, &native{s: s})
 	if _, ok := s.store.(*shard.Store); ok {
@@ -407,6 +409,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 				s.grpcSrv.Stop()
 				<-done
 			}
+			s.recv.stop() // it ends stalled calls until the server has stopped
 		})
 	}
 	wg.Wait()
