@@ -45,6 +45,7 @@ type breaker struct {
 	calls             int64  // failed calls in this outage
 	epoch             uint64 // outages so far
 	halfOpenAnnounced bool
+	onRecover         func() // called, on a goroutine of its own, when an outage ends
 }
 
 func (b *breaker) init(opts GuardOptions, logf func(slog.Level, string, ...slog.Attr)) {
@@ -114,6 +115,26 @@ func (b *breaker) success(probe bool) {
 	b.logf(slog.LevelInfo, "rate limit store recovered",
 		slog.Duration("outage", time.Since(b.since)), slog.Int64("failed_calls", b.calls),
 		slog.String("breaker", breakerNames[was]+" -> closed"))
+	if b.onRecover != nil {
+		go b.onRecover()
+	}
+}
+
+// untilProbe returns how long until the breaker lets a call probe the
+// store, and false when it is closed.
+func (b *breaker) untilProbe() (time.Duration, bool) {
+	if b.state.Load() == breakerClosed {
+		return 0, false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	switch b.state.Load() {
+	case breakerClosed:
+		return 0, false
+	case breakerOpen:
+		return time.Until(b.openUntil), true
+	}
+	return b.base, true // half-open: a probe is out
 }
 
 // release ends a call that says nothing about the store (its caller gave

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +43,13 @@ type Guard struct {
 	standin  *standin // nil without opts.Local
 	logs     *sample.Sampler
 	failures atomic.Int64 // checks decided by the failure policy, ever
+
+	// The end of an outage (recovery.go).
+	probing       atomic.Bool  // the prober runs
+	lastFailed    atomic.Int64 // when a check last failed, Unix ns
+	replaying     sync.Mutex   // held by the one replay at a time
+	replayed      atomic.Int64 // cost the stand-in admitted and the store was told
+	replayDropped atomic.Int64 // cost admitted for keys past maxOwed, never told
 }
 
 // GuardOptions configures a Guard. Every field has a usable zero value.
@@ -101,6 +109,7 @@ func NewGuard(store Store, opts GuardOptions) (*Guard, error) {
 		g.inproc = true
 	}
 	g.breaker.init(opts, g.transition)
+	g.breaker.onRecover = g.recovered
 	if opts.Local != nil && !g.inproc {
 		g.standin = newStandin(opts.Local, opts.Instances)
 	}
@@ -407,6 +416,8 @@ func (g *Guard) failed(ctx context.Context, c *Check, ds []Decision, err error) 
 	if !c.Held.Failed() { // counted by Hold already
 		g.failures.Add(1)
 	}
+	g.lastFailed.Store(time.Now().UnixNano())
+	g.startProber()
 	err = fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
 	v := Verdict{Outcome: FailedOpen, Closest: -1, Err: err}
 	local := false
@@ -478,12 +489,18 @@ type Health struct {
 	// FailedChecks counts the checks decided by the failure policy since
 	// the Guard was made.
 	FailedChecks int64
+	// Replayed is the cost the stand-in admitted during outages and the
+	// store was told when it recovered; ReplayDropped what it admitted for
+	// keys past its bound, which the store was never told. Since the Guard
+	// was made.
+	Replayed, ReplayDropped int64
 }
 
 // Health reports the store's health.
 func (g *Guard) Health() Health {
 	h := g.breaker.health()
 	h.FailedChecks = g.failures.Load()
+	h.Replayed, h.ReplayDropped = g.replayed.Load(), g.replayDropped.Load()
 	return h
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -126,8 +127,10 @@ func TestGuardLocalDuringHang(t *testing.T) {
 	}
 	c.proxy.Stall(false)
 	back := time.Now()
-	for {
-		v, _ := c.take(t, "k2", limit, sluice.FailLocal, 350*time.Millisecond)
+	for i := 0; ; i++ {
+		// A fresh key each time: one the stand-in admitted is told to the
+		// store as it recovers, and may then be denied.
+		v, _ := c.take(t, fmt.Sprint("back-", i), limit, sluice.FailLocal, 350*time.Millisecond)
 		if v.Outcome == sluice.Allowed {
 			break
 		}
@@ -233,5 +236,50 @@ func TestGuardOneProbeAtATime(t *testing.T) {
 	// opened the breaker, then at most one probe per backoff plus timeout.
 	if n := calls.Load(); n > 16+4+int64(time.Second/(300*time.Millisecond+50*time.Millisecond))+1 {
 		t.Fatalf("%d store calls in a second of hang; want one probe at a time", n)
+	}
+}
+
+// The end of an outage is exact: with no checks after the store comes
+// back, the Guard's own probe closes the breaker, and what the stand-in
+// admitted during the outage is told to the store, so the key's count in
+// the store is what was admitted in all.
+func TestGuardOutageEndsExactly(t *testing.T) {
+	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
+	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Hour}
+	for range 2 {
+		if v, _ := c.take(t, "k", limit, sluice.FailLocal, 5*time.Second); v.Outcome != sluice.Allowed {
+			t.Fatalf("healthy: %v", v.Outcome)
+		}
+	}
+	c.proxy.Stall(true)
+	local := map[string]int64{}
+	for range 30 {
+		for _, key := range []string{"k", "fresh"} {
+			v, _ := c.take(t, key, limit, sluice.FailLocal, 5*time.Second)
+			if v.Outcome == sluice.LocalAllowed {
+				local[key]++
+			}
+		}
+	}
+	if local["k"] != 8 || local["fresh"] != 10 {
+		t.Fatalf("the stand-in admitted %v; want k 8 (what the store had left), fresh 10", local)
+	}
+	c.proxy.Stall(false)
+	// No check from here on: the Guard finds the store back by itself.
+	deadline := time.Now().Add(30 * time.Second)
+	for h := c.guard.Health(); h.Breaker != "closed" || h.Replayed < 18; h = c.guard.Health() {
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the store came back, with no checks: %+v; want the breaker closed and 18 replayed", h)
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the event
+	}
+	for key, want := range map[string]int64{"k": 0, "fresh": 0} {
+		d, err := c.store.Take(context.Background(), sluice.Request{Key: key, Limit: limit})
+		if err != nil || d.Remaining != want {
+			t.Fatalf("%s in the store after the outage: %+v, %v; want %d remaining (healthy and local admissions told)", key, d, err, want)
+		}
+	}
+	if log := c.log.String(); !strings.Contains(log, "told what was admitted locally") {
+		t.Fatalf("no log line for the replay:\n%s", log)
 	}
 }

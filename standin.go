@@ -35,6 +35,8 @@ type standin struct {
 	mu     sync.Mutex
 	epoch  uint64              // the outage seeded is for
 	seeded map[string]struct{} // stand-in keys seeded in this outage
+
+	ledger ledger // what it admitted, to tell the store (recovery.go)
 }
 
 type seenSlot struct {
@@ -112,8 +114,15 @@ func (s *standin) decide(ctx context.Context, c *Check, epoch uint64, ds []Decis
 	if err := take(ctx, s.local, reqs, out); err != nil {
 		return err
 	}
+	admitted := true
 	for j, i := range at {
 		ds[i] = out[j]
+		admitted = admitted && out[j].Allowed
+	}
+	if admitted { // all or nothing: a denied batch took nothing
+		for _, i := range at {
+			s.ledger.add(c.Enforced[i].Key, c.Enforced[i].Limit, c.Enforced[i].Cost)
+		}
 	}
 	return nil
 }

@@ -152,3 +152,89 @@ func TestBusyHostDefaultSettingsExact(t *testing.T) {
 		}
 	}
 }
+
+// The end of a Redis hang is exact, with default settings: checks during a
+// 4-second hang (DEBUG SLEEP 4) are decided locally; once it is over, with
+// no check in between, the service finds Redis back by itself and tells it
+// what was admitted locally; then 64 callers on a fresh fixed_window
+// 1000/1m key get exactly 1,000, all from Redis, and on the key the
+// stand-in admitted k times exactly 1,000 − k.
+func TestRedisHangEndsExactly(t *testing.T) {
+	redis := redistest.Standalone(t)
+	r := start(t, "store: {type: redis, url: redis://"+redis.Addr+"}\npolicies:\n  - {name: hot, limit: fixed_window 1000/1m}\n", "")
+	if res, _ := r.check(t, "hot", "warm"); !res.Allowed || res.Local {
+		t.Fatalf("healthy: %+v", res)
+	}
+	// The window is aligned to the minute: start in a fresh one, with
+	// room for the hang and what follows.
+	if left := time.Minute - time.Duration(time.Now().UnixNano())%time.Minute; left < 30*time.Second {
+		time.Sleep(left + 100*time.Millisecond)
+	}
+	hung := make(chan struct{})
+	go func() {
+		defer close(hung)
+		redis.Do("DEBUG", "SLEEP", "4")
+	}()
+	for deadline := time.Now().Add(10 * time.Second); ; { // until the hang decides checks locally
+		if res, _ := r.check(t, "hot", "probe"); res.Local {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("checks still decided by Redis 10 s into DEBUG SLEEP 4")
+		}
+	}
+	var local atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 20 {
+				if res, _ := r.check(t, "hot", "during"); res.Allowed && res.Local {
+					local.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	<-hung
+	k := local.Load()
+	if k == 0 {
+		t.Fatal("nothing was admitted locally during the hang: the test proves nothing")
+	}
+	// Quiet: no check until Redis is used again and told.
+	deadline := time.Now().Add(30 * time.Second)
+	for h := r.Guard().Health(); h.Breaker != "closed" || h.Replayed < k; h = r.Guard().Health() {
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the hang, with no checks: %+v; want the breaker closed and %d replayed", h, k)
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the event
+	}
+	burst := func(key string) (admitted, fromStandin int64) {
+		var a, l atomic.Int64
+		var wg sync.WaitGroup
+		for range 64 {
+			wg.Go(func() {
+				for range 24 {
+					res, code := r.check(t, "hot", key)
+					if code != 200 {
+						t.Errorf("status %d: %s", code, res.Error)
+						return
+					}
+					if res.Allowed {
+						a.Add(1)
+					}
+					if res.Local {
+						l.Add(1)
+					}
+				}
+			})
+		}
+		wg.Wait()
+		return a.Load(), l.Load()
+	}
+	if n, l := burst("after"); n != 1000 || l != 0 {
+		t.Errorf("a fresh key after the hang: %d admitted, %d decided locally; want exactly 1000, none locally", n, l)
+	}
+	if n, l := burst("during"); n != 1000-k || l != 0 {
+		t.Errorf("the key admitted %d times locally: %d more admitted by Redis (%d locally); want exactly %d", k, n, l, 1000-k)
+	}
+}

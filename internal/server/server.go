@@ -167,6 +167,12 @@ func (s *Server) openGuard(cfg *config.Config) error {
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "sluice_store_failed_checks_total", Help: "Checks decided by their fail_mode because the store failed."},
 		func() float64 { return float64(g.Health().FailedChecks) }))
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "sluice_store_replayed_cost_total", Help: "Cost that fail_mode local admitted during outages and the store was told when it recovered (forced takes)."},
+		func() float64 { return float64(g.Health().Replayed) }))
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "sluice_store_replay_dropped_cost_total", Help: "Cost that fail_mode local admitted during outages for keys past its bound of 100,000, which the store was never told."},
+		func() float64 { return float64(g.Health().ReplayDropped) }))
 	return nil
 }
 
