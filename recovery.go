@@ -122,13 +122,12 @@ func (g *Guard) prober() {
 	}
 }
 
-// recovered runs when the breaker closes after an outage: it tells the
-// store what the stand-in admitted meanwhile.
+// recovered runs, on a goroutine of its own, when the breaker closes
+// after an outage: it tells the store what the stand-in admitted meanwhile.
 func (g *Guard) recovered() {
-	if g.standin == nil {
-		return
+	if g.standin != nil {
+		g.replay()
 	}
-	go g.replay()
 }
 
 // replay tells the store what the stand-in admitted, as forced takes.

@@ -172,8 +172,12 @@ func postCheck(t *testing.T, addr, policy, key string) (int, checkResp) {
 // checks over JSON, Envoy RLS gRPC, /json and `sluice check`.
 func TestServeDefault(t *testing.T) {
 	p := start(t, nil)
-	if !strings.Contains(p.out.String(), "Try it:") {
-		t.Errorf("no hint on how to try it:\n%s", p.out)
+	// The banner follows the listeners, which may answer before it is out.
+	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(p.out.String(), "Try it:"); {
+		if time.Now().After(deadline) {
+			t.Fatalf("no hint on how to try it:\n%s", p.out)
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the banner
 	}
 	allowed := 0
 	for range 25 {
