@@ -66,6 +66,11 @@ func newChaos(t *testing.T, opts sluice.GuardOptions) *chaos {
 	return c
 }
 
+// answered bounds a check in these tests: it is answered, not hung. How
+// soon (within the timeout, with the breaker open at once) is for the
+// benchmarks: a busy machine stretches any bound a test could assert.
+const answered = 10 * time.Second
+
 // take decides one request of key under limit and mode, within bound.
 func (c *chaos) take(t *testing.T, key string, limit sluice.Limit, mode sluice.FailMode, bound time.Duration) (sluice.Verdict, sluice.Decision) {
 	t.Helper()
@@ -86,14 +91,14 @@ func TestGuardLocalDuringHang(t *testing.T) {
 	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 5, Period: time.Hour}
 	for range 2 {
-		if v, d := c.take(t, "k", limit, sluice.FailLocal, time.Second); v.Outcome != sluice.Allowed {
+		if v, d := c.take(t, "k", limit, sluice.FailLocal, answered); v.Outcome != sluice.Allowed {
 			t.Fatalf("healthy: %v %+v", v.Outcome, d)
 		}
 	}
 	c.proxy.Stall(true)
 	admitted := 0
 	for i := range 20 {
-		v, _ := c.take(t, "k", limit, sluice.FailLocal, 200*time.Millisecond+150*time.Millisecond)
+		v, _ := c.take(t, "k", limit, sluice.FailLocal, answered)
 		if v.Outcome != sluice.LocalAllowed && v.Outcome != sluice.LocalDenied {
 			t.Fatalf("check %d during the hang: %v, want decided locally", i, v.Outcome)
 		}
@@ -107,7 +112,7 @@ func TestGuardLocalDuringHang(t *testing.T) {
 	// A key the store never saw starts at its limit.
 	fresh := 0
 	for range 8 {
-		if v, _ := c.take(t, "new", limit, sluice.FailLocal, 350*time.Millisecond); v.Allowed() {
+		if v, _ := c.take(t, "new", limit, sluice.FailLocal, answered); v.Allowed() {
 			fresh++
 		}
 	}
@@ -117,25 +122,28 @@ func TestGuardLocalDuringHang(t *testing.T) {
 	if h := c.guard.Health(); !h.Failing || h.Breaker == "closed" {
 		t.Fatalf("health during the hang: %+v; want failing, breaker not closed", h)
 	}
-	// With the breaker open a check costs no timeout.
-	start := time.Now()
+	// With the breaker open a check costs no timeout: it is decided without
+	// a store call (the probe aside, one at a time).
+	spared := 0
 	for range 50 {
-		c.take(t, "other", limit, sluice.FailLocal, 350*time.Millisecond)
+		if v, _ := c.take(t, "other", limit, sluice.FailLocal, answered); errors.Is(v.Err, sluice.ErrBreakerOpen) {
+			spared++
+		}
 	}
-	if took := time.Since(start); took > time.Second {
-		t.Fatalf("50 checks with the breaker open took %v", took)
+	if spared < 40 {
+		t.Fatalf("%d of 50 checks with the breaker open were spared the store; want nearly all", spared)
 	}
 	c.proxy.Stall(false)
 	back := time.Now()
 	for i := 0; ; i++ {
 		// A fresh key each time: one the stand-in admitted is told to the
 		// store as it recovers, and may then be denied.
-		v, _ := c.take(t, fmt.Sprint("back-", i), limit, sluice.FailLocal, 350*time.Millisecond)
+		v, _ := c.take(t, fmt.Sprint("back-", i), limit, sluice.FailLocal, answered)
 		if v.Outcome == sluice.Allowed {
 			break
 		}
-		if time.Since(back) > time.Second {
-			t.Fatalf("not decided by the store again 1s after it came back (%v)", v.Outcome)
+		if time.Since(back) > 10*time.Second {
+			t.Fatalf("not decided by the store again 10 s after it came back (%v)", v.Outcome)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -158,11 +166,11 @@ func TestGuardOpenAndClosed(t *testing.T) {
 	c.proxy.Down()
 	limit := sluice.PerMinute(1)
 	for i := range 3 {
-		v, d := c.take(t, "o", limit, sluice.FailOpen, 350*time.Millisecond)
+		v, d := c.take(t, "o", limit, sluice.FailOpen, answered)
 		if v.Outcome != sluice.FailedOpen || !d.Allowed || !errors.Is(v.Err, sluice.ErrStoreUnavailable) {
 			t.Fatalf("open, check %d: %v %+v %v", i, v.Outcome, d, v.Err)
 		}
-		v, d = c.take(t, "c", limit, sluice.FailClosed, 350*time.Millisecond)
+		v, d = c.take(t, "c", limit, sluice.FailClosed, answered)
 		if v.Outcome != sluice.FailedClosed || d.Allowed || d.RetryAfter != time.Second {
 			t.Fatalf("closed, check %d: %v %+v", i, v.Outcome, d)
 		}
@@ -247,7 +255,7 @@ func TestGuardOutageEndsExactly(t *testing.T) {
 	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Hour}
 	for range 2 {
-		if v, _ := c.take(t, "k", limit, sluice.FailLocal, 5*time.Second); v.Outcome != sluice.Allowed {
+		if v, _ := c.take(t, "k", limit, sluice.FailLocal, answered); v.Outcome != sluice.Allowed {
 			t.Fatalf("healthy: %v", v.Outcome)
 		}
 	}
@@ -255,7 +263,7 @@ func TestGuardOutageEndsExactly(t *testing.T) {
 	local := map[string]int64{}
 	for range 30 {
 		for _, key := range []string{"k", "fresh"} {
-			v, _ := c.take(t, key, limit, sluice.FailLocal, 5*time.Second)
+			v, _ := c.take(t, key, limit, sluice.FailLocal, answered)
 			if v.Outcome == sluice.LocalAllowed {
 				local[key]++
 			}

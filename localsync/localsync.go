@@ -49,8 +49,10 @@ type Options struct {
 	MaxKeys int
 	// Timeout bounds each sync call. Default Interval.
 	Timeout time.Duration
-	// OnError is called with sync failures. Default: ignored.
-	OnError func(error)
+	// OnSync, if set, is called after every sync with its duration and its
+	// error (nil when every push and pull was answered), for metrics and
+	// logs. It must be cheap and safe for concurrent use.
+	OnSync func(took time.Duration, err error)
 	// Clock is the time source. Default time.Now.
 	Clock func() time.Time
 }

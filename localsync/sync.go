@@ -25,6 +25,7 @@ type push struct {
 // Sync pushes every key's unsynced cost and pulls back the global
 // remaining of every key in use. The sync loop calls it every Interval.
 func (s *Store) Sync(ctx context.Context) error {
+	start := time.Now()
 	now := s.opts.Clock()
 	pushes := s.collect(now)
 	var wg sync.WaitGroup
@@ -39,7 +40,11 @@ func (s *Store) Sync(ctx context.Context) error {
 		})
 	}
 	wg.Wait()
-	return s.absorb(pushes, now)
+	err := s.absorb(pushes, now)
+	if s.opts.OnSync != nil {
+		s.opts.OnSync(time.Since(start), err)
+	}
+	return err
 }
 
 // collect lists the pushes of this sync: an unacknowledged push again
@@ -95,9 +100,5 @@ func (s *Store) absorb(pushes []*push, now time.Time) error {
 			e.retryAt = now.Add(p.d.RetryAfter)
 		}
 	}
-	err := errors.Join(errs...)
-	if err != nil && s.opts.OnError != nil {
-		s.opts.OnError(err)
-	}
-	return err
+	return errors.Join(errs...)
 }

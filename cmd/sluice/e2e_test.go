@@ -593,7 +593,9 @@ policies:
 			}
 		}
 		if round%4 == 3 {
-			time.Sleep(150 * time.Millisecond) // let them sync
+			for _, p := range procs { // let them sync: two syncs each, a push and the pull after it
+				waitSyncs(t, p, 2)
+			}
 		}
 	}
 	// 300 offered against 100 per hour: between syncs each instance admits
@@ -601,6 +603,20 @@ policies:
 	t.Logf("admitted %d of 300 against a limit of 100", admitted)
 	if admitted > 110 || admitted < 60 {
 		t.Fatalf("admitted %d; want 100 within the local-sync bound (10%%), and not far under", admitted)
+	}
+}
+
+// waitSyncs waits until p has made n more successful local-sync calls to
+// Redis than when it was called.
+func waitSyncs(t *testing.T, p *proc, n float64) {
+	t.Helper()
+	const series = `sluice_store_calls_total{operation="sync",result="ok"}`
+	from := metric(t, p.http, series)
+	for deadline := time.Now().Add(30 * time.Second); metric(t, p.http, series) < from+n; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%v syncs in 30 s; want %v", metric(t, p.http, series)-from, n)
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the syncs
 	}
 }
 

@@ -228,9 +228,11 @@ func (s *Server) openStore(cfg *config.Config) error {
 	if r := cfg.Store.Redis; r != nil && r.LocalSync != nil {
 		ls, err := localsync.New(localsync.Options{
 			Shared: rs, Interval: r.LocalSync.Interval, Instances: cfg.Store.Instances, Timeout: cfg.Store.Timeout,
-			OnError: func(err error) {
-				s.metrics.storeCall("sync", 0, err)
-				s.log.Warn("local-sync: sync failed; kept for the next", "error", err)
+			OnSync: func(took time.Duration, err error) {
+				s.metrics.storeCall("sync", took, err)
+				if err != nil {
+					s.log.Warn("local-sync: sync failed; kept for the next", "error", err)
+				}
 			},
 		})
 		if err != nil {
