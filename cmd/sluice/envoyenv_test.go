@@ -51,8 +51,9 @@ func TestSecretFlagsAreWarnedOf(t *testing.T) {
 		{[]string{"--redis=redis://u:pw@h:6379"}, true},
 		{[]string{"-redis", "redis://h:6379"}, false},
 		{[]string{"-redis=redis://u:pw@h:port"}, true},
+		{[]string{"-upstream", "http://u:pw@h"}, false}, // another flag
 	} {
-		if got := redisPassword(append([]string{"sluice", "serve"}, tt.args...)); got != tt.want {
+		if got := urlPassword(append([]string{"sluice", "serve"}, tt.args...), "redis"); got != tt.want {
 			t.Errorf("%q: %v; want %v", tt.args, got, tt.want)
 		}
 	}

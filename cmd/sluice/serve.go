@@ -310,29 +310,31 @@ func warnSecretFlags(cli map[string]bool, log *slog.Logger) {
 	if cli["admin-token"] {
 		log.Warn("the admin token given with -admin-token shows in ps and in shell history; use -admin-token-file or SLUICE_ADMIN_TOKEN")
 	}
-	if cli["redis"] && redisPassword(os.Args) {
-		log.Warn("the Redis password given in -redis shows in ps and in shell history; use SLUICE_REDIS or the config file's store.redis.url")
+	for flag, instead := range map[string]string{"redis": "SLUICE_REDIS or the config file's store.url", "upstream": "SLUICE_UPSTREAM"} {
+		if cli[flag] && urlPassword(os.Args, flag) {
+			log.Warn("the password given in -"+flag+" shows in ps and in shell history; use "+instead, "flag", flag)
+		}
 	}
 }
 
-// redisPassword reports whether a -redis argument among args holds a
-// password.
-func redisPassword(args []string) bool {
+// urlPassword reports whether a URL given to flag among args holds a
+// password (or does not parse, and so may).
+func urlPassword(args []string, flag string) bool {
 	for i, a := range args {
 		n := strings.TrimLeft(a, "-")
 		var v string
 		switch {
 		case a == n:
 			continue
-		case n == "redis" && i+1 < len(args):
+		case n == flag && i+1 < len(args):
 			v = args[i+1]
-		case strings.HasPrefix(n, "redis="):
-			v = strings.TrimPrefix(n, "redis=")
+		case strings.HasPrefix(n, flag+"="):
+			v = strings.TrimPrefix(n, flag+"=")
 		default:
 			continue
 		}
 		if u, err := url.Parse(v); err != nil || u.User != nil {
-			return true // unparsable: it may hold one
+			return true
 		}
 	}
 	return false
