@@ -2,6 +2,7 @@ package sluice
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -16,7 +17,8 @@ import (
 //     the breaker is open, a prober goroutine probes the store itself
 //     after each backoff (a peek of one key), so a store that returns is
 //     used again within one backoff, checks or not. It stops once the
-//     breaker closes, or after proberIdle without a failed check.
+//     breaker closes, after proberIdle without a failed check, or when
+//     the store says it is closed (ErrStoreClosed).
 //   - What the stand-in admitted during the outage was never told to the
 //     store. The stand-in keeps it, per key and limit (owed, at most
 //     maxOwed keys: the cost of further keys is counted as dropped and
@@ -119,6 +121,9 @@ func (g *Guard) prober() {
 		d := [1]Decision{}
 		err := bounded(ctx, g.store, []Request{probeRequest}, d[:])
 		g.end(context.Background(), cancel, start, probe, err)
+		if errors.Is(err, ErrStoreClosed) {
+			return // it will not come back
+		}
 	}
 }
 

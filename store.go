@@ -43,6 +43,9 @@ var (
 	// ErrStoreUnavailable wraps a store failure in a Decision made by a
 	// fail-closed Limiter, so callers can tell it from a rate-limit denial.
 	ErrStoreUnavailable = errors.New("sluice: store unavailable")
+	// ErrStoreClosed is wrapped by the errors of a store's calls after its
+	// Close: a Guard stops probing a closed store.
+	ErrStoreClosed = errors.New("sluice: store closed")
 )
 
 // Request asks a Store to take Cost events from the state of Key under Limit.

@@ -33,6 +33,9 @@ var (
 	// idempotent batch (Request.ID) whose keys hash to different slots: it
 	// could apply in one slot and not another.
 	ErrCrossSlot = errors.New("redisstore: batch keys span Redis Cluster slots")
+	// ErrClosed is returned by the calls of a Store from Open after its
+	// Close.
+	ErrClosed = fmt.Errorf("redisstore: %w", sluice.ErrStoreClosed)
 	// ErrNotConnected is returned while a Store from Open has not reached
 	// Redis yet.
 	ErrNotConnected = errors.New("redisstore: not connected to Redis")
@@ -52,6 +55,7 @@ type Store struct {
 	client   rueidis.Client // nil until connected
 	cluster  bool
 	owned    bool // opened by Open: Close closes the client
+	closed   bool // Close has run, on a Store from Open: no dial again
 	opt      rueidis.ClientOption
 	lastDial time.Time
 	dialErr  error
@@ -179,6 +183,9 @@ func (s *Store) dialLocked() {
 func (s *Store) conn() (rueidis.Client, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed {
+		return nil, false, ErrClosed
+	}
 	if s.client == nil && s.owned && time.Since(s.lastDial) >= s.retry {
 		s.dialLocked()
 	}
@@ -198,10 +205,12 @@ func (s *Store) Client() (rueidis.Client, error) {
 // Prefix returns the prefix of the store's keys.
 func (s *Store) Prefix() string { return s.prefix }
 
-// Close closes the client if Open opened it.
+// Close closes the client if Open opened it; later calls fail with
+// ErrClosed, and none dials again.
 func (s *Store) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.closed = s.owned
 	if s.owned && s.client != nil {
 		s.client.Close()
 		s.client = nil
