@@ -58,7 +58,7 @@ type batcher struct {
 	queue    []*call
 	inFlight int
 	flushing bool          // a flusher is waiting to send the queue
-	freed    chan struct{} // a slot was freed; made on first use
+	freed    chan struct{} // a slot was freed; made by newStore, never written again
 }
 
 // coalesce runs c in a script call, alone or with others, and waits for it
@@ -100,9 +100,6 @@ func (s *Store) coalesce(ctx context.Context, client rueidis.Client, c *call) er
 	b.queue = append(b.queue, c)
 	if !b.flushing {
 		b.flushing = true
-		if b.freed == nil {
-			b.freed = make(chan struct{}, 1)
-		}
 		go s.flush(client)
 	}
 	b.mu.Unlock()

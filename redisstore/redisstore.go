@@ -90,6 +90,7 @@ func New(client rueidis.Client, opts Options) *Store {
 
 func newStore(opts Options) *Store {
 	s := &Store{prefix: opts.Prefix, retry: opts.ReconnectInterval}
+	s.batch.freed = make(chan struct{}, 1) // made once: release reads it without the lock
 	if s.prefix == "" {
 		s.prefix = "sluice:"
 	}
