@@ -31,7 +31,10 @@ const DefaultTimeout = time.Second
 // circuit breaker stops calling a store that keeps failing, so a hung store
 // costs no timeout per check. Every change of the store's health is logged
 // once, failed checks are logged sampled per label, and each check has one
-// Outcome for metrics.
+// Outcome for metrics. While the breaker is open the Guard probes the store
+// itself, and when the store recovers it tells it what the stand-in
+// admitted meanwhile (recovery.go), so the end of an outage admits no more
+// than the limit allows.
 //
 // A Guard is safe for concurrent use; one Guard per Store, shared by every
 // front door on it, keeps one breaker and one stand-in.

@@ -23,7 +23,8 @@ type LimiterOptions struct {
 	// FailMode decides requests while the store fails. Default FailLocal.
 	FailMode FailMode
 	// Local is the stand-in FailLocal decides with while the store fails:
-	// a memory store of its own (memstore.New).
+	// a memory store of its own (memstore.New). What it admits is told to
+	// the store when the store recovers (see Guard).
 	Local Store
 	// Instances is how many processes share the store; see GuardOptions.
 	Instances int
