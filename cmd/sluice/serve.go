@@ -94,9 +94,15 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if !admin.resolve(cli, log, stderr, "serve") {
 		return 2
 	}
-	srv, err := server.New(server.Options{
+	var srv *server.Server
+	srv, err = server.New(server.Options{
 		Config: c.config, RedisURL: c.redis, HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr,
 		AdminAddr: admin.addr, AdminToken: admin.token, Logger: log, Envoy: envoy, DebugAddr: debugAddr,
+		// /v1/forward-auth decides as `sluice proxy` does: its decider,
+		// on this server's Guard, counted in its metrics.
+		ForwardAuth: func(cfg *config.Config) (http.Handler, error) {
+			return proxy.ForwardAuth(cfg, proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides(), Count: srv.CountCheck}, log)
+		},
 	})
 	if err != nil {
 		fmt.Fprintln(stderr, "sluice serve: cannot start:\n"+err.Error())

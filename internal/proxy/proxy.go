@@ -44,6 +44,34 @@ type Deps struct {
 // allows to upstream. Streaming responses are flushed as they come and
 // websocket upgrades pass through (httputil.ReverseProxy).
 func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (http.Handler, error) {
+	d, err := newDecider(cfg, deps, log, nil)
+	if err != nil {
+		return nil, err
+	}
+	rp := httputil.NewSingleHostReverseProxy(upstream)
+	rp.FlushInterval = -1 // stream responses as they come
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// An upstream that sends no headers within the proxy timeout gets
+	// its client a 504, not a connection the listener cuts.
+	tr.ResponseHeaderTimeout = cfg.Listeners.ProxyTimeout
+	rp.Transport = tr
+	rp.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
+	rp.ErrorHandler = upstreamFailed(log, sample.New(1))
+	return d.handler(forward(rp)), nil
+}
+
+// decider is the one request-to-policies step of the proxy and of
+// forward-auth: a request's canonical form, the policies that match it,
+// their key functions (the client address under trusted_proxies) and the
+// fallback identity, decided through the Guard.
+type decider struct {
+	m          *httplimit.Middleware
+	keyHeaders []string // the headers the policies key on
+}
+
+// newDecider builds cfg's decider; onDenied, if set, answers refusals
+// instead of httplimit's 429 and 503.
+func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(http.ResponseWriter, *http.Request, *httplimit.Result)) (*decider, error) {
 	resolver, err := clientip.RemoteAddr()
 	if err != nil {
 		return nil, err
@@ -74,7 +102,7 @@ func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (ht
 		}
 		policies = append(policies, hp)
 	}
-	opts := httplimit.Options{Guard: deps.Guard, Slots: deps.Slots, Policies: policies, Logger: log, ClientIP: resolver}
+	opts := httplimit.Options{Guard: deps.Guard, Slots: deps.Slots, Policies: policies, Logger: log, ClientIP: resolver, OnDenied: onDenied}
 	if count := deps.Count; count != nil {
 		opts.OnResult = func(_ *http.Request, res *httplimit.Result) {
 			if res.Label == "" {
@@ -91,17 +119,13 @@ func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (ht
 	if err != nil {
 		return nil, err
 	}
-	rp := httputil.NewSingleHostReverseProxy(upstream)
-	rp.FlushInterval = -1 // stream responses as they come
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	// An upstream that sends no headers within the proxy timeout gets
-	// its client a 504, not a connection the listener cuts.
-	tr.ResponseHeaderTimeout = cfg.Listeners.ProxyTimeout
-	rp.Transport = tr
-	rp.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
-	rp.ErrorHandler = upstreamFailed(log, sample.New(1))
 	slices.Sort(keyHeaders)
-	return canonical(m.Handler(forward(rp)), slices.Compact(keyHeaders)), nil
+	return &decider{m: m, keyHeaders: slices.Compact(keyHeaders)}, nil
+}
+
+// handler decides each request and passes what the policies allow to next.
+func (d *decider) handler(next http.Handler) http.Handler {
+	return canonical(d.m.Handler(next), d.keyHeaders)
 }
 
 // headersOf returns the headers p's key and plan are read from.

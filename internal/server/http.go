@@ -25,6 +25,7 @@ func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/check", s.handleCheck)
 	mux.HandleFunc("POST /json", s.handleEnvoyJSON)
+	mux.HandleFunc("/v1/forward-auth", s.handleForwardAuth)
 	s.ops(mux)
 	return mux
 }

@@ -31,6 +31,13 @@ func (s *Server) Reload() error {
 		return err
 	}
 	old := s.state().cfg
+	if err := s.buildForwardAuth(cfg); err != nil {
+		s.metrics.reloads.WithLabelValues("failure").Inc()
+		s.metrics.reloadOK.Set(0)
+		s.history.add(false, err.Error())
+		s.log.Error("config reload rejected: forward-auth cannot use it; the previous config keeps serving", "file", s.opts.Config, "problems", err.Error())
+		return err
+	}
 	if !reflect.DeepEqual(cfg.Store, old.Store) {
 		s.log.Warn("config reload: the store section changed; it takes effect at the next restart")
 	}

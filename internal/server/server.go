@@ -56,6 +56,10 @@ type Options struct {
 	// DebugAddr, if set, serves the loaded config and pprof there, as
 	// envoyproxy/ratelimit's debug listener does.
 	DebugAddr string
+	// ForwardAuth, if set, builds the handler of /v1/forward-auth from a
+	// config, at start and at each reload (the proxy's decider, which this
+	// package does not import); a reload it refuses keeps the previous one.
+	ForwardAuth func(*config.Config) (http.Handler, error)
 	// OpsOnly makes HTTPAddr serve only the operator's endpoints
 	// (/metrics, /healthz, /readyz, /healthcheck), or nothing when it is
 	// empty, starts no gRPC listener, and skips the drain: for `sluice
@@ -87,7 +91,8 @@ type Server struct {
 	adminSrv  *http.Server
 	debugSrv  *http.Server
 	grpcSrv   *grpc.Server
-	recv      *receiveWatch // the gRPC calls waiting for their request
+	recv      *receiveWatch                // the gRPC calls waiting for their request
+	fa        atomic.Pointer[http.Handler] // /v1/forward-auth's, from Options.ForwardAuth
 	health    *health.Server
 	addrs     Addrs
 	started   bool // Start has run and Shutdown has not
@@ -262,6 +267,9 @@ func (s *Server) Start() error {
 		}
 		return s.startAdmin(lim)
 	}
+	if err := s.buildForwardAuth(s.state().cfg); err != nil {
+		return fmt.Errorf("forward-auth: %w", err)
+	}
 	hl, err := Listen(s.opts.HTTPAddr, lim)
 	if err != nil {
 		return fmt.Errorf("http listener: %w", err)
@@ -313,6 +321,32 @@ func loopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// buildForwardAuth makes /v1/forward-auth's handler from cfg, when the
+// server has a builder for it.
+func (s *Server) buildForwardAuth(cfg *config.Config) error {
+	if s.opts.ForwardAuth == nil {
+		return nil
+	}
+	h, err := s.opts.ForwardAuth(cfg)
+	if err != nil {
+		return err
+	}
+	s.fa.Store(&h)
+	return nil
+}
+
+// handleForwardAuth serves /v1/forward-auth, every method: see
+// proxy.ForwardAuth.
+func (s *Server) handleForwardAuth(w http.ResponseWriter, r *http.Request) {
+	h := s.fa.Load()
+	if h == nil {
+		problem(w, http.StatusNotFound, "forward-auth is not served here", "")
+		return
+	}
+	defer s.track()()
+	(*h).ServeHTTP(w, r)
 }
 
 // refused counts a gRPC call or connection the listener cut, and logs it

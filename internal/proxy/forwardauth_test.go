@@ -1,0 +1,141 @@
+package proxy
+
+import (
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// forwardAuth is /v1/forward-auth for yaml on a memory store.
+func forwardAuth(t *testing.T, yaml string) *httptest.Server {
+	t.Helper()
+	cfg, err := config.Parse("test.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := ForwardAuth(cfg, Deps{Guard: g}, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// ask sends a forward-auth request describing the original request by
+// the headers given, and returns the answer.
+func ask(t *testing.T, srv *httptest.Server, query string, header ...string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest("GET", srv.URL+"/v1/forward-auth"+query, nil)
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp
+}
+
+const perClient = `
+trusted_proxies: [127.0.0.1/32]
+policies:
+  - {name: api, limit: fixed_window 3/1h, key: client_ip, match: "/api/"}
+`
+
+// The gateway's floor through forward-auth: two clients behind it each get
+// 200, 200, 200 then 429 with Retry-After and the rate headers; /other is
+// not limited; nginx's header names work as Caddy's and Traefik's do.
+func TestForwardAuthPerClient(t *testing.T) {
+	srv := forwardAuth(t, perClient)
+	for _, client := range []string{"192.0.2.1", "192.0.2.2"} {
+		var codes []int
+		for i := range 4 {
+			names := [2]string{"X-Forwarded-Method", "X-Forwarded-Uri"}
+			if i%2 == 1 {
+				names = [2]string{"X-Original-Method", "X-Original-URI"}
+			}
+			resp := ask(t, srv, "", names[0], "GET", names[1], "/api/items/1?x=1", "X-Forwarded-For", client)
+			codes = append(codes, resp.StatusCode)
+			if resp.Header.Get("X-RateLimit-Limit") != "3" || resp.Header.Get("RateLimit-Policy") == "" {
+				t.Fatalf("%s, request %d: no rate headers: %v", client, i, resp.Header)
+			}
+			if resp.StatusCode == 429 && resp.Header.Get("Retry-After") == "" {
+				t.Fatalf("%s: 429 without Retry-After", client)
+			}
+		}
+		if want := []int{200, 200, 200, 429}; !slices.Equal(codes, want) {
+			t.Fatalf("%s: %v; want %v", client, codes, want)
+		}
+	}
+	for range 5 {
+		if resp := ask(t, srv, "", "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/other", "X-Forwarded-For", "192.0.2.1"); resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Limit") != "" {
+			t.Fatalf("/other: %d %v; want 200, not limited", resp.StatusCode, resp.Header)
+		}
+	}
+	if resp := ask(t, srv, "?deny_status=403", "X-Original-Method", "GET", "X-Original-URI", "/api/x", "X-Forwarded-For", "192.0.2.1"); resp.StatusCode != 403 || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("deny_status=403: %d %v", resp.StatusCode, resp.Header)
+	}
+}
+
+// Without the gateway in trusted_proxies, a forged X-Forwarded-For changes
+// nothing: every request is the gateway's own address.
+func TestForwardAuthForgedForwardedFor(t *testing.T) {
+	srv := forwardAuth(t, `
+policies:
+  - {name: api, limit: fixed_window 3/1h, key: client_ip, match: "/api/"}
+`)
+	allowed := 0
+	for i := range 6 {
+		resp := ask(t, srv, "", "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/api/x", "X-Forwarded-For", "198.51.100."+string(rune('1'+i)))
+		if resp.StatusCode == 200 {
+			allowed++
+		}
+	}
+	if allowed != 3 {
+		t.Fatalf("6 requests with forged addresses: %d allowed; want 3, one client", allowed)
+	}
+}
+
+// A description that is missing or malformed is a 400 and charges nothing;
+// the same path well described is then allowed 3 times.
+func TestForwardAuthBadInput(t *testing.T) {
+	srv := forwardAuth(t, perClient)
+	for name, h := range map[string][]string{
+		"nothing":        {},
+		"no method":      {"X-Forwarded-Uri", "/api/x"},
+		"no uri":         {"X-Forwarded-Method", "GET"},
+		"absolute uri":   {"X-Forwarded-Method", "GET", "X-Forwarded-Uri", "http://evil/api/x"},
+		"not a path":     {"X-Forwarded-Method", "GET", "X-Forwarded-Uri", "api/x"},
+		"long uri":       {"X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/api/" + strings.Repeat("a", maxURI)},
+		"method":         {"X-Forwarded-Method", "GE T", "X-Forwarded-Uri", "/api/x"},
+		"deny status":    {"X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/api/x"},
+		"encoded slash":  {"X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/api%2fx"},
+		"control in uri": {"X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/api/\tx"},
+	} {
+		query := ""
+		if name == "deny status" {
+			query = "?deny_status=500"
+		}
+		if resp := ask(t, srv, query, append(h, "X-Forwarded-For", "192.0.2.9")...); resp.StatusCode != 400 {
+			t.Errorf("%s: %d; want 400", name, resp.StatusCode)
+		}
+	}
+	for i := range 3 {
+		if resp := ask(t, srv, "", "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/api/x", "X-Forwarded-For", "192.0.2.9"); resp.StatusCode != 200 {
+			t.Fatalf("request %d after the refused ones: %d; want 200 (nothing charged)", i, resp.StatusCode)
+		}
+	}
+}
