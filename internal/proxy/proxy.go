@@ -48,6 +48,9 @@ func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (ht
 	if err != nil {
 		return nil, err
 	}
+	if d.m == nil {
+		return nil, errors.New("proxy: the config has no policies to apply")
+	}
 	rp := httputil.NewSingleHostReverseProxy(upstream)
 	rp.FlushInterval = -1 // stream responses as they come
 	tr := http.DefaultTransport.(*http.Transport).Clone()
@@ -65,8 +68,8 @@ func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (ht
 // their key functions (the client address under trusted_proxies) and the
 // fallback identity, decided through the Guard.
 type decider struct {
-	m          *httplimit.Middleware
-	keyHeaders []string // the headers the policies key on
+	m          *httplimit.Middleware // nil without policies
+	keyHeaders []string              // the headers the policies key on
 }
 
 // newDecider builds cfg's decider; onDenied, if set, answers refusals
@@ -115,6 +118,9 @@ func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(h
 			count(res.Label, res.Outcome, res.Identity, closest, time.Now())
 		}
 	}
+	if len(policies) == 0 {
+		return &decider{}, nil // a config of Envoy domains only: nothing to apply
+	}
 	m, err := httplimit.New(opts)
 	if err != nil {
 		return nil, err
@@ -125,6 +131,9 @@ func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(h
 
 // handler decides each request and passes what the policies allow to next.
 func (d *decider) handler(next http.Handler) http.Handler {
+	if d.m == nil {
+		return canonical(next, nil)
+	}
 	return canonical(d.m.Handler(next), d.keyHeaders)
 }
 
