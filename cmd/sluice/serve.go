@@ -271,7 +271,7 @@ func banner(stdout io.Writer, build buildinfo.Info, source, store string, a serv
 	fmt.Fprintf(stdout, `sluice %s serving
   policies   %s
   store      %s
-  HTTP       http://%s   (POST /v1/check, POST /json, GET /metrics, /healthz, /readyz)
+  HTTP       http://%s   (POST /v1/check, POST /json, /v1/forward-auth, GET /metrics, /healthz, /readyz)
   gRPC       %s          (sluice.v1.CheckService, envoy.service.ratelimit.v3.RateLimitService, grpc.health.v1)
 `, build, source, store, a.HTTP, a.GRPC)
 	if a.Admin != "" {

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/sluicehq/sluice"
@@ -16,6 +17,12 @@ import (
 // forwardAuth is /v1/forward-auth for yaml on a memory store.
 func forwardAuth(t *testing.T, yaml string) *httptest.Server {
 	t.Helper()
+	return forwardAuthLogged(t, yaml, slog.New(slog.DiscardHandler))
+}
+
+// forwardAuthLogged is forwardAuth logging to log.
+func forwardAuthLogged(t *testing.T, yaml string, log *slog.Logger) *httptest.Server {
+	t.Helper()
 	cfg, err := config.Parse("test.yaml", []byte(yaml))
 	if err != nil {
 		t.Fatal(err)
@@ -24,7 +31,7 @@ func forwardAuth(t *testing.T, yaml string) *httptest.Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, err := ForwardAuth(cfg, Deps{Guard: g}, slog.New(slog.DiscardHandler))
+	h, err := ForwardAuth(cfg, Deps{Guard: g}, log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -91,12 +98,14 @@ func TestForwardAuthPerClient(t *testing.T) {
 }
 
 // Without the gateway in trusted_proxies, a forged X-Forwarded-For changes
-// nothing: every request is the gateway's own address.
+// nothing: every request is the gateway's own address, and the log says
+// that every client behind it shares one counter.
 func TestForwardAuthForgedForwardedFor(t *testing.T) {
-	srv := forwardAuth(t, `
+	logged := &lockedBuffer{}
+	srv := forwardAuthLogged(t, `
 policies:
   - {name: api, limit: fixed_window 3/1h, key: client_ip, match: "/api/"}
-`)
+`, slog.New(slog.NewTextHandler(logged, nil)))
 	allowed := 0
 	for i := range 6 {
 		resp := ask(t, srv, "", "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/api/x", "X-Forwarded-For", "198.51.100."+string(rune('1'+i)))
@@ -106,6 +115,9 @@ policies:
 	}
 	if allowed != 3 {
 		t.Fatalf("6 requests with forged addresses: %d allowed; want 3, one client", allowed)
+	}
+	if !strings.Contains(logged.String(), "not in trusted_proxies") || strings.Count(logged.String(), "not in trusted_proxies") > 1 {
+		t.Fatalf("want one sampled warning of the ignored header:\n%s", logged.String())
 	}
 }
 
@@ -138,4 +150,22 @@ func TestForwardAuthBadInput(t *testing.T) {
 			t.Fatalf("request %d after the refused ones: %d; want 200 (nothing charged)", i, resp.StatusCode)
 		}
 	}
+}
+
+// lockedBuffer is a log's buffer, written by the server's goroutines.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"slices"
 	"strconv"
@@ -70,6 +71,9 @@ func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (ht
 type decider struct {
 	m          *httplimit.Middleware // nil without policies
 	keyHeaders []string              // the headers the policies key on
+	trusted    []netip.Prefix        // trusted_proxies
+	log        *slog.Logger
+	logs       *sample.Sampler // the untrusted-forwarding warning, sampled
 }
 
 // newDecider builds cfg's decider; onDenied, if set, answers refusals
@@ -125,8 +129,15 @@ func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(h
 	if err != nil {
 		return nil, err
 	}
+	d := &decider{m: m, log: log, logs: sample.New(1)}
+	for _, c := range cfg.TrustedProxies {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			d.trusted = append(d.trusted, p)
+		}
+	}
 	slices.Sort(keyHeaders)
-	return &decider{m: m, keyHeaders: slices.Compact(keyHeaders)}, nil
+	d.keyHeaders = slices.Compact(keyHeaders)
+	return d, nil
 }
 
 // handler decides each request and passes what the policies allow to next.
@@ -134,7 +145,33 @@ func (d *decider) handler(next http.Handler) http.Handler {
 	if d.m == nil {
 		return canonical(next, nil)
 	}
-	return canonical(d.m.Handler(next), d.keyHeaders)
+	h := canonical(d.m.Handler(next), d.keyHeaders)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		d.noteUntrusted(r)
+		h.ServeHTTP(w, r)
+	})
+}
+
+// noteUntrusted warns, sampled, of a request that carries a forwarding
+// header from a peer not in trusted_proxies: the header is ignored, so
+// every client behind that peer shares its address, and one counter.
+func (d *decider) noteUntrusted(r *http.Request) {
+	if r.Header.Get("X-Forwarded-For") == "" && r.Header.Get("Forwarded") == "" {
+		return
+	}
+	peer, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return
+	}
+	for _, p := range d.trusted {
+		if p.Contains(peer.Addr().Unmap()) {
+			return
+		}
+	}
+	if ok, held := d.logs.Allow("untrusted"); ok {
+		d.log.Warn("a forwarding header from a peer not in trusted_proxies was ignored: every client behind it shares its address, and one limit; add the peer to trusted_proxies if it is your gateway",
+			"peer", peer.Addr().String(), "trusted_proxies", len(d.trusted), "suppressed", held)
+	}
 }
 
 // headersOf returns the headers p's key and plan are read from.

@@ -1,0 +1,184 @@
+package main_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// docBlock returns the first fenced block of lang in docs/gateways.md,
+// with the page's addresses replaced by the test's: the configurations
+// tested are the ones users copy.
+func docBlock(t *testing.T, lang string, addrs map[string]string) string {
+	t.Helper()
+	page, err := os.ReadFile(filepath.Join("..", "..", "docs", "gateways.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("(?s)```" + lang + "\n(.*?)```").FindSubmatch(page)
+	if m == nil {
+		t.Fatalf("docs/gateways.md has no %s block", lang)
+	}
+	block := string(m[1])
+	for from, to := range addrs {
+		block = strings.ReplaceAll(block, from, to)
+	}
+	return block
+}
+
+// gateway is a real gateway's process, started from its configuration
+// on docs/gateways.md.
+type gateway struct {
+	name  string
+	bin   string
+	setup func(t *testing.T, dir string, addrs map[string]string) (args []string)
+}
+
+var gateways = []gateway{
+	{"nginx", "nginx", func(t *testing.T, dir string, addrs map[string]string) []string {
+		// What an nginx.conf has around its server blocks, in dir.
+		conf := fmt.Sprintf("daemon off;\npid %[1]s/nginx.pid;\nerror_log %[1]s/error.log;\nevents {}\nhttp {\n"+
+			"access_log off;\nclient_body_temp_path %[1]s/body;\nproxy_temp_path %[1]s/proxy;\nfastcgi_temp_path %[1]s/fastcgi;\n"+
+			"uwsgi_temp_path %[1]s/uwsgi;\nscgi_temp_path %[1]s/scgi;\n%[2]s}\n", dir, docBlock(t, "nginx", addrs))
+		os.WriteFile(filepath.Join(dir, "nginx.conf"), []byte(conf), 0o644)
+		return []string{"-p", dir, "-e", filepath.Join(dir, "error.log"), "-c", filepath.Join(dir, "nginx.conf")}
+	}},
+	{"caddy", "caddy", func(t *testing.T, dir string, addrs map[string]string) []string {
+		// No admin endpoint: tests run side by side.
+		os.WriteFile(filepath.Join(dir, "Caddyfile"), []byte("{\n\tadmin off\n}\n\n"+docBlock(t, "caddyfile", addrs)), 0o644)
+		return []string{"run", "--adapter", "caddyfile", "--config", filepath.Join(dir, "Caddyfile")}
+	}},
+	{"haproxy", "haproxy", func(t *testing.T, dir string, addrs map[string]string) []string {
+		os.WriteFile(filepath.Join(dir, "sluice.lua"), []byte(docBlock(t, "lua", addrs)), 0o644)
+		os.WriteFile(filepath.Join(dir, "haproxy.cfg"), []byte(docBlock(t, "haproxy", addrs)), 0o644)
+		return []string{"-db", "-f", filepath.Join(dir, "haproxy.cfg")}
+	}},
+}
+
+// nginx, Caddy and HAProxy from Debian, each in front of a real upstream
+// with its configuration from docs/gateways.md, asking `sluice serve` on
+// a 3/1h per-client policy on /api/: two clients (from 127.0.0.2 and
+// 127.0.0.3, each sending a forged X-Forwarded-For) each get 200, 200,
+// 200, then 429 with Retry-After; /other is not limited; only what was
+// allowed reaches the upstream.
+func TestGateways(t *testing.T) {
+	for _, gw := range gateways {
+		t.Run(gw.name, func(t *testing.T) {
+			bin, err := exec.LookPath(gw.bin)
+			if err != nil {
+				if os.Getenv("SLUICE_REQUIRE_GATEWAYS") == "1" {
+					t.Fatalf("%s is not on PATH (SLUICE_REQUIRE_GATEWAYS=1)", gw.bin)
+				}
+				t.Skipf("%s is not on PATH", gw.bin)
+			}
+			testGateway(t, gw, bin)
+		})
+	}
+}
+
+func testGateway(t *testing.T, gw gateway, bin string) {
+	var mu sync.Mutex
+	reached := map[string]int{}
+	var rateHeader string
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		reached[r.URL.Path]++
+		if h := r.Header.Get("X-Ratelimit-Limit"); h != "" && r.URL.Path == "/api/items/1" {
+			rateHeader = h
+		}
+		mu.Unlock()
+		io.WriteString(w, "up")
+	}))
+	defer up.Close()
+	file := filepath.Join(t.TempDir(), "sluice.yaml")
+	os.WriteFile(file, []byte(`trusted_proxies: [127.0.0.1/32]
+policies:
+  - {name: api, limit: fixed_window 3/1h, key: client_ip, match: "/api/"}
+`), 0o644)
+	p := start(t, nil, "-config", file)
+	listen := freeAddr(t)
+	addrs := map[string]string{"127.0.0.1:8080": p.http, "127.0.0.1:3000": strings.TrimPrefix(up.URL, "http://"), "127.0.0.1:8000": listen}
+	dir := t.TempDir()
+	cmd := exec.Command(bin, gw.setup(t, dir, addrs)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	// The gateway's workers go with it: a process group, killed whole.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s output:\n%s", gw.name, out)
+		}
+	})
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		if c, err := net.Dial("tcp", listen); err == nil {
+			c.Close()
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not listen within 30 s:\n%s", gw.name, out)
+		}
+		time.Sleep(20 * time.Millisecond) // polling for the listener
+	}
+	for _, from := range []string{"127.0.0.2", "127.0.0.3"} {
+		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+			return d.DialContext(ctx, network, addr)
+		}}}
+		var codes []int
+		for range 4 {
+			req, _ := http.NewRequest("GET", "http://"+listen+"/api/items/1", nil)
+			req.Header.Set("X-Forwarded-For", "203.0.113.7") // forged
+			resp, err := client.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			codes = append(codes, resp.StatusCode)
+			if resp.StatusCode == 429 && resp.Header.Get("Retry-After") == "" {
+				t.Fatalf("%s: a 429 without Retry-After: %v", from, resp.Header)
+			}
+		}
+		if fmt.Sprint(codes) != "[200 200 200 429]" {
+			t.Fatalf("client %s: %v; want [200 200 200 429]", from, codes)
+		}
+		for range 5 {
+			resp, err := client.Get("http://" + listen + "/other")
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != 200 {
+				t.Fatalf("/other from %s: %d; want 200, not limited", from, resp.StatusCode)
+			}
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if reached["/api/items/1"] != 6 || reached["/other"] != 10 {
+		t.Fatalf("the upstream was reached %v; want the 6 allowed /api requests and the 10 /other", reached)
+	}
+	if gw.name == "caddy" && rateHeader != "3" {
+		t.Fatalf("Caddy passed X-RateLimit-Limit %q to the upstream; want 3 (copy_headers)", rateHeader)
+	}
+}
