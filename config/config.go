@@ -64,8 +64,17 @@ type Config struct {
 	UI             UI
 	TrustedProxies []string // CIDRs whose X-Forwarded-For the proxy trusts
 	Admin          Admin
+	ForwardAuth    ForwardAuth
 	Policies       []*Policy
 	Domains        map[string]*Domain
+}
+
+// ForwardAuth is how /v1/forward-auth answers a refusal.
+type ForwardAuth struct {
+	// DenyStatus is the status of a refusal: 429, or 403 for gateways
+	// that understand only 2xx, 401 and 403 (nginx auth_request). A
+	// request's ?deny_status= overrides it.
+	DenyStatus int
 }
 
 // Store says where state lives and how checks are decided while it fails.
@@ -405,15 +414,20 @@ func isDomainFile(data []byte) bool {
 
 // fileYAML is the file's top level.
 type fileYAML struct {
-	Store          storeYAML     `yaml:"store"`
-	Listeners      listenersYAML `yaml:"listeners"`
-	Envoy          envoyYAML     `yaml:"envoy"`
-	Metrics        metricsYAML   `yaml:"metrics"`
-	UI             uiYAML        `yaml:"ui"`
-	Admin          adminYAML     `yaml:"admin"`
-	Policies       []*yaml.Node  `yaml:"policies"`
-	Domains        []*yaml.Node  `yaml:"domains"`
-	TrustedProxies []*yaml.Node  `yaml:"trusted_proxies"`
+	Store          storeYAML       `yaml:"store"`
+	Listeners      listenersYAML   `yaml:"listeners"`
+	Envoy          envoyYAML       `yaml:"envoy"`
+	Metrics        metricsYAML     `yaml:"metrics"`
+	UI             uiYAML          `yaml:"ui"`
+	Admin          adminYAML       `yaml:"admin"`
+	ForwardAuth    forwardAuthYAML `yaml:"forward_auth"`
+	Policies       []*yaml.Node    `yaml:"policies"`
+	Domains        []*yaml.Node    `yaml:"domains"`
+	TrustedProxies []*yaml.Node    `yaml:"trusted_proxies"`
+}
+
+type forwardAuthYAML struct {
+	DenyStatus int `yaml:"deny_status"`
 }
 
 // storeYAML is the store section as written: flat, every mode's fields
@@ -518,7 +532,8 @@ func Parse(file string, data []byte) (*Config, error) {
 		cfg.Listeners = Listeners(defaults.listeners)
 		cfg.Envoy, cfg.Metrics, cfg.UI = Envoy(defaults.envoy), Metrics(defaults.metrics), UI(defaults.ui)
 	} else {
-		f := fileYAML{Store: defaults.store, Listeners: defaults.listeners, Envoy: defaults.envoy, Metrics: defaults.metrics, UI: defaults.ui}
+		f := fileYAML{Store: defaults.store, Listeners: defaults.listeners, Envoy: defaults.envoy, Metrics: defaults.metrics, UI: defaults.ui,
+			ForwardAuth: defaults.forwardAuth}
 		m := c.decodeInto(doc, "", &f)
 		cfg.Store = c.store(m["store"], f.Store)
 		cfg.Listeners = c.listeners(m["listeners"], f.Listeners)
@@ -538,6 +553,9 @@ func Parse(file string, data []byte) (*Config, error) {
 			cfg.TrustedProxies = append(cfg.TrustedProxies, v)
 		}
 		cfg.Admin = Admin{Token: f.Admin.Token}
+		if cfg.ForwardAuth = ForwardAuth(f.ForwardAuth); cfg.ForwardAuth.DenyStatus != 429 && cfg.ForwardAuth.DenyStatus != 403 {
+			c.add(m["forward_auth"], "forward_auth.deny_status", "%d: want 429 or 403", cfg.ForwardAuth.DenyStatus)
+		}
 		c.policies(f.Policies, cfg)
 		for i, n := range f.Domains {
 			if d := c.domain(n, fmt.Sprintf("domains[%d]", i)); d != nil {

@@ -9,13 +9,16 @@ import (
 // defaults is every default of the policy file, in one place: a file is
 // decoded over these values, so a field left out keeps its default here.
 var defaults = struct {
-	store     storeYAML
-	listeners listenersYAML
-	envoy     envoyYAML
-	metrics   metricsYAML
-	ui        uiYAML
-	policy    policyYAML
+	store       storeYAML
+	listeners   listenersYAML
+	envoy       envoyYAML
+	metrics     metricsYAML
+	ui          uiYAML
+	forwardAuth forwardAuthYAML
+	policy      policyYAML
 }{
+	// A refusal is a 429; nginx's auth_request needs 403 (docs/gateways.md).
+	forwardAuth: forwardAuthYAML{DenyStatus: 429},
 	// The status page keeps the 32 most denied keys of each policy.
 	ui: uiYAML{TopKeys: 32},
 	// envoyproxy/ratelimit's NEAR_LIMIT_RATIO.

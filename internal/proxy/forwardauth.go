@@ -25,8 +25,9 @@ import (
 // X-Forwarded-For entry not in trusted_proxies. That request is decided
 // by the proxy's decider, so it is limited exactly as `sluice proxy`
 // would limit it, and answered 200 when allowed and 429 with Retry-After
-// when refused (403 with ?deny_status=403, for nginx, whose auth_request
-// understands only 2xx, 401 and 403), with the rate headers either way. A
+// when refused (403 with ?deny_status=403 or the config's
+// forward_auth.deny_status, for nginx, whose auth_request understands only
+// 2xx, 401 and 403), with the rate headers either way. A
 // request that describes no original request, or a malformed one, is
 // answered 400 and charges nothing. No body is read.
 func ForwardAuth(cfg *config.Config, deps Deps, log *slog.Logger) (http.Handler, error) {
@@ -35,8 +36,12 @@ func ForwardAuth(cfg *config.Config, deps Deps, log *slog.Logger) (http.Handler,
 		return nil, err
 	}
 	allowed := d.handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	deny := cfg.ForwardAuth.DenyStatus
+	if deny == 0 {
+		deny = http.StatusTooManyRequests
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		orig, err := original(r)
+		orig, err := original(r, deny)
 		if err != nil {
 			problem(w, http.StatusBadRequest, err.Error())
 			return
@@ -51,8 +56,9 @@ const maxURI = 8 << 10
 // denyStatusKey is the context key of the status a refusal is answered with.
 type denyStatusKey struct{}
 
-// original rebuilds the request the gateway asks about.
-func original(r *http.Request) (*http.Request, error) {
+// original rebuilds the request the gateway asks about; a refusal of it
+// is answered deny, unless the request's ?deny_status= says otherwise.
+func original(r *http.Request, deny int) (*http.Request, error) {
 	method := first(r.Header, "X-Forwarded-Method", "X-Original-Method")
 	uri := first(r.Header, "X-Forwarded-Uri", "X-Original-Uri")
 	switch {
@@ -75,9 +81,11 @@ func original(r *http.Request) (*http.Request, error) {
 	if err != nil {
 		return nil, fmt.Errorf("original URI %.40q: %v", uri, err)
 	}
-	status := http.StatusTooManyRequests
+	status := deny
 	switch r.URL.Query().Get("deny_status") {
-	case "", "429":
+	case "":
+	case "429":
+		status = http.StatusTooManyRequests
 	case "403":
 		status = http.StatusForbidden
 	default:

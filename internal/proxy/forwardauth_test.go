@@ -169,3 +169,19 @@ func (l *lockedBuffer) String() string {
 	defer l.mu.Unlock()
 	return l.b.String()
 }
+
+// The config's forward_auth.deny_status is the default, and a request's
+// ?deny_status= overrides it.
+func TestForwardAuthDenyStatusDefault(t *testing.T) {
+	srv := forwardAuth(t, "forward_auth: {deny_status: 403}\n"+perClient)
+	var codes []int
+	for _, q := range []string{"", "", "", "", "?deny_status=429"} {
+		codes = append(codes, ask(t, srv, q, "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/api/x", "X-Forwarded-For", "192.0.2.5").StatusCode)
+	}
+	if want := []int{200, 200, 200, 403, 429}; !slices.Equal(codes, want) {
+		t.Fatalf("%v; want %v", codes, want)
+	}
+	if _, err := config.Parse("x.yaml", []byte("forward_auth: {deny_status: 500}\n"+perClient)); err == nil || !strings.Contains(err.Error(), "deny_status") {
+		t.Fatalf("deny_status 500: %v; want refused", err)
+	}
+}

@@ -130,9 +130,11 @@ func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(h
 		return nil, err
 	}
 	d := &decider{m: m, log: log, logs: sample.New(1)}
-	for _, c := range cfg.TrustedProxies {
+	for _, c := range cfg.TrustedProxies { // addresses or CIDRs, validated by config
 		if p, err := netip.ParsePrefix(c); err == nil {
 			d.trusted = append(d.trusted, p)
+		} else if a, err := netip.ParseAddr(c); err == nil {
+			d.trusted = append(d.trusted, netip.PrefixFrom(a, a.BitLen()))
 		}
 	}
 	slices.Sort(keyHeaders)
