@@ -173,12 +173,7 @@ func postCheck(t *testing.T, addr, policy, key string) (int, checkResp) {
 func TestServeDefault(t *testing.T) {
 	p := start(t, nil)
 	// The banner follows the listeners, which may answer before it is out.
-	for deadline := time.Now().Add(15 * time.Second); !strings.Contains(p.out.String(), "Try it:"); {
-		if time.Now().After(deadline) {
-			t.Fatalf("no hint on how to try it:\n%s", p.out)
-		}
-		time.Sleep(10 * time.Millisecond) // polling for the banner
-	}
+	waitFor(t, func() bool { return strings.Contains(p.out.String(), "Try it:") })
 	allowed := 0
 	for range 25 {
 		if _, r := postCheck(t, p.http, "default", "alice"); r.Allowed {
@@ -612,12 +607,7 @@ func waitSyncs(t *testing.T, p *proc, n float64) {
 	t.Helper()
 	const series = `sluice_store_calls_total{operation="sync",result="ok"}`
 	from := metric(t, p.http, series)
-	for deadline := time.Now().Add(30 * time.Second); metric(t, p.http, series) < from+n; {
-		if time.Now().After(deadline) {
-			t.Fatalf("%v syncs in 30 s; want %v", metric(t, p.http, series)-from, n)
-		}
-		time.Sleep(10 * time.Millisecond) // polling for the syncs
-	}
+	waitFor(t, func() bool { return metric(t, p.http, series) >= from+n })
 }
 
 // Three `sluice serve` processes in shard mode: each key is decided

@@ -129,16 +129,13 @@ policies:
 			t.Logf("%s output:\n%s", gw.name, out)
 		}
 	})
-	for deadline := time.Now().Add(30 * time.Second); ; {
-		if c, err := net.Dial("tcp", listen); err == nil {
+	waitFor(t, func() bool { // the gateway listens (its output is logged if it never does)
+		c, err := net.Dial("tcp", listen)
+		if err == nil {
 			c.Close()
-			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not listen within 30 s:\n%s", gw.name, out)
-		}
-		time.Sleep(20 * time.Millisecond) // polling for the listener
-	}
+		return err == nil
+	})
 	for _, from := range []string{"127.0.0.2", "127.0.0.3"} {
 		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}

@@ -284,11 +284,11 @@ func abs(n int) int {
 // waitFor polls cond until it holds, for up to two minutes.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); {
+	for deadline := time.Now().Add(2 * time.Minute); !cond(); {
 		if time.Now().After(deadline) {
 			t.Fatalf("%s: not within two minutes", what)
 		}
-		time.Sleep(500 * time.Millisecond) // polling for the condition
+		time.Sleep(50 * time.Millisecond) // polling for the condition
 	}
 }
 
