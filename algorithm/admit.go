@@ -43,7 +43,7 @@ func Admitted(a sluice.Algorithm, s, next State, p *Params, now int64) (remainin
 		remaining, resetAfter = tokenReport(next, p, now)
 	case sluice.LeakyBucket:
 		remaining, resetAfter = gcraReport(next, p, now)
-		dq, dr := tatAt(s, now)
+		dq, dr := tatAt(s, p, now)
 		delay = tatDelay(dq, dr, now)
 	case sluice.GCRA:
 		remaining, resetAfter = gcraReport(next, p, now)

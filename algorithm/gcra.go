@@ -12,14 +12,22 @@ package algorithm
 // T is rarely a whole number of microseconds, so TAT is kept as an exact
 // fraction: whole microseconds plus a remainder in units of 1/Rate µs.
 //
-// State: A the TAT in whole microseconds, B its remainder (0 ≤ r < Rate).
+// A limit whose rate changes (a reload, an override, a plan) keeps what was
+// used: a TAT kept at another rate is read as the same used capacity at the
+// new one (see tatAt), so a key that used k of the old limit has the new
+// Burst minus k left.
+//
+// State: A the TAT in whole microseconds, B its remainder (0 ≤ r < Rate),
+// C the Rate it is kept at (0, as written by releases before it was kept:
+// the limit's own).
 func GCRA(s State, p *Params, now, cost int64) (State, Result) {
 	next, allowed := gcraAdmit(s, p, now, cost)
 	if allowed {
 		remaining, reset := gcraReport(next, p, now)
 		return next, Result{Allowed: true, Remaining: remaining, ResetAfter: reset}
 	}
-	s.A, s.B = tatAt(s, now)
+	s.A, s.B = tatAt(s, p, now)
+	s.C = p.Rate
 	return s, Result{
 		RetryAfter: overBurst(next.A, next.B, now, p),
 		Remaining:  tatRemaining(s.A, s.B, now, p),
@@ -30,9 +38,9 @@ func GCRA(s State, p *Params, now, cost int64) (State, Result) {
 // gcraAdmit is GCRA's admission: the TAT after taking cost at now, and
 // whether it fits.
 func gcraAdmit(s State, p *Params, now, cost int64) (next State, allowed bool) {
-	tq, tr := tatAt(s, now)
+	tq, tr := tatAt(s, p, now)
 	nq, nr := tatAdd(tq, tr, cost, p)
-	return State{A: nq, B: nr}, fitsBurst(nq, nr, now, p)
+	return State{A: nq, B: nr, C: p.Rate}, fitsBurst(nq, nr, now, p)
 }
 
 // gcraReport returns the Result of a request of cost above 0 admitted from
@@ -41,13 +49,30 @@ func gcraReport(next State, p *Params, now int64) (remaining, reset int64) {
 	return tatRemaining(next.A, next.B, now, p), tatDelay(next.A, next.B, now)
 }
 
-// tatAt returns max(TAT, now) as whole and remainder.
-func tatAt(s State, now int64) (int64, int64) {
-	if s.A < now {
+// tatAt returns max(TAT, now) as whole and remainder at p's rate. A TAT
+// kept at another rate (s.C) is converted first: its debt TAT − now, which
+// is the used capacity times the old emission interval, becomes the same
+// used capacity times p's, exactly: (debt × old rate) / p.Rate, in whole
+// µs and a remainder over p.Rate. A debt that would pass maxDebt (forced
+// costs far beyond any burst) is kept at maxDebt, which denies as surely.
+func tatAt(s State, p *Params, now int64) (int64, int64) {
+	switch {
+	case s.A < now:
 		return now, 0
+	case s.C == 0 || s.C == p.Rate:
+		return s.A, s.B
 	}
-	return s.A, s.B
+	q, r := mulDiv(s.A-now, s.C, p.Rate)
+	if q >= maxDebt {
+		return now + maxDebt, 0
+	}
+	r += s.B // below p.Rate + s.C
+	return now + q + r/p.Rate, r % p.Rate
 }
+
+// maxDebt bounds a converted TAT's distance from now: 2^50 µs, 35 years,
+// which keeps it exact in the Lua twin's doubles.
+const maxDebt = 1 << 50
 
 // tatAdd returns (tq + tr/R) + cost×Period/Rate.
 func tatAdd(tq, tr, cost int64, p *Params) (int64, int64) {

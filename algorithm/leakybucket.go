@@ -10,11 +10,12 @@ package algorithm
 // TokenBucket admits with the same parameters.
 //
 // State: A the time the queue drains, whole microseconds, B its
-// remainder in units of 1/Rate µs, as in GCRA.
+// remainder in units of 1/Rate µs, C the Rate they are kept at, as in GCRA
+// (a queue whose limit changes keeps its length in requests).
 func LeakyBucket(s State, p *Params, now, cost int64) (State, Result) {
 	// The queue admits what GCRA admits; a request leaves when the queue
 	// ahead of it has drained.
-	dq, dr := tatAt(s, now)
+	dq, dr := tatAt(s, p, now)
 	next, res := GCRA(s, p, now, cost)
 	if res.Allowed && cost > 0 {
 		res.Delay = tatDelay(dq, dr, now)

@@ -29,7 +29,7 @@ type entry struct {
 	// hasB set and B in b; or a mark. Guarded by mu; in tables that swap
 	// (swaps), read and swapped atomically, and busyMark while locked.
 	a     int64
-	b, c  int64 // guarded by the lock
+	b, c  int64 // guarded by the lock; c also read atomically in tables that swap
 	short [16]byte
 }
 
@@ -158,11 +158,13 @@ func (e *entry) locked() (algorithm.State, bool) {
 
 // unlock stores s, changed or not, into the locked e and unlocks it.
 func (e *entry) unlock(s algorithm.State, swaps bool) {
-	e.b, e.c = s.B, s.C
+	e.b = s.B
 	if swaps {
+		atomic.StoreInt64(&e.c, s.C)     // the rate, read without the lock too
 		atomic.StoreInt64(&e.a, pack(s)) // unlocks
 		return
 	}
+	e.c = s.C
 	e.a = pack(s)
 	e.mu.Unlock()
 }

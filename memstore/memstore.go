@@ -242,7 +242,10 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64) (outcome,
 		if a < 0 || a&hasB != 0 {
 			break // locked, dead, or two words
 		}
-		old := stateOf(a, 0, 0)
+		if atomic.LoadInt64(&e.c) != c.params.Rate {
+			break // kept at another rate (the limit changed): converted under the lock
+		}
+		old := stateOf(a, 0, c.params.Rate)
 		if req.Cost == 0 {
 			return outcomeOf(report(alg, req, &c.params, now, old)), true // a peek writes nothing
 		}

@@ -323,10 +323,10 @@ func TestReload(t *testing.T) {
 		_, r := postCheck(t, p.http, "q", "x")
 		return len(r.Results) == 1 && r.Results[0].Limit != ""
 	})
-	// GCRA keeps its theoretical arrival time: 3 requests at 5/h are 36
-	// minutes of debt, which at 10/h is 6 requests. A reset would leave 9.
-	if _, r := postCheck(t, p.http, "p", "k"); r.Results[0].Remaining != 10-6-1 {
-		t.Fatalf("after raising the limit: %+v; want 3 remaining (the state kept)", r.Results[0])
+	// What was used is kept: 3 of 5/h used, 10/h leaves 7, 6 after this
+	// request. A reset would leave 9.
+	if _, r := postCheck(t, p.http, "p", "k"); r.Results[0].Remaining != 10-3-1 {
+		t.Fatalf("after raising the limit: %+v; want 6 remaining (the used part kept)", r.Results[0])
 	}
 	write("policies:\n  - name: p\n    limit: 0/1h\n")
 	waitFor(t, func() bool { return strings.Contains(p.out.String(), "config reload rejected") })

@@ -17,7 +17,8 @@ import (
 // Reload reads the config file again; a valid one replaces the running
 // config atomically, an invalid one is logged with every problem and the
 // old config keeps serving. Counters survive: state is keyed by policy,
-// key, algorithm and period, so a changed rate keeps its counts.
+// key, algorithm and period, and a changed rate or burst keeps what each
+// key used (docs/config.md).
 func (s *Server) Reload() error {
 	if s.opts.Config == "" {
 		return nil // the embedded default does not change

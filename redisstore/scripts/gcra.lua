@@ -1,11 +1,28 @@
 -- GCRA: the twin of algorithm/gcra.go.
--- State: TAT in whole microseconds, its remainder in 1/Rate µs, unused.
+-- State: TAT in whole microseconds, its remainder in 1/Rate µs, the Rate
+-- they are kept at (0: the limit's own).
 
-local function tat_at(tq, tr, now)
+local MAX_DEBT = 2 ^ 50
+
+-- tat_at is max(TAT, now) at p's rate, a TAT kept at rate c converted to
+-- the same used capacity (Go: tatAt).
+local function tat_at(tq, tr, c, p, now)
   if tq < now then
     return now, 0
   end
-  return tq, tr
+  if c == 0 or c == p.R then
+    return tq, tr
+  end
+  if (tq - now) * c / p.R >= 2 * MAX_DEBT then
+    return now + MAX_DEBT, 0 -- muldiv's quotient must stay below 2^53
+  end
+  local q, r = muldiv(tq - now, c, p.R)
+  if q >= MAX_DEBT then
+    return now + MAX_DEBT, 0
+  end
+  r = r + tr
+  local q2 = floor(r / p.R)
+  return now + q + q2, r - q2 * p.R
 end
 
 local function tat_add(tq, tr, cost, p)
@@ -43,8 +60,8 @@ local function tat_delay(tq, tr, now)
   return max(d, 0)
 end
 
-local function gcra(tq, tr, _, p, now, cost)
-  tq, tr = tat_at(tq, tr, now)
+local function gcra(tq, tr, c, p, now, cost)
+  tq, tr = tat_at(tq, tr, c, p, now)
   local nq, nr = tat_add(tq, tr, cost, p)
   local allowed, retry = fits_burst(nq, nr, now, p), 0
   if allowed then
@@ -52,5 +69,5 @@ local function gcra(tq, tr, _, p, now, cost)
   else
     retry = over_burst(nq, nr, now, p)
   end
-  return tq, tr, 0, allowed, tat_remaining(tq, tr, now, p), retry, tat_delay(tq, tr, now), 0
+  return tq, tr, p.R, allowed, tat_remaining(tq, tr, now, p), retry, tat_delay(tq, tr, now), 0
 end
