@@ -90,6 +90,8 @@ type Store struct {
 	// MaxKeys bounds the keys of the memory store, and of the stand-in
 	// that fail_mode local decides with while Redis fails.
 	MaxKeys int
+	// MaxBytes bounds the heap their keys hold (memstore.Options.MaxBytes).
+	MaxBytes int64
 	// Instances is how many sluice processes share the store: while it
 	// fails, and in local-sync mode, each takes its share of a key.
 	Instances int
@@ -438,6 +440,7 @@ type storeYAML struct {
 	Timeout        time.Duration   `yaml:"timeout"`
 	FailMode       sluice.FailMode `yaml:"fail_mode"`
 	MaxKeys        int             `yaml:"max_keys"`
+	MaxBytes       byteSize        `yaml:"max_bytes"`
 	Mode           string          `yaml:"mode"`
 	SyncInterval   time.Duration   `yaml:"sync_interval"`
 	Instances      int             `yaml:"instances"`
@@ -661,12 +664,15 @@ func (c *checker) store(n *yaml.Node, y storeYAML) Store {
 		node, field := at(name)
 		c.add(node, field, format, args...)
 	}
-	s := Store{Timeout: y.Timeout, FailMode: y.FailMode, MaxKeys: y.MaxKeys, Instances: y.Instances}
+	s := Store{Timeout: y.Timeout, FailMode: y.FailMode, MaxKeys: y.MaxKeys, MaxBytes: int64(y.MaxBytes), Instances: y.Instances}
 	if s.Timeout <= 0 {
 		bad("timeout", "must be positive")
 	}
 	if s.MaxKeys <= 0 {
 		bad("max_keys", "must be positive")
+	}
+	if s.MaxBytes < 1<<20 {
+		bad("max_bytes", "must be at least 1MiB")
 	}
 	if s.Instances < 1 {
 		bad("instances", "must be at least 1")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 func TestDefaultParses(t *testing.T) {
@@ -179,6 +180,8 @@ func TestStoreCombinationsRefused(t *testing.T) {
 		{"store:\n  mode: shard\n  peers: [dns:x:1, b:2]", "f.yaml:3:10: store.peers[0]: \"dns:x:1\": a DNS name is the only peer"},
 		{"store:\n  timeout: fast", "f.yaml:2:12: store.timeout: \"fast\" is not a duration: want a number and a unit, such as 250ms, 1s or 5m"},
 		{"store:\n  max_keys: lots", "f.yaml:2:13: store.max_keys: \"lots\": want a whole number"},
+		{"store:\n  max_bytes: lots", "f.yaml:2:14: store.max_bytes: \"lots\" is not a size: want bytes, or a number and a unit, such as 512MiB or 2GB"},
+		{"store:\n  max_bytes: 64KiB", "f.yaml:2:14: store.max_bytes: must be at least 1MiB"},
 		{"store:\n  timeout: [1s]", "f.yaml:2:12: store.timeout: want a single value, not a list"},
 		{"store:\n  fail_mode: maybe", "f.yaml:2:14: store.fail_mode: \"maybe\": want local, open or closed"},
 	} {
@@ -200,6 +203,15 @@ func TestStoreKindsAndDefaults(t *testing.T) {
 	if s.Type() != "redis" || s.Mode() != "local-sync" || s.Redis.URL != "redis://x:1" || s.Redis.LocalSync.Interval != 100*time.Millisecond ||
 		s.Instances != 3 || s.Timeout != sluice.DefaultTimeout || s.FailMode != sluice.FailLocal || s.Memory != nil {
 		t.Fatalf("redis local-sync: %+v", s)
+	}
+	if s.MaxBytes != memstore.DefaultMaxBytes {
+		t.Fatalf("max_bytes default: %d", s.MaxBytes)
+	}
+	for src, want := range map[string]int64{"64MiB": 64 << 20, "2GB": 2e9, "1048576": 1 << 20, "1 GiB": 1 << 30} {
+		c, err := config.Parse("f.yaml", []byte("store: {max_bytes: "+src+"}"+pol))
+		if err != nil || c.Store.MaxBytes != want {
+			t.Errorf("max_bytes: %s: %v, %v; want %d", src, c, err, want)
+		}
 	}
 	c, err = config.Parse("f.yaml", []byte("store: {mode: shard, gossip: {bind: 127.0.0.1:7946, join: [127.0.0.1:7947]}}"+pol))
 	if err != nil {

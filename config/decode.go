@@ -21,6 +21,7 @@ import (
 
 var (
 	durationType = reflect.TypeFor[time.Duration]()
+	bytesType    = reflect.TypeFor[byteSize]()
 	limitType    = reflect.TypeFor[sluice.Limit]()
 	failModeType = reflect.TypeFor[sluice.FailMode]()
 	nodeType     = reflect.TypeFor[*yaml.Node]()
@@ -67,6 +68,16 @@ func (c *checker) value(n *yaml.Node, field string, v reflect.Value) {
 				return
 			}
 			v.SetInt(int64(d))
+		}
+		return
+	case bytesType:
+		if s, ok := c.scalar(n, field); ok {
+			b, err := parseBytes(s)
+			if err != nil {
+				c.add(n, field, "%q is not a size: want bytes, or a number and a unit, such as 512MiB or 2GB", s)
+				return
+			}
+			v.SetInt(b)
 		}
 		return
 	case limitType:
@@ -149,4 +160,29 @@ func kindName(k yaml.Kind) string {
 		return "list"
 	}
 	return "value"
+}
+
+// byteSize is a size in bytes, written as a number of bytes or with a unit:
+// KB, MB, GB (powers of 1000) or KiB, MiB, GiB (of 1024).
+type byteSize int64
+
+var byteUnits = []struct {
+	suffix string
+	scale  int64
+}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"B", 1}}
+
+func parseBytes(s string) (int64, error) {
+	s = strings.TrimSpace(s)
+	scale := int64(1)
+	for _, u := range byteUnits {
+		if n, ok := strings.CutSuffix(s, u.suffix); ok {
+			s, scale = strings.TrimSpace(n), u.scale
+			break
+		}
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/scale {
+		return 0, fmt.Errorf("config: bad size %q", s)
+	}
+	return n * scale, nil
 }

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
 )
 
 // defaults is every default of the policy file, in one place: a file is
@@ -59,8 +60,10 @@ var defaults = struct {
 		Timeout: sluice.DefaultTimeout,
 		// Decide in memory while the store fails: neither open nor shut.
 		FailMode: sluice.FailLocal,
-		// The memory store's bound: about 200 bytes a key.
-		MaxKeys: 4_000_000,
+		// The memory store's bounds: 4M keys of up to 16 bytes fit in
+		// the bytes, so the bytes bind only for longer keys.
+		MaxKeys:  4_000_000,
+		MaxBytes: memstore.DefaultMaxBytes,
 		// One sluice process unless told otherwise.
 		Instances: 1,
 		// local-sync: what an instance may overshoot by is its share of a

@@ -298,3 +298,92 @@ func TestHotKeyExactOddInterval(t *testing.T) {
 		}
 	}
 }
+
+// A flood of unique keys under one limit, six times MaxKeys, never frees
+// a client denied under another: eviction takes the flood's keys, which
+// have capacity left, even when they expire later than the denied ones.
+func TestEvictionSparesDenyingKeys(t *testing.T) {
+	login := sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 5, Period: 15 * time.Minute}
+	burst := sluice.Limit{Algorithm: sluice.GCRA, Rate: 3, Period: time.Minute}
+	window := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 2, Period: 10 * time.Minute}
+	for _, flood := range []sluice.Limit{
+		{Algorithm: sluice.FixedWindow, Rate: 1000, Period: time.Hour}, // the flood's keys outlive the denied ones
+		{Algorithm: sluice.GCRA, Rate: 100, Period: time.Minute},
+	} {
+		t.Run(flood.String(), func(t *testing.T) {
+			s := memstore.New(memstore.Options{MaxKeys: 50_000})
+			denied := map[string]sluice.Limit{"login:victim": login, "api:victim": burst, "upload:victim": window}
+			for k, l := range denied {
+				take(t, s, k, l, l.Capacity(), t0)
+				if d := take(t, s, k, l, 1, t0); d.Allowed {
+					t.Fatalf("%s: allowed past its limit", k)
+				}
+			}
+			for i := range 300_000 {
+				take(t, s, fmt.Sprint("flood:", i), flood, 1, t0.Add(time.Duration(i)*time.Microsecond))
+			}
+			at := t0.Add(time.Second)
+			for k, l := range denied {
+				if d := take(t, s, k, l, 1, at); d.Allowed {
+					t.Errorf("%s: allowed after the flood: its state was evicted", k)
+				}
+			}
+			if n := s.Len(); n > 50_000 {
+				t.Errorf("Len = %d, over MaxKeys", n)
+			}
+			if s.Evictions() == 0 || s.DenyingEvictions() != 0 {
+				t.Errorf("evictions %d, of denying keys %d; want some, and none", s.Evictions(), s.DenyingEvictions())
+			}
+		})
+	}
+}
+
+// When every key denies, eviction still makes room, and counts it.
+func TestEvictionOfDenyingKeysIsCounted(t *testing.T) {
+	s := memstore.New(memstore.Options{Shards: 1, MaxKeys: 100})
+	l := sluice.Limit{Rate: 1, Period: time.Hour}
+	for i := range 150 {
+		take(t, s, fmt.Sprint("k", i), l, 1, t0)
+	}
+	if n, e := s.Len(), s.DenyingEvictions(); n != 100 || e != 50 {
+		t.Fatalf("Len %d, denying evictions %d; want 100 and 50", n, e)
+	}
+}
+
+// MaxBytes bounds long keys: 4,000-byte keys, far more than fit, leave
+// the store's count and the heap measured within it.
+func TestMaxBytesBoundsLongKeys(t *testing.T) {
+	const maxBytes = 32 << 20
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	s := memstore.New(memstore.Options{MaxBytes: maxBytes})
+	l := sluice.Limit{Rate: 100, Period: time.Hour}
+	pad := strings.Repeat("x", 4000-8)
+	for i := range 50_000 {
+		take(t, s, fmt.Sprintf("%s%08d", pad, i), l, 1, t0)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if b := s.Bytes(); b > maxBytes {
+		t.Errorf("Bytes = %d, over MaxBytes %d", b, maxBytes)
+	}
+	if heap := int64(after.HeapAlloc) - int64(before.HeapAlloc); heap > maxBytes*5/4 {
+		t.Errorf("the store holds %d bytes of heap; MaxBytes is %d", heap, maxBytes)
+	}
+	if n := s.Len(); n < maxBytes/5000 || n > maxBytes/4096 {
+		t.Errorf("Len = %d keys of 4,000 bytes in %d bytes", n, maxBytes)
+	}
+	runtime.KeepAlive(s)
+	// Sliding logs are counted with their entries.
+	s = memstore.New(memstore.Options{MaxBytes: 4 << 20})
+	log := sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 1000, Period: time.Hour}
+	for i := range 2000 {
+		for j := range 20 {
+			take(t, s, fmt.Sprint("log", i), log, 1, t0.Add(time.Duration(j)*time.Millisecond))
+		}
+	}
+	if b := s.Bytes(); b > 4<<20 {
+		t.Errorf("sliding logs: Bytes = %d, over MaxBytes", b)
+	}
+}

@@ -14,7 +14,7 @@
 // MaxKeys, a key stays 10 seconds after it expired, so that a key that
 // returns finds its entry instead of being made again, and while sweeps
 // find only such keys (a burst of new ones) they run before one insert in
-// up to 16. MaxKeys bounds memory under a key flood; see
+// up to 16. MaxKeys and MaxBytes bound memory under a key flood; see
 // Options.
 //
 // Memory per key, for the O(1) algorithms: a 64-byte entry holding the
@@ -57,7 +57,22 @@ type Options struct {
 	// Default 4,000,000: for the O(1) algorithms about 320 MB of heap and
 	// 410 MB of RSS, 81 and 102 bytes per key of 14-byte names
 	// (bench/BenchmarkRSSPerKey).
+	//
+	// Eviction spares keys that deny: among the keys looked at it takes
+	// one back to full, else the soonest to expire of those with capacity
+	// left, and a key with none (a client held at its limit, which
+	// eviction would free) only when every key looked at, up to 256, has
+	// none; each such eviction is counted in DenyingEvictions.
 	MaxKeys int
+	// MaxBytes bounds the heap the keys hold, as the store counts it: 80
+	// bytes for an O(1) key of up to 16 bytes (entry and index share), plus
+	// a longer key's bytes; a sliding log's key, its entries (16 bytes
+	// each) and 80. At the bound a new key evicts, as at MaxKeys, until it
+	// fits. Default 384 MiB, which 4,000,000 short keys fit within: the
+	// default store's heap stays under about 400 MB whatever its keys'
+	// lengths. The process's RSS can reach about twice the live heap
+	// between garbage collections (GOGC=100; GOMEMLIMIT bounds it).
+	MaxBytes int64
 	// Clock returns the current time for Requests without Now. Default:
 	// the wall clock read at New advanced by the monotonic clock, which
 	// costs half a time.Now and never steps back.
@@ -66,15 +81,18 @@ type Options struct {
 
 // Store is an in-memory sluice.Store, safe for concurrent use.
 type Store struct {
-	shards    []shard
-	mask      uint64
-	seed      maphash.Seed
-	perShard  int
-	clock     func() time.Time // nil: base advanced by the monotonic clock
-	base      time.Time
-	baseUS    int64 // base in µs
-	evictions atomic.Uint64
-	slots     [slotShards]slotShard
+	shards   []shard
+	mask     uint64
+	seed     maphash.Seed
+	perShard int
+	// perShardBytes is MaxBytes' share per shard.
+	perShardBytes    int64
+	denyingEvictions atomic.Uint64
+	clock            func() time.Time // nil: base advanced by the monotonic clock
+	base             time.Time
+	baseUS           int64 // base in µs
+	evictions        atomic.Uint64
+	slots            [slotShards]slotShard
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -106,15 +124,21 @@ func New(opts Options) *Store {
 	if maxKeys <= 0 {
 		maxKeys = 4_000_000
 	}
+	maxBytes := opts.MaxBytes
+	if maxBytes <= 0 {
+		maxBytes = DefaultMaxBytes
+	}
 	base := time.Now()
 	s := &Store{
 		shards:   make([]shard, n),
 		mask:     uint64(n - 1),
 		seed:     maphash.MakeSeed(),
 		perShard: max((maxKeys+n-1)/n, 1),
-		clock:    opts.Clock,
-		base:     base,
-		baseUS:   base.UnixMicro(),
+		// At least one large key's worth per shard.
+		perShardBytes: max(maxBytes/int64(n), 64<<10),
+		clock:         opts.Clock,
+		base:          base,
+		baseUS:        base.UnixMicro(),
 	}
 	for i := range s.slots {
 		s.slots[i].keys = make(map[string]map[string]struct{})
@@ -122,9 +146,31 @@ func New(opts Options) *Store {
 	return s
 }
 
+// DefaultMaxBytes is Options.MaxBytes' default: 384 MiB.
+const DefaultMaxBytes = 384 << 20
+
 // Evictions returns how many keys not yet back to full were evicted to stay
-// under MaxKeys. Each such eviction may have granted its client extra quota.
+// under MaxKeys or MaxBytes. Each such eviction may have granted its
+// client extra quota.
 func (s *Store) Evictions() uint64 { return s.evictions.Load() }
+
+// DenyingEvictions returns how many of Evictions were of keys with no
+// capacity left, taken because every key looked at had none: each freed a
+// client held at its limit. More than zero says the bounds are too small
+// for the keys that deny.
+func (s *Store) DenyingEvictions() uint64 { return s.denyingEvictions.Load() }
+
+// Bytes returns the heap the keys hold, as MaxBytes counts it.
+func (s *Store) Bytes() int64 {
+	var n int64
+	for i := range s.shards {
+		sh := &s.shards[i]
+		sh.mu.Lock()
+		n += sh.bytes
+		sh.mu.Unlock()
+	}
+	return n
+}
 
 // Len returns the number of keys held, including expired ones not yet swept.
 func (s *Store) Len() int {

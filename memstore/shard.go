@@ -5,6 +5,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
@@ -18,7 +19,8 @@ type shard struct {
 	mu     sync.Mutex
 	tables atomic.Pointer[[]*table] // replaced whole under mu; read without it
 	keys   int                      // guarded by mu
-	_      [40]byte                 // keep neighbouring shards' locks off one cache line
+	bytes  int64                    // the heap its keys hold, as keyBytes and logBytes count it; guarded by mu
+	_      [32]byte                 // keep neighbouring shards' locks off one cache line
 }
 
 // table holds the keys of one (algorithm, period, zone): state is
@@ -247,7 +249,8 @@ func (sh *shard) commit(s *Store, req *sluice.Request, now int64, p *pending) {
 		p.keep = p.s
 		return
 	}
-	sh.makeRoom(s, t, now)
+	need := entryBytes(req.Key)
+	sh.makeRoom(s, t, now, need)
 	ix := t.ix.Load()
 	if ix.full() {
 		ix = ix.rebuilt(s.hash)
@@ -262,19 +265,22 @@ func (sh *shard) commit(s *Store, req *sluice.Request, now int64, p *pending) {
 	ix.live++
 	ix.set(at, e, p.h) // published: from here a Take may lock it
 	sh.keys++
+	sh.bytes += need
 }
 
 func (sh *shard) commitLog(s *Store, req *sluice.Request, now int64, p *pending) {
 	t := p.t
 	ls := t.logs[req.Key]
 	if ls == nil {
-		sh.makeRoom(s, t, now)
+		sh.makeRoom(s, t, now, logBytes(req.Key, len(p.log)-p.drop+1))
 		// A key of this batch evicted to make room keeps what it had.
 		ls = &logState{entries: append([]algorithm.LogEntry(nil), p.log[p.drop:]...)}
 		p.drop = 0
 		t.logs[strings.Clone(req.Key)] = ls
 		sh.keys++
+		sh.bytes += logBytes(req.Key, cap(ls.entries))
 	}
+	held := cap(ls.entries) // what sh.bytes counts for ls
 	n := copy(ls.entries, ls.entries[p.drop:])
 	ls.entries = ls.entries[:n]
 	if n > 0 && ls.entries[n-1].T == p.logAt {
@@ -283,6 +289,7 @@ func (sh *shard) commitLog(s *Store, req *sluice.Request, now int64, p *pending)
 		ls.entries = append(ls.entries, algorithm.LogEntry{T: p.logAt, Cost: req.Cost})
 	}
 	ls.exp = now + p.res.ResetAfter
+	sh.bytes += logBytes(req.Key, cap(ls.entries)) - logBytes(req.Key, held)
 }
 
 // exp returns when state s of t is back to full (µs).
@@ -308,6 +315,7 @@ func (sh *shard) removeAt(s *Store, t *table, ix *index, i uint64, e *entry) {
 	ix.remove(i)
 	ix.live--
 	sh.keys--
+	sh.bytes -= entryBytes(e.key)
 	if ix.sparse() {
 		t.ix.Store(ix.rebuilt(s.hash))
 	}
@@ -316,9 +324,8 @@ func (sh *shard) removeAt(s *Store, t *table, ix *index, i uint64, e *entry) {
 // remove forgets key in t. The caller holds sh.mu.
 func (sh *shard) remove(s *Store, t *table, key string) {
 	if t.logs != nil {
-		if _, ok := t.logs[key]; ok {
-			delete(t.logs, key)
-			sh.keys--
+		if ls, ok := t.logs[key]; ok {
+			sh.dropLog(t, key, ls)
 		}
 		return
 	}
@@ -329,13 +336,15 @@ func (sh *shard) remove(s *Store, t *table, key string) {
 	}
 }
 
-// makeRoom is called before inserting a key into t: it sweeps a few keys
-// back to full (for sweepGrace while the shard is under half its bound)
-// and, at the bound, removes one back to full among the next evictSample
-// keys, or failing that evicts one. The caller holds sh.mu.
-func (sh *shard) makeRoom(s *Store, t *table, now int64) {
+// makeRoom is called before inserting a key that holds need bytes into
+// t: it sweeps a few keys back to full (for sweepGrace while the shard is
+// under half its bounds) and, at a bound (MaxKeys or MaxBytes), removes
+// keys until the new one fits: each one back to full among the next
+// evictSample keys of t, or failing that one evicted. The caller holds
+// sh.mu.
+func (sh *shard) makeRoom(s *Store, t *table, now, need int64) {
 	switch {
-	case sh.keys < s.perShard/2:
+	case sh.keys < s.perShard/2 && sh.bytes+need <= s.perShardBytes/2:
 		// While sweeps keep finding only keys within their grace (a burst
 		// of new keys), looking costs a cache miss per key for nothing:
 		// look before one insert in 2, 4, 8, then 16, and before every
@@ -351,17 +360,63 @@ func (sh *shard) makeRoom(s *Store, t *table, now int64) {
 			t.skip = 1<<t.idle - 1
 		}
 		return
-	case sh.keys < s.perShard:
-		// Past half the bound, keys back to full go without grace.
+	case sh.keys < s.perShard && sh.bytes+need <= s.perShardBytes:
+		// Past half the bounds, keys back to full go without grace.
 		sh.sweep(s, t, now, sweepPerInsert, sweepPerInsert)
 		return
 	}
-	if sh.sweep(s, t, now, evictSample, 1) > 0 { // at the bound, every key back to full may go
-		return
+	// A key larger than the others takes as many evictions as its size
+	// needs; the loop ends when the shard is empty at worst.
+	for sh.keys >= s.perShard || sh.bytes+need > s.perShardBytes {
+		if sh.sweep(s, t, now, evictSample, 1) > 0 { // at a bound, every key back to full may go
+			continue
+		}
+		switch sh.evict(s, now) {
+		case evictedNone:
+			return
+		case evictedDenying:
+			s.denyingEvictions.Add(1)
+			s.evictions.Add(1)
+		case evictedLive:
+			s.evictions.Add(1)
+		}
 	}
-	if live, ok := sh.evict(s, now); ok && live {
-		s.evictions.Add(1)
+}
+
+// dropLog forgets the sliding log ls of key in t. The caller holds sh.mu.
+func (sh *shard) dropLog(t *table, key string, ls *logState) {
+	delete(t.logs, key)
+	sh.keys--
+	sh.bytes -= logBytes(key, cap(ls.entries))
+}
+
+// What a key costs the heap, for MaxBytes: an O(1) key its 64-byte entry,
+// its index slot and tag at the index's load (3/8 to 3/4: 16 bytes), and a
+// key longer than the entry holds in a second object; a sliding log its
+// map slot, its logState and its entries, 16 bytes each, and its key.
+// Objects are rounded up as the allocator's size classes round them.
+func entryBytes(key string) int64 {
+	n := int64(unsafe.Sizeof(entry{})) + 16
+	if len(key) > len(entry{}.short) {
+		n += allocBytes(len(key))
 	}
+	return n
+}
+
+func logBytes(key string, entries int) int64 {
+	return 80 + allocBytes(len(key)) + allocBytes(entries*int(unsafe.Sizeof(algorithm.LogEntry{})))
+}
+
+// allocBytes rounds n up as Go's allocator does, near enough: to 16 bytes
+// up to 1 KiB, to 128 up to 32 KiB, to 8 KiB pages beyond.
+func allocBytes(n int) int64 {
+	switch {
+	case n <= 1024:
+		return int64(n+15) &^ 15
+	case n <= 32<<10:
+		return int64(n+127) &^ 127
+	}
+	return int64(n+8191) &^ 8191
 }
 
 // sweep examines up to n keys of t, resuming where the last sweep ended,
@@ -371,8 +426,7 @@ func (sh *shard) sweep(s *Store, t *table, before int64, n, most int) (deleted i
 	if t.logs != nil {
 		for k, ls := range t.logs { // from a random place
 			if ls.exp <= before {
-				delete(t.logs, k)
-				sh.keys--
+				sh.dropLog(t, k, ls)
 				if deleted++; deleted == most {
 					return deleted
 				}
@@ -405,42 +459,57 @@ func (sh *shard) sweep(s *Store, t *table, before int64, n, most int) (deleted i
 	return deleted
 }
 
-// evict removes one key of the shard: the first back to full (expired)
-// among evictSample keys looked at from where the last sweep ended;
-// failing that, the soonest to expire of them, which is live. A sample,
-// not a search: a new key at the bound costs a few more keys looked at,
-// however full of live keys the shard is, and the sweep that runs on
-// every insert finds the expired ones elsewhere. It reports whether it
-// removed one and whether that one was live.
-func (sh *shard) evict(s *Store, now int64) (live, ok bool) {
+// What evict removed.
+const (
+	evictedNone    = iota // nothing: the shard is empty, or every key is in use
+	evictedFull           // a key back to full, which grants nobody anything
+	evictedLive           // a live key not denying: its client may get a fresh quota
+	evictedDenying        // a key denying its client, when every key looked at was: it frees one over its limit
+)
+
+// evictScan bounds the keys evict looks at while all it has seen deny.
+const evictScan = 256
+
+// evict removes one key of the shard, chosen from a sample of the keys
+// after where the last sweep ended: the first back to full (expired);
+// failing that the soonest to expire of those not denying, so that a flood
+// of new keys never frees a client held at its limit while the flood's own
+// keys can go; and when every key looked at denies, the soonest to expire
+// of them. It looks at evictSample keys, and on, up to evictScan, while
+// every key seen denies. A sample, not a search: a new key at the bound
+// costs a few more keys looked at, however full of live keys the shard is,
+// and the sweep that runs on every insert finds the expired ones elsewhere.
+func (sh *shard) evict(s *Store, now int64) int {
 	var (
-		vt   *table
-		vi   uint64
-		ve   *entry // locked
-		vst  algorithm.State
-		vkey string
-		best int64
-		n    int
+		vt      *table
+		vi      uint64
+		ve      *entry // locked
+		vst     algorithm.State
+		vkey    string
+		vls     *logState
+		best    int64
+		vdenies bool
+		n       int
 	)
 	// consider notes a candidate, locked if it is an entry, and reports
 	// whether the search is over.
-	consider := func(t *table, i uint64, e *entry, st algorithm.State, key string, exp int64) bool {
-		if vt == nil || exp < best {
+	consider := func(t *table, i uint64, e *entry, st algorithm.State, key string, ls *logState, exp int64, denies bool) bool {
+		if vt == nil || vdenies && !denies || vdenies == denies && exp < best {
 			if ve != nil {
 				ve.unlock(vst, vt.swaps)
 			}
-			vt, vi, ve, vst, vkey, best = t, i, e, st, key, exp
+			vt, vi, ve, vst, vkey, vls, best, vdenies = t, i, e, st, key, ls, exp, denies
 		} else if e != nil {
 			e.unlock(st, t.swaps)
 		}
 		n++
-		return exp <= now || n == evictSample
+		return exp <= now || n >= evictSample && !vdenies || n == evictScan
 	}
 	done := false
 	for _, t := range sh.list() {
 		if t.logs != nil {
 			for k, ls := range t.logs {
-				if done = consider(t, 0, nil, algorithm.State{}, k, ls.exp); done {
+				if done = consider(t, 0, nil, algorithm.State{}, k, ls, ls.exp, t.logDenies(ls, now)); done {
 					break
 				}
 			}
@@ -452,7 +521,7 @@ func (sh *shard) evict(s *Store, now int64) (live, ok bool) {
 				if !ok {
 					continue
 				}
-				if done = consider(t, i, e, st, e.key, t.exp(st)); done {
+				if done = consider(t, i, e, st, e.key, nil, t.exp(st), t.denies(st, now)); done {
 					break
 				}
 			}
@@ -461,14 +530,45 @@ func (sh *shard) evict(s *Store, now int64) (live, ok bool) {
 			break
 		}
 	}
-	if vt == nil {
-		return false, false
-	}
-	if ve != nil {
+	switch {
+	case vt == nil:
+		return evictedNone
+	case ve != nil:
 		sh.removeAt(s, vt, vt.ix.Load(), vi, ve)
-	} else {
-		delete(vt.logs, vkey)
-		sh.keys--
+	default:
+		sh.dropLog(vt, vkey, vls)
 	}
-	return best > now, true
+	switch {
+	case best <= now:
+		return evictedFull
+	case vdenies:
+		return evictedDenying
+	}
+	return evictedLive
+}
+
+// denies reports whether state st of t, at now, has nothing left under one
+// of the limits t used lately: its client is held at a limit. The caller
+// holds the shard lock.
+func (t *table) denies(st algorithm.State, now int64) bool {
+	for i := range t.configs {
+		if c := t.configs[i].Load(); c != nil {
+			if _, r := algorithm.Status(t.alg, st, &c.params, now, 0); r.Remaining == 0 {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// logDenies is denies for a sliding log.
+func (t *table) logDenies(ls *logState, now int64) bool {
+	for i := range t.configs {
+		if c := t.configs[i].Load(); c != nil {
+			if _, r, _ := algorithm.SlidingLog(ls.entries, &c.params, now, 0); r.Remaining == 0 {
+				return true
+			}
+		}
+	}
+	return false
 }

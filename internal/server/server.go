@@ -143,7 +143,7 @@ func New(opts Options) (*Server, error) {
 func (s *Server) openGuard(cfg *config.Config) error {
 	var local sluice.Store
 	if ip, ok := s.store.(sluice.InProcess); !ok || !ip.InProcess() {
-		local = memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
+		local = memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys, MaxBytes: cfg.Store.MaxBytes})
 	}
 	m := s.metrics
 	store := s.store
@@ -203,7 +203,7 @@ func (s *Server) openStore(cfg *config.Config) error {
 		url = r.URL
 	}
 	if url == "" {
-		ms := memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys})
+		ms := memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys, MaxBytes: cfg.Store.MaxBytes})
 		s.store, s.closer, s.storeType = ms, func() {}, "memory"
 		s.overrides = overrides.New()
 		s.local = ms
@@ -215,8 +215,12 @@ func (s *Server) openStore(cfg *config.Config) error {
 		s.metrics.reg.MustRegister(
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_memstore_keys", Help: "Keys held by the memory store."},
 				func() float64 { return float64(ms.Len()) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_memstore_live_evictions_total", Help: "Keys evicted before they were back to full, to stay under max_keys."},
-				func() float64 { return float64(ms.Evictions()) }))
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_memstore_bytes", Help: "Heap held by the memory store's keys, as max_bytes counts it."},
+				func() float64 { return float64(ms.Bytes()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_memstore_live_evictions_total", Help: "Keys evicted before they were back to full, to stay under max_keys or max_bytes."},
+				func() float64 { return float64(ms.Evictions()) }),
+			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_memstore_denying_evictions_total", Help: "Of the live evictions, keys with no capacity left (clients held at a limit), taken because every key looked at had none."},
+				func() float64 { return float64(ms.DenyingEvictions()) }))
 		return nil
 	}
 	if m := cfg.Store.Memory; m != nil && m.Shard != nil {
