@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 )
@@ -33,9 +34,22 @@ func Static(self string, peers []string, timeout time.Duration) Membership {
 	return st
 }
 
+// reconnect is how peer connections retry: within a second, not gRPC's
+// default of up to two minutes, so that a member that restarts on its
+// address is seen again, and reached, at the next membership check.
+var reconnect = grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second},
+	MinConnectTimeout: time.Second,
+}
+
 // staticFailures is how many health checks in a row a peer may fail
 // before it leaves the ring.
 const staticFailures = 2
+
+// firstCheck bounds the first health check of each peer, which includes
+// connecting to it: an instance that starts must see the peers that are
+// up before it decides anything, or it decides their keys afresh.
+const firstCheck = time.Second
 
 type static struct {
 	self     string
@@ -44,6 +58,7 @@ type static struct {
 	mu       sync.Mutex
 	conns    map[string]*grpc.ClientConn
 	failures map[string]int // consecutive failed checks; guarded by mu
+	checked  bool           // a first check was made; guarded by mu
 }
 
 func (s *static) conn(addr string) (*grpc.ClientConn, error) {
@@ -52,7 +67,7 @@ func (s *static) conn(addr string) (*grpc.ClientConn, error) {
 	if c := s.conns[addr]; c != nil {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithConnectParams(reconnect))
 	if err == nil {
 		s.conns[addr] = c
 	}
@@ -60,6 +75,13 @@ func (s *static) conn(addr string) (*grpc.ClientConn, error) {
 }
 
 func (s *static) Members(ctx context.Context) []string {
+	s.mu.Lock()
+	timeout := s.timeout
+	if !s.checked {
+		timeout = max(timeout, firstCheck)
+	}
+	s.checked = true
+	s.mu.Unlock()
 	alive := make([]bool, len(s.peers))
 	var wg sync.WaitGroup
 	for i, p := range s.peers {
@@ -72,7 +94,7 @@ func (s *static) Members(ctx context.Context) []string {
 			if err != nil {
 				return
 			}
-			cctx, cancel := context.WithTimeout(ctx, s.timeout)
+			cctx, cancel := context.WithTimeout(ctx, timeout)
 			defer cancel()
 			resp, err := healthpb.NewHealthClient(c).Check(cctx, &healthpb.HealthCheckRequest{})
 			alive[i] = err == nil && resp.Status == healthpb.HealthCheckResponse_SERVING

@@ -53,6 +53,7 @@ const maxInFlight = 1
 type forward struct {
 	reqs  []sluice.Request
 	reset bool
+	flags uint32 // FLAG_HOP, FLAG_HANDOFF: set on each of its requests
 	ds    []sluice.Decision
 	err   error
 	done  chan struct{} // one value when answered
@@ -66,7 +67,7 @@ type forward struct {
 var forwards = sync.Pool{New: func() any { return &forward{done: make(chan struct{}, 1)} }}
 
 func newPeer(addr string, size int, timeout time.Duration) (*peer, error) {
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithConnectParams(reconnect))
 	if err != nil {
 		return nil, err
 	}
@@ -74,8 +75,9 @@ func newPeer(addr string, size int, timeout time.Duration) (*peer, error) {
 }
 
 // do sends a call of reqs (or with reset, the Reset of the first) in the
-// next batch and waits for its decisions, written to dst, or ctx.
-func (p *peer) do(ctx context.Context, reqs []sluice.Request, reset bool, dst []sluice.Decision) error {
+// next batch and waits for its decisions, written to dst, or ctx. flags
+// (FLAG_HOP, FLAG_HANDOFF) go on each of its requests.
+func (p *peer) do(ctx context.Context, reqs []sluice.Request, reset bool, flags uint32, dst []sluice.Decision) error {
 	f := forwards.Get().(*forward)
 	if len(reqs) == 1 {
 		f.one[0] = reqs[0]
@@ -83,7 +85,7 @@ func (p *peer) do(ctx context.Context, reqs []sluice.Request, reset bool, dst []
 	} else {
 		f.reqs, f.ds = append([]sluice.Request(nil), reqs...), make([]sluice.Decision, len(reqs))
 	}
-	f.reset = reset
+	f.reset, f.flags = reset, flags
 	return p.wait(ctx, f, dst)
 }
 
@@ -159,7 +161,7 @@ func (p *peer) send(ctx context.Context, batch []*forward) {
 	msg := p.msg // the in-flight send's own
 	resetBatch(msg)
 	for _, f := range batch {
-		appendCall(msg, f.reqs, f.reset)
+		appendCall(msg, f.reqs, f.reset, f.flags)
 	}
 	p.mu.Lock()
 	ps := p.stream
@@ -265,6 +267,24 @@ func (p *peer) exchange(ctx context.Context, ps *peerStream, msg *shardv1.Batch)
 		err = fmt.Errorf("no answer within %v", p.timeout)
 	}
 	return nil, nil, sendFailed && !fired, err
+}
+
+// announce tells the peer that from, this instance, has handed it every
+// key it owns now, and with leaving that it leaves the ring; on a stream
+// of its own.
+func (p *peer) announce(from string, leaving bool) error {
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	st, err := p.client.Take(ctx)
+	if err != nil {
+		return err
+	}
+	if err := st.Send(&shardv1.Batch{Version: shardv1.Version_VERSION_1, HandedOff: from, Leaving: leaving}); err != nil {
+		return err
+	}
+	_, err = st.Recv()
+	st.CloseSend()
+	return err
 }
 
 func (p *peer) close() { p.conn.Close() }

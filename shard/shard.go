@@ -5,11 +5,17 @@
 // concurrent forwards to one peer into one call. Decisions are exact while
 // membership is stable.
 //
-// When membership changes, the ring is rebuilt and swapped atomically;
-// keys move to their new owners, which start them afresh (their state was
-// in the old owner's memory). While two instances briefly disagree on the
-// ring, a key can be decided by both: over-admission is bounded by the
-// number of owners it had.
+// When membership changes, the ring is rebuilt and swapped atomically, and
+// keys move to their new owners with their state: an instance hands each
+// key it no longer owns to its new owner (what the key used, as forced
+// requests) as soon as it sees the new ring, and passes on the calls that
+// peers still send it for such keys. An instance that joins, or returns,
+// sends its own checks to the keys' previous owners until the others have
+// seen it and handed it its keys; one that leaves on purpose (Leave, on
+// SIGTERM) hands all its keys over before it stops. Only a member that
+// dies loses its keys' state: the survivors start them afresh. While two
+// instances briefly disagree on the ring, a key can be decided by both:
+// over-admission is bounded by the number of owners it had.
 //
 // A TakeAll whose keys have different owners is refused with
 // ErrCrossOwner, not split: one all-or-nothing decision needs one owner.
@@ -61,13 +67,42 @@ var ErrCrossOwner = errors.New("shard: batch keys have different owners; one dec
 // Store routes each key to its owner. It is safe for concurrent use; Close
 // it to stop the membership loop.
 type Store struct {
-	opts      Options
-	ring      atomic.Pointer[Ring]
-	mu        sync.Mutex
+	opts Options
+	ring atomic.Pointer[Ring]
+	// moving is the hand-off in progress, nil for none; joining is this
+	// instance's settling after it joined, nil when it is not; handedBy
+	// are the members that have handed it their keys since it joined,
+	// handedCh is closed and replaced when one more has (see handoff.go).
+	moving   atomic.Pointer[move]
+	joining  atomic.Pointer[join]
+	hmu      sync.Mutex
+	handedBy map[string]bool
+	handedCh chan struct{}
+	gone     map[string]time.Time // members that announced they left, until when they stay out; guarded by hmu
+	leaving  atomic.Bool
+	rmu      sync.Mutex // serialises ring changes: refresh, drop, Leave
+	mu       sync.Mutex
+	// peers forwards this instance's own calls; hops and finals the calls
+	// it passes on with FLAG_HOP and with FLAG_FINAL or FLAG_HANDOFF, on
+	// streams of their own (see handoff.go).
 	peers     map[string]*peer
+	hops      map[string]*peer
+	finals    map[string]*peer
 	forwarded atomic.Int64
+	handed    atomic.Int64 // keys handed to a new owner
+	lost      atomic.Int64 // keys whose hand-off failed
 	stop      chan struct{}
+	closeOnce sync.Once
 	done      chan struct{}
+}
+
+// Extractor is a Local store whose keys can be handed to another owner:
+// memstore.Store is one. With another Local store, keys that move start
+// afresh at their new owner.
+type Extractor interface {
+	// Extract removes the keys keep refuses and returns what each used,
+	// as forced requests.
+	Extract(keep func(key string) bool, now time.Time) []sluice.Request
 }
 
 var _ sluice.Store = (*Store)(nil)
@@ -92,9 +127,11 @@ func New(opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Store{opts: opts, peers: map[string]*peer{}, stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{opts: opts, peers: map[string]*peer{}, hops: map[string]*peer{}, finals: map[string]*peer{}, handedBy: map[string]bool{}, gone: map[string]time.Time{}, handedCh: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 	s.ring.Store(NewRing([]string{opts.Self}, opts.Replicas, opts.Hash))
-	s.refresh()
+	// The first check gives peers time to be reached: an instance that
+	// starts deciding alone decides its peers' keys afresh meanwhile.
+	s.refreshWithin(max(opts.Interval, firstCheck))
 	go s.loop()
 	return s, nil
 }
@@ -113,20 +150,33 @@ func (s *Store) loop() {
 	}
 }
 
-// refresh rebuilds the ring if membership changed.
-func (s *Store) refresh() {
-	ctx, cancel := context.WithTimeout(context.Background(), s.opts.Interval)
+// refresh rebuilds the ring if membership changed, and hands the keys
+// this instance no longer owns to their new owners.
+func (s *Store) refresh() { s.refreshWithin(s.opts.Interval) }
+
+// refreshWithin is refresh with d for the membership check.
+func (s *Store) refreshWithin(d time.Duration) {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	if s.leaving.Load() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
-	members := s.opts.Members.Members(ctx)
+	members := slices.DeleteFunc(s.opts.Members.Members(ctx), s.left)
 	if !slices.Contains(members, s.opts.Self) {
 		members = append(members, s.opts.Self)
 	}
 	r := NewRing(members, s.opts.Replicas, s.opts.Hash)
-	if slices.Equal(r.Members(), s.ring.Load().Members()) {
+	old := s.ring.Load()
+	if slices.Equal(r.Members(), old.Members()) {
 		return
 	}
-	s.ring.Store(r)
+	if len(old.Members()) == 1 && len(r.Members()) > 1 {
+		s.startJoin(r)
+	}
 	s.opts.Logger.Info("shard: membership changed", "members", r.Members())
+	s.change(old, r)
 }
 
 // Members returns the members of the current ring.
@@ -137,26 +187,42 @@ func (s *Store) Forwarded() int64 { return s.forwarded.Load() }
 
 // Close stops watching membership and closes peer connections.
 func (s *Store) Close() {
-	close(s.stop)
+	s.closeOnce.Do(func() { close(s.stop) })
 	<-s.done
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, p := range s.peers {
-		p.close()
+	for _, ps := range []map[string]*peer{s.peers, s.hops, s.finals} {
+		for _, p := range ps {
+			p.close()
+		}
 	}
 }
 
-func (s *Store) peer(addr string) (*peer, error) {
+func (s *Store) peer(addr string) (*peer, error) { return s.peerIn(s.peers, addr) }
+
+// peerFor returns the peer at addr for calls of flags: hops and finals
+// have streams of their own.
+func (s *Store) peerFor(flags uint32, addr string) (*peer, error) {
+	switch {
+	case flags&(finalFlags|handoffFlags) != 0:
+		return s.peerIn(s.finals, addr)
+	case flags&hopFlags != 0:
+		return s.peerIn(s.hops, addr)
+	}
+	return s.peerIn(s.peers, addr)
+}
+
+func (s *Store) peerIn(ps map[string]*peer, addr string) (*peer, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if p := s.peers[addr]; p != nil {
+	if p := ps[addr]; p != nil {
 		return p, nil
 	}
 	p, err := newPeer(addr, s.opts.BatchSize, s.opts.Timeout)
 	if err != nil {
 		return nil, err
 	}
-	s.peers[addr] = p
+	ps[addr] = p
 	return p, nil
 }
 
@@ -165,20 +231,23 @@ func (s *Store) Owner(key string) string { return s.ring.Load().Owner(key) }
 
 // Take decides req at its key's owner.
 func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
-	owner := s.Owner(req.Key)
+	owner, flags, err := s.owner(ctx, req.Key)
+	if err != nil {
+		return sluice.Decision{}, err
+	}
 	if owner == s.opts.Self {
 		return s.opts.Local.Take(ctx, req)
 	}
 	if err := req.Validate(); err != nil {
 		return sluice.Decision{}, err
 	}
-	p, err := s.peer(owner)
+	p, err := s.peerFor(flags, owner)
 	if err != nil {
 		return sluice.Decision{}, fmt.Errorf("%w: %s: %w", ErrPeer, owner, err)
 	}
 	s.forwarded.Add(1)
 	var d [1]sluice.Decision
-	if err := p.do(ctx, []sluice.Request{req}, false, d[:]); err != nil {
+	if err := p.do(ctx, []sluice.Request{req}, false, flags, d[:]); err != nil {
 		return sluice.Decision{}, err
 	}
 	return d[0], nil
@@ -194,11 +263,14 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice
 		return fmt.Errorf("shard: TakeAll: %d decisions for %d requests", len(dst), len(reqs))
 	}
 	ring := s.ring.Load()
-	owner := ring.Owner(reqs[0].Key)
 	for _, r := range reqs[1:] {
-		if ring.Owner(r.Key) != owner {
+		if ring.Owner(r.Key) != ring.Owner(reqs[0].Key) {
 			return ErrCrossOwner
 		}
+	}
+	owner, flags, err := s.owner(ctx, reqs[0].Key)
+	if err != nil {
+		return err
 	}
 	if owner == s.opts.Self {
 		return s.opts.Local.TakeAll(ctx, reqs, dst)
@@ -208,23 +280,26 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice
 			return fmt.Errorf("request %d: %w", i, err)
 		}
 	}
-	p, err := s.peer(owner)
+	p, err := s.peerFor(flags, owner)
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrPeer, owner, err)
 	}
 	s.forwarded.Add(1)
-	return p.do(ctx, reqs, false, dst)
+	return p.do(ctx, reqs, false, flags, dst)
 }
 
 // Reset forgets key under limit at its owner.
 func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error {
-	owner := s.Owner(key)
-	if owner == s.opts.Self {
-		return s.opts.Local.Reset(ctx, key, limit)
-	}
-	p, err := s.peer(owner)
+	owner, flags, err := s.owner(ctx, key)
 	if err != nil {
 		return err
 	}
-	return p.do(ctx, []sluice.Request{{Key: key, Limit: limit}}, true, nil)
+	if owner == s.opts.Self {
+		return s.opts.Local.Reset(ctx, key, limit)
+	}
+	p, err := s.peerFor(flags, owner)
+	if err != nil {
+		return err
+	}
+	return p.do(ctx, []sluice.Request{{Key: key, Limit: limit}}, true, flags, nil)
 }

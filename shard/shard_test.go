@@ -70,13 +70,6 @@ type node struct {
 
 func startNodes(t *testing.T, n int) []*node {
 	t.Helper()
-	return startNodesWith(t, n, func(int) func(*grpc.Server, sluice.Store) { return shard.Register })
-}
-
-// startNodesWith starts n nodes, node i serving the peer service with
-// register(i).
-func startNodesWith(t *testing.T, n int, register func(i int) func(*grpc.Server, sluice.Store)) []*node {
-	t.Helper()
 	var lis []net.Listener
 	var addrs []string
 	for range n {
@@ -87,28 +80,35 @@ func startNodesWith(t *testing.T, n int, register func(i int) func(*grpc.Server,
 		lis = append(lis, l)
 		addrs = append(addrs, l.Addr().String())
 	}
+	return startNodesOn(t, lis, addrs, n)
+}
+
+// startNodesOn starts a node on each of lis, all of addrs their peers, and
+// waits until each sees want members.
+func startNodesOn(t *testing.T, lis []net.Listener, addrs []string, want int) []*node {
+	t.Helper()
 	var nodes []*node
-	for i := range n {
+	for i := range lis {
 		local := memstore.New(memstore.Options{})
 		srv := grpc.NewServer()
-		register(i)(srv, local)
-		healthpb.RegisterHealthServer(srv, health.NewServer())
-		go srv.Serve(lis[i])
 		s, err := shard.New(shard.Options{
-			Self: addrs[i], Local: local, Interval: 100 * time.Millisecond,
-			Members: shard.Static(addrs[i], addrs, 50*time.Millisecond),
+			Self: lis[i].Addr().String(), Local: local, Interval: 100 * time.Millisecond,
+			Members: shard.Static(lis[i].Addr().String(), addrs, 50*time.Millisecond),
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
-		nd := &node{addr: addrs[i], srv: srv, store: s}
+		s.Register(srv)
+		healthpb.RegisterHealthServer(srv, health.NewServer())
+		go srv.Serve(lis[i])
+		nd := &node{addr: lis[i].Addr().String(), srv: srv, store: s}
 		t.Cleanup(func() { s.Close(); srv.Stop() })
 		nodes = append(nodes, nd)
 	}
 	// Wait for every ring to hold every member.
 	deadline := time.Now().Add(5 * time.Second)
 	for _, nd := range nodes {
-		for len(nd.store.Members()) != n {
+		for len(nd.store.Members()) != want {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s sees %v", nd.addr, nd.store.Members())
 			}
@@ -305,8 +305,11 @@ func TestSplitBrainIsBoundedByOwners(t *testing.T) {
 			admitted++
 		}
 	}
-	if admitted != 20 {
-		t.Fatalf("admitted %d with two owners of a limit of 10; want 2 × 10", admitted)
+	// The second settles as a member that just joined, sending its own
+	// checks to the key's owner without it, the first, which decides them:
+	// until its settling ends, the two decide as one owner.
+	if admitted < 10 || admitted > 20 {
+		t.Fatalf("admitted %d with two owners of a limit of 10; want at most 2 × 10", admitted)
 	}
 }
 

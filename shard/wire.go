@@ -30,8 +30,8 @@ const (
 )
 
 // appendCall appends a call of reqs (or with reset, the Reset of the
-// first's key and limit) to b.
-func appendCall(b *shardv1.Batch, reqs []sluice.Request, reset bool) {
+// first's key and limit) to b, with call flags on each of its requests.
+func appendCall(b *shardv1.Batch, reqs []sluice.Request, reset bool, call uint32) {
 	if reset || len(b.CallResets) > 0 {
 		for len(b.CallResets) < len(b.CallSizes) {
 			b.CallResets = append(b.CallResets, false)
@@ -48,7 +48,7 @@ func appendCall(b *shardv1.Batch, reqs []sluice.Request, reset bool) {
 		b.PeriodsUs = append(b.PeriodsUs, r.Limit.Period.Microseconds())
 		b.Bursts = append(b.Bursts, r.Limit.Burst)
 		b.Costs = append(b.Costs, r.Cost)
-		var flags uint32
+		flags := call
 		if r.Force {
 			flags |= uint32(shardv1.Flag_FLAG_FORCE)
 		}
@@ -97,6 +97,9 @@ func resetBatch(b *shardv1.Batch) {
 func checkBatch(b *shardv1.Batch) error {
 	if b.Version != shardv1.Version_VERSION_1 {
 		return status.Errorf(codes.FailedPrecondition, "shard: batch of protocol %v; this peer speaks %v", b.Version, shardv1.Version_VERSION_1)
+	}
+	if b.HandedOff != "" && len(b.CallSizes) == 0 && len(b.KeyLengths) == 0 {
+		return nil // a hand-off's end: no calls
 	}
 	if len(b.CallSizes) == 0 || len(b.CallSizes) > maxBatch {
 		return status.Errorf(codes.InvalidArgument, "shard: a batch holds 1 to %d calls, not %d", maxBatch, len(b.CallSizes))
@@ -208,7 +211,9 @@ func callError(e *shardv1.Error) error {
 	return status.Error(codes.Code(e.Code), "shard: owner: "+e.Message)
 }
 
-// Register adds the peer service, deciding with local, to a gRPC server.
+// Register adds the peer service, deciding every call with local, to a
+// gRPC server. Store.Register passes on the calls for keys the store's
+// instance no longer owns instead.
 func Register(s *grpc.Server, local sluice.Store) {
 	shardv1.RegisterPeerServer(s, &service{local: local})
 }
@@ -216,6 +221,7 @@ func Register(s *grpc.Server, local sluice.Store) {
 type service struct {
 	shardv1.UnimplementedPeerServer
 	local sluice.Store
+	route *Store // nil: every call is decided here
 }
 
 func (sv *service) Take(stream grpc.BidiStreamingServer[shardv1.Batch, shardv1.BatchResult]) error {
@@ -231,6 +237,19 @@ func (sv *service) Take(stream grpc.BidiStreamingServer[shardv1.Batch, shardv1.B
 		}
 		if err := checkBatch(in); err != nil {
 			return err
+		}
+		if in.HandedOff != "" && len(in.CallSizes) == 0 {
+			switch {
+			case sv.route == nil:
+			case in.Leaving:
+				sv.route.drop(in.HandedOff)
+			default:
+				sv.route.noteHanded(in.HandedOff)
+			}
+			if err := stream.Send(new(shardv1.BatchResult)); err != nil {
+				return err
+			}
+			continue
 		}
 		// The answer's lists are reused from batch to batch: Send has
 		// written them out by the time it returns.
@@ -251,7 +270,7 @@ func (sv *service) Take(stream grpc.BidiStreamingServer[shardv1.Batch, shardv1.B
 			}
 			if err == nil {
 				reset := len(in.CallResets) > 0 && in.CallResets[i]
-				ds, err = serveCall(stream.Context(), sv.local, reqs, reset, ds)
+				ds, err = sv.serve(stream.Context(), reqs, reset, in.Flags[j-1], ds)
 			}
 			if err != nil {
 				// Skip what is left of the call.

@@ -24,7 +24,7 @@ func TestBatchRoundTrip(t *testing.T) {
 	b := new(shardv1.Batch)
 	resetBatch(b)
 	for _, c := range calls {
-		appendCall(b, c, false)
+		appendCall(b, c, false, 0)
 	}
 	wire, err := proto.Marshal(b)
 	if err != nil {
@@ -55,7 +55,7 @@ func TestBatchRoundTrip(t *testing.T) {
 func FuzzBatch(f *testing.F) {
 	b := new(shardv1.Batch)
 	resetBatch(b)
-	appendCall(b, []sluice.Request{{Key: "k", Limit: sluice.PerSecond(1), Cost: 1}}, false)
+	appendCall(b, []sluice.Request{{Key: "k", Limit: sluice.PerSecond(1), Cost: 1}}, false, 0)
 	seed, _ := proto.Marshal(b)
 	f.Add(seed)
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f})

@@ -83,19 +83,34 @@ const (
 	Flag_FLAG_NONE      Flag = 0
 	Flag_FLAG_FORCE     Flag = 1
 	Flag_FLAG_COUNT_ALL Flag = 2
+	// FLAG_HOP and FLAG_FINAL count the times a call was passed on, from a
+	// member that does not hold the key's state to one it believes does:
+	// once (HOP), twice (FINAL), three times (both), after which the
+	// receiver decides it or fails it, never passing it again.
+	Flag_FLAG_HOP Flag = 4
+	// A key's state handed to its new owner (forced requests of what the
+	// key used): decided by the receiver at once.
+	Flag_FLAG_HANDOFF Flag = 8
+	Flag_FLAG_FINAL   Flag = 16 // A peer that predates these flags decides every call itself.
 )
 
 // Enum value maps for Flag.
 var (
 	Flag_name = map[int32]string{
-		0: "FLAG_NONE",
-		1: "FLAG_FORCE",
-		2: "FLAG_COUNT_ALL",
+		0:  "FLAG_NONE",
+		1:  "FLAG_FORCE",
+		2:  "FLAG_COUNT_ALL",
+		4:  "FLAG_HOP",
+		8:  "FLAG_HANDOFF",
+		16: "FLAG_FINAL",
 	}
 	Flag_value = map[string]int32{
 		"FLAG_NONE":      0,
 		"FLAG_FORCE":     1,
 		"FLAG_COUNT_ALL": 2,
+		"FLAG_HOP":       4,
+		"FLAG_HANDOFF":   8,
+		"FLAG_FINAL":     16,
 	}
 )
 
@@ -126,7 +141,7 @@ func (Flag) EnumDescriptor() ([]byte, []int) {
 	return file_shard_proto_rawDescGZIP(), []int{1}
 }
 
-// Batch is calls of requests. Call i is the all-or-nothing TakeAll of its
+// Batch is calls of requests (or, with handed_off, none). Call i is the all-or-nothing TakeAll of its
 // call_sizes[i] requests, the next ones in order (or, when call_resets[i],
 // the Reset of its first request's key and limit). Request j is the j-th
 // entry of every request column.
@@ -147,8 +162,15 @@ type Batch struct {
 	NowUnixUs  []int64  `protobuf:"varint,12,rep,packed,name=now_unix_us,json=nowUnixUs,proto3" json:"now_unix_us,omitempty"` // 0: the owner's clock
 	// A calendar limit's time zone: zones[zone_index[j] - 1], or UTC for 0.
 	// zone_index is empty when no request has a zone.
-	ZoneIndex     []uint32 `protobuf:"varint,13,rep,packed,name=zone_index,json=zoneIndex,proto3" json:"zone_index,omitempty"`
-	Zones         []string `protobuf:"bytes,14,rep,name=zones,proto3" json:"zones,omitempty"`
+	ZoneIndex []uint32 `protobuf:"varint,13,rep,packed,name=zone_index,json=zoneIndex,proto3" json:"zone_index,omitempty"`
+	Zones     []string `protobuf:"bytes,14,rep,name=zones,proto3" json:"zones,omitempty"`
+	// Set, with no calls, by a member that has seen the receiver join and
+	// has handed it every key it now owns: its own address. The receiver
+	// decides the keys that came from it from then on.
+	HandedOff string `protobuf:"bytes,15,opt,name=handed_off,json=handedOff,proto3" json:"handed_off,omitempty"`
+	// With handed_off: the sender is leaving the ring, and has handed its
+	// keys to their owners without it; the receiver drops it now.
+	Leaving       bool `protobuf:"varint,16,opt,name=leaving,proto3" json:"leaving,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -279,6 +301,20 @@ func (x *Batch) GetZones() []string {
 		return x.Zones
 	}
 	return nil
+}
+
+func (x *Batch) GetHandedOff() string {
+	if x != nil {
+		return x.HandedOff
+	}
+	return ""
+}
+
+func (x *Batch) GetLeaving() bool {
+	if x != nil {
+		return x.Leaving
+	}
+	return false
 }
 
 // BatchResult answers a Batch: per call, its error (an entry of errors
@@ -443,7 +479,7 @@ var File_shard_proto protoreflect.FileDescriptor
 
 const file_shard_proto_rawDesc = "" +
 	"\n" +
-	"\vshard.proto\x12\x0fsluice.shard.v1\"\x9e\x03\n" +
+	"\vshard.proto\x12\x0fsluice.shard.v1\"\xd7\x03\n" +
 	"\x05Batch\x122\n" +
 	"\aversion\x18\x01 \x01(\x0e2\x18.sluice.shard.v1.VersionR\aversion\x12\x1d\n" +
 	"\n" +
@@ -466,7 +502,10 @@ const file_shard_proto_rawDesc = "" +
 	"\vnow_unix_us\x18\f \x03(\x03R\tnowUnixUs\x12\x1d\n" +
 	"\n" +
 	"zone_index\x18\r \x03(\rR\tzoneIndex\x12\x14\n" +
-	"\x05zones\x18\x0e \x03(\tR\x05zones\"\xdc\x01\n" +
+	"\x05zones\x18\x0e \x03(\tR\x05zones\x12\x1d\n" +
+	"\n" +
+	"handed_off\x18\x0f \x01(\tR\thandedOff\x12\x18\n" +
+	"\aleaving\x18\x10 \x01(\bR\aleaving\"\xdc\x01\n" +
 	"\vBatchResult\x12.\n" +
 	"\x06errors\x18\x01 \x03(\v2\x16.sluice.shard.v1.ErrorR\x06errors\x12\x18\n" +
 	"\aallowed\x18\x02 \x03(\bR\aallowed\x12\x1c\n" +
@@ -481,12 +520,16 @@ const file_shard_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\tR\amessage*1\n" +
 	"\aVersion\x12\x17\n" +
 	"\x13VERSION_UNSPECIFIED\x10\x00\x12\r\n" +
-	"\tVERSION_1\x10\x01*9\n" +
+	"\tVERSION_1\x10\x01*i\n" +
 	"\x04Flag\x12\r\n" +
 	"\tFLAG_NONE\x10\x00\x12\x0e\n" +
 	"\n" +
 	"FLAG_FORCE\x10\x01\x12\x12\n" +
-	"\x0eFLAG_COUNT_ALL\x10\x022H\n" +
+	"\x0eFLAG_COUNT_ALL\x10\x02\x12\f\n" +
+	"\bFLAG_HOP\x10\x04\x12\x10\n" +
+	"\fFLAG_HANDOFF\x10\b\x12\x0e\n" +
+	"\n" +
+	"FLAG_FINAL\x10\x102H\n" +
 	"\x04Peer\x12@\n" +
 	"\x04Take\x12\x16.sluice.shard.v1.Batch\x1a\x1c.sluice.shard.v1.BatchResult(\x010\x01B(Z&github.com/sluicehq/sluice/api/shardv1b\x06proto3"
 

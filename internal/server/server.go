@@ -292,8 +292,8 @@ func (s *Server) Start() error {
 	s.grpcSrv = grpc.NewServer(append(grpcOptions(lim, s.recv), s.tracing.grpcOptions()...)...)
 	rlspb.RegisterRateLimitServiceServer(s.grpcSrv, &rls{s: s})
 	sluicev1.RegisterCheckServiceServer(s.grpcSrv, &native{s: s})
-	if _, ok := s.store.(*shard.Store); ok {
-		shard.Register(s.grpcSrv, s.local)
+	if ss, ok := s.store.(*shard.Store); ok {
+		ss.Register(s.grpcSrv)
 	}
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpcSrv, s.health)
@@ -426,6 +426,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.health != nil {
 		s.health.Shutdown() // NOT_SERVING
 	}
+	if ss, ok := s.store.(*shard.Store); ok {
+		// Its keys go to the other members with their state, before the
+		// drain: meanwhile the peers still sending here are passed on.
+		ss.Leave()
+	}
 	if drain := s.state().cfg.Listeners.Drain; drain > 0 && s.httpSrv != nil && !s.opts.OpsOnly {
 		s.log.Info("draining: /readyz answers 503 while checks are still served", "drain", drain)
 		t := time.NewTimer(drain)
@@ -508,7 +513,15 @@ func (s *Server) openShard(cfg *config.Config, sh *config.Shard, local sluice.St
 	s.closer = func() { ss.Close(); closeMembers() }
 	s.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "sluice_shard_forwarded_total", Help: "Calls forwarded to the owner of their key."},
-		func() float64 { return float64(ss.Forwarded()) }))
+		func() float64 { return float64(ss.Forwarded()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_shard_handoff_keys_total", Help: "Keys handed to their new owner, with what they used, when membership changed.",
+			ConstLabels: prometheus.Labels{"result": "ok"}},
+			func() float64 { h, _ := ss.HandedOff(); return float64(h) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sluice_shard_handoff_keys_total", Help: "Keys handed to their new owner, with what they used, when membership changed.",
+			ConstLabels: prometheus.Labels{"result": "failed"}},
+			func() float64 { _, f := ss.HandedOff(); return float64(f) }))
 	return nil
 }
 
