@@ -57,7 +57,8 @@ type move struct {
 // without gives to another member stays that member's until it has handed
 // this instance its keys, or until deadline.
 type join struct {
-	without  *Ring
+	without  *Ring     // where the keys were
+	from     []string  // the members expected to hand keys over
 	deadline time.Time
 }
 
@@ -71,10 +72,17 @@ func (s *Store) settleFor() time.Duration {
 	return max(10*s.opts.Interval, 10*time.Second) + s.opts.Timeout
 }
 
-// change swaps ring old for r and hands the keys that move to their new
-// owners.
-func (s *Store) change(old, r *Ring) {
+// change swaps ring old for r, hands the keys that move to their new
+// owners, and tells each member of tell that it has.
+func (s *Store) change(old, r *Ring, tell []string) {
 	m := &move{old: old, new: r, done: make(chan struct{})}
+	for _, added := range r.Members() {
+		if !slices.Contains(old.Members(), added) {
+			// A member back on its address: its old connections may be
+			// waiting to reconnect; new ones reach it now.
+			s.dropPeers(added)
+		}
+	}
 	s.moving.Store(m) // before the ring: a check that sees r sees the move
 	s.ring.Store(r)
 	// A second pass takes the keys that checks in flight at the swap, on
@@ -82,19 +90,34 @@ func (s *Store) change(old, r *Ring) {
 	reqs := s.extract(r)
 	reqs = append(reqs, s.extract(r)...)
 	s.send(r, reqs)
-	var wg sync.WaitGroup
-	for _, added := range r.Members() {
-		if added != s.opts.Self && !slices.Contains(old.Members(), added) {
-			wg.Go(func() {
-				if p, err := s.peerFor(finalFlags, added); err == nil {
-					p.announce(s.opts.Self, false)
-				}
-			})
-		}
-	}
-	wg.Wait()
+	s.tell(tell, false)
 	s.moving.CompareAndSwap(m, nil)
 	close(m.done)
+}
+
+// added returns the members of r that old lacks, this instance aside.
+func (s *Store) added(old, r *Ring) []string {
+	var out []string
+	for _, m := range r.Members() {
+		if m != s.opts.Self && !slices.Contains(old.Members(), m) {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// tell announces to members that this instance has handed them its keys,
+// and with leaving that it leaves.
+func (s *Store) tell(members []string, leaving bool) {
+	var wg sync.WaitGroup
+	for _, m := range members {
+		wg.Go(func() {
+			if p, err := s.peerFor(finalFlags, m); err == nil {
+				p.announce(s.opts.Self, leaving)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // startJoin begins this instance's settling in ring r, which it joins.
@@ -104,7 +127,7 @@ func (s *Store) startJoin(r *Ring) {
 	defer s.hmu.Unlock()
 	// handedBy is not cleared: a member may have seen this one, and handed
 	// it its keys, before this one saw it.
-	s.joining.Store(&join{without: NewRing(others, s.opts.Replicas, s.opts.Hash), deadline: time.Now().Add(s.settleFor())})
+	s.joining.Store(&join{without: NewRing(others, s.opts.Replicas, s.opts.Hash), from: others, deadline: time.Now().Add(s.settleFor())})
 	s.wakeLocked()
 }
 
@@ -127,34 +150,36 @@ func (s *Store) Leave() {
 	}
 	s.joining.Store(nil)
 	s.opts.Logger.Info("shard: leaving; handing keys to the other members", "members", others)
-	s.change(old, NewRing(others, s.opts.Replicas, s.opts.Hash))
-	var wg sync.WaitGroup
-	for _, m := range others {
-		wg.Go(func() {
-			if p, err := s.peerFor(finalFlags, m); err == nil {
-				p.announce(s.opts.Self, true)
-			}
-		})
-	}
-	wg.Wait()
+	// The others drop this instance first, and send the checks of its
+	// keys here until it has handed them over.
+	s.tell(others, true)
+	s.change(old, NewRing(others, s.opts.Replicas, s.opts.Hash), others)
 }
+
+// hasLeft reports whether this instance has left the ring and handed its
+// keys over.
+func (s *Store) hasLeft() bool { return s.leaving.Load() && s.moving.Load() == nil }
 
 // drop takes member m, which announced it leaves, out of the ring now, and
 // keeps it out for goneFor, whatever membership says meanwhile (its
-// health check may pass once more).
+// health check may pass once more). The keys m owned stay its, as a
+// joining member's stay their previous owner's, until it has handed them
+// over.
 func (s *Store) drop(m string) {
-	s.hmu.Lock()
-	s.gone[m] = time.Now().Add(goneFor)
-	s.hmu.Unlock()
 	s.rmu.Lock()
 	defer s.rmu.Unlock()
 	old := s.ring.Load()
+	s.hmu.Lock()
+	s.gone[m] = time.Now().Add(goneFor)
+	delete(s.handedBy, m)
+	s.joining.Store(&join{without: old, from: []string{m}, deadline: time.Now().Add(s.settleFor())})
+	s.hmu.Unlock()
 	if !slices.Contains(old.Members(), m) || s.leaving.Load() {
 		return
 	}
 	r := NewRing(slices.DeleteFunc(slices.Clone(old.Members()), func(x string) bool { return x == m }), s.opts.Replicas, s.opts.Hash)
 	s.opts.Logger.Info("shard: a member left", "member", m, "members", r.Members())
-	s.change(old, r)
+	s.change(old, r, nil)
 }
 
 // goneFor is how long a member that left stays out of the ring.
@@ -229,7 +254,10 @@ const (
 	hopFlags     = uint32(shardv1.Flag_FLAG_HOP)
 	handoffFlags = uint32(shardv1.Flag_FLAG_HANDOFF)
 	finalFlags   = uint32(shardv1.Flag_FLAG_FINAL)
-	maxPasses    = 3
+	// failoverFlags marks a call to the successor of an owner that cannot
+	// be reached: it decides it.
+	failoverFlags = uint32(shardv1.Flag_FLAG_FAILOVER)
+	maxPasses     = 3
 )
 
 // passes returns how many times a call of flags was passed on.
@@ -304,13 +332,17 @@ func (s *Store) settled(key string) (string, bool) {
 		return "", true
 	}
 	w := j.without.Owner(key)
-	if w == "" || !slices.Contains(s.ring.Load().Members(), w) {
-		return "", true // nobody, or a member gone since: its state with it
+	if w == "" || w == s.opts.Self {
+		return "", true
 	}
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
+	_, left := s.gone[w]
+	if !left && !slices.Contains(s.ring.Load().Members(), w) {
+		return "", true // a member that died since: its state went with it
+	}
 	if s.handedBy[w] {
-		if len(s.handedBy) >= len(j.without.Members()) {
+		if !slices.ContainsFunc(j.from, func(m string) bool { return !s.handedBy[m] }) {
 			s.joining.CompareAndSwap(j, nil) // every member has: settled
 		}
 		return "", true
@@ -360,7 +392,7 @@ func (s *Store) Register(srv *grpc.Server) {
 // here when this instance owns its key, and fails otherwise: the members
 // disagree on its owner. A key moving away waits for its move first.
 func (sv *service) serve(ctx context.Context, reqs []sluice.Request, reset bool, flags uint32, ds []sluice.Decision) ([]sluice.Decision, error) {
-	if s := sv.route; s != nil && flags&handoffFlags == 0 {
+	if s := sv.route; s != nil && flags&(handoffFlags|failoverFlags) == 0 {
 		key := reqs[0].Key
 		if err := s.waitMove(ctx, key); err != nil {
 			return ds, err

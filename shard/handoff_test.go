@@ -22,7 +22,8 @@ type hammer struct {
 	wg             sync.WaitGroup
 }
 
-var handoffLimit = sluice.Limit{Rate: 1000, Period: time.Hour}
+// handoffLimit admits exactly 1000, and nothing more within the test.
+var handoffLimit = sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 1000, Period: time.Hour}
 
 func startHammer(key string, nodes func() []*node) *hammer {
 	h := &hammer{stop: make(chan struct{})}

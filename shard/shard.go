@@ -80,6 +80,7 @@ type Store struct {
 	handedCh chan struct{}
 	gone     map[string]time.Time // members that announced they left, until when they stay out; guarded by hmu
 	leaving  atomic.Bool
+	succ     atomic.Pointer[successorRing]
 	rmu      sync.Mutex // serialises ring changes: refresh, drop, Leave
 	mu       sync.Mutex
 	// peers forwards this instance's own calls; hops and finals the calls
@@ -176,7 +177,7 @@ func (s *Store) refreshWithin(d time.Duration) {
 		s.startJoin(r)
 	}
 	s.opts.Logger.Info("shard: membership changed", "members", r.Members())
-	s.change(old, r)
+	s.change(old, r, s.added(old, r))
 }
 
 // Members returns the members of the current ring.
@@ -200,11 +201,23 @@ func (s *Store) Close() {
 
 func (s *Store) peer(addr string) (*peer, error) { return s.peerIn(s.peers, addr) }
 
+// dropPeers closes the connections to addr; the next call opens new ones.
+func (s *Store) dropPeers(addr string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ps := range []map[string]*peer{s.peers, s.hops, s.finals} {
+		if p := ps[addr]; p != nil {
+			p.close()
+			delete(ps, addr)
+		}
+	}
+}
+
 // peerFor returns the peer at addr for calls of flags: hops and finals
 // have streams of their own.
 func (s *Store) peerFor(flags uint32, addr string) (*peer, error) {
 	switch {
-	case flags&(finalFlags|handoffFlags) != 0:
+	case flags&(finalFlags|handoffFlags|failoverFlags) != 0:
 		return s.peerIn(s.finals, addr)
 	case flags&hopFlags != 0:
 		return s.peerIn(s.hops, addr)
@@ -241,16 +254,73 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Decision, 
 	if err := req.Validate(); err != nil {
 		return sluice.Decision{}, err
 	}
-	p, err := s.peerFor(flags, owner)
-	if err != nil {
-		return sluice.Decision{}, fmt.Errorf("%w: %s: %w", ErrPeer, owner, err)
-	}
-	s.forwarded.Add(1)
 	var d [1]sluice.Decision
-	if err := p.do(ctx, []sluice.Request{req}, false, flags, d[:]); err != nil {
+	if err := s.call(ctx, owner, flags, []sluice.Request{req}, false, d[:]); err != nil {
 		return sluice.Decision{}, err
 	}
 	return d[0], nil
+}
+
+// call forwards a call to owner with flags. When the owner (of the ring:
+// flags 0) cannot be reached, the call goes to its successor on the ring, the member that
+// owns the key once the owner is gone (FLAG_FAILOVER): so the key is
+// decided in one place, which keeps it, while membership catches up with
+// a member that died.
+func (s *Store) call(ctx context.Context, owner string, flags uint32, reqs []sluice.Request, reset bool, dst []sluice.Decision) error {
+	err := s.forward(ctx, owner, flags, reqs, reset, dst)
+	if err == nil || !errors.Is(err, ErrPeer) || ctx.Err() != nil || flags != 0 {
+		return err // a call to a key's previous owner (flags) fails with it
+	}
+	next := s.successors(owner).Owner(reqs[0].Key)
+	switch next {
+	case "", owner:
+		return err
+	case s.opts.Self:
+		return s.decideLocal(ctx, reqs, reset, dst)
+	}
+	if ferr := s.forward(ctx, next, failoverFlags, reqs, reset, dst); ferr == nil || !errors.Is(ferr, ErrPeer) {
+		return ferr
+	}
+	return err
+}
+
+func (s *Store) forward(ctx context.Context, to string, flags uint32, reqs []sluice.Request, reset bool, dst []sluice.Decision) error {
+	p, err := s.peerFor(flags, to)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", ErrPeer, to, err)
+	}
+	s.forwarded.Add(1)
+	return p.do(ctx, reqs, reset, flags, dst)
+}
+
+// decideLocal decides a call with Local.
+func (s *Store) decideLocal(ctx context.Context, reqs []sluice.Request, reset bool, dst []sluice.Decision) error {
+	switch {
+	case reset:
+		return s.opts.Local.Reset(ctx, reqs[0].Key, reqs[0].Limit)
+	case len(reqs) == 1:
+		d, err := s.opts.Local.Take(ctx, reqs[0])
+		dst[0] = d
+		return err
+	}
+	return s.opts.Local.TakeAll(ctx, reqs, dst)
+}
+
+// successors returns the ring without member m, cached for the ring now.
+func (s *Store) successors(m string) *Ring {
+	r := s.ring.Load()
+	if c := s.succ.Load(); c != nil && c.of == m && c.base == r {
+		return c.ring
+	}
+	nr := NewRing(slices.DeleteFunc(slices.Clone(r.Members()), func(x string) bool { return x == m }), s.opts.Replicas, s.opts.Hash)
+	s.succ.Store(&successorRing{of: m, base: r, ring: nr})
+	return nr
+}
+
+// successorRing is a ring less one member, of, made from base.
+type successorRing struct {
+	of         string
+	base, ring *Ring
 }
 
 // TakeAll decides reqs at their owner, all-or-nothing; keys of different
@@ -280,12 +350,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice
 			return fmt.Errorf("request %d: %w", i, err)
 		}
 	}
-	p, err := s.peerFor(flags, owner)
-	if err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrPeer, owner, err)
-	}
-	s.forwarded.Add(1)
-	return p.do(ctx, reqs, false, flags, dst)
+	return s.call(ctx, owner, flags, reqs, false, dst)
 }
 
 // Reset forgets key under limit at its owner.
@@ -297,9 +362,5 @@ func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error
 	if owner == s.opts.Self {
 		return s.opts.Local.Reset(ctx, key, limit)
 	}
-	p, err := s.peerFor(flags, owner)
-	if err != nil {
-		return err
-	}
-	return p.do(ctx, []sluice.Request{{Key: key, Limit: limit}}, true, flags, nil)
+	return s.call(ctx, owner, flags, []sluice.Request{{Key: key, Limit: limit}}, true, nil)
 }

@@ -289,6 +289,9 @@ func (sv *service) Take(stream grpc.BidiStreamingServer[shardv1.Batch, shardv1.B
 		if err := stream.Send(out); err != nil {
 			return err
 		}
+		if sv.route != nil && sv.route.hasLeft() {
+			return nil // a member that left ends its streams, so that its server can stop
+		}
 	}
 }
 

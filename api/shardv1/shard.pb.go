@@ -91,7 +91,11 @@ const (
 	// A key's state handed to its new owner (forced requests of what the
 	// key used): decided by the receiver at once.
 	Flag_FLAG_HANDOFF Flag = 8
-	Flag_FLAG_FINAL   Flag = 16 // A peer that predates these flags decides every call itself.
+	Flag_FLAG_FINAL   Flag = 16
+	// The sender could not reach the key's owner: the receiver, the owner's
+	// successor on the ring (where the key goes if the owner is gone),
+	// decides it.
+	Flag_FLAG_FAILOVER Flag = 32 // A peer that predates these flags decides every call itself.
 )
 
 // Enum value maps for Flag.
@@ -103,6 +107,7 @@ var (
 		4:  "FLAG_HOP",
 		8:  "FLAG_HANDOFF",
 		16: "FLAG_FINAL",
+		32: "FLAG_FAILOVER",
 	}
 	Flag_value = map[string]int32{
 		"FLAG_NONE":      0,
@@ -111,6 +116,7 @@ var (
 		"FLAG_HOP":       4,
 		"FLAG_HANDOFF":   8,
 		"FLAG_FINAL":     16,
+		"FLAG_FAILOVER":  32,
 	}
 )
 
@@ -520,7 +526,7 @@ const file_shard_proto_rawDesc = "" +
 	"\amessage\x18\x04 \x01(\tR\amessage*1\n" +
 	"\aVersion\x12\x17\n" +
 	"\x13VERSION_UNSPECIFIED\x10\x00\x12\r\n" +
-	"\tVERSION_1\x10\x01*i\n" +
+	"\tVERSION_1\x10\x01*|\n" +
 	"\x04Flag\x12\r\n" +
 	"\tFLAG_NONE\x10\x00\x12\x0e\n" +
 	"\n" +
@@ -529,7 +535,8 @@ const file_shard_proto_rawDesc = "" +
 	"\bFLAG_HOP\x10\x04\x12\x10\n" +
 	"\fFLAG_HANDOFF\x10\b\x12\x0e\n" +
 	"\n" +
-	"FLAG_FINAL\x10\x102H\n" +
+	"FLAG_FINAL\x10\x10\x12\x11\n" +
+	"\rFLAG_FAILOVER\x10 2H\n" +
 	"\x04Peer\x12@\n" +
 	"\x04Take\x12\x16.sluice.shard.v1.Batch\x1a\x1c.sluice.shard.v1.BatchResult(\x010\x01B(Z&github.com/sluicehq/sluice/api/shardv1b\x06proto3"
 

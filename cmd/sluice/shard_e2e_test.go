@@ -1,0 +1,274 @@
+package main_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/sluicehq/sluice/shard"
+)
+
+// shardCluster is `sluice serve` processes in shard mode on one policy,
+// p: sliding_log 1000/1h (exact, and nothing comes back within the test),
+// every one of grpcs a peer.
+type shardCluster struct {
+	t     *testing.T
+	file  string
+	grpcs []string
+	procs []*proc // by index in grpcs; nil until started
+}
+
+func newShardCluster(t *testing.T, n int) *shardCluster {
+	c := &shardCluster{t: t, file: filepath.Join(t.TempDir(), "shard.yaml"), procs: make([]*proc, n)}
+	for range n {
+		c.grpcs = append(c.grpcs, freeAddr(t))
+	}
+	os.WriteFile(c.file, []byte(`store:
+  mode: shard
+  peers: [`+strings.Join(c.grpcs, ", ")+`]
+  member_interval: 200ms
+policies:
+  - name: p
+    limit: sliding_log 1000/1h
+`), 0o644)
+	return c
+}
+
+// start runs member i (again, after a kill: on the same addresses).
+func (c *shardCluster) start(i int) {
+	p := &proc{http: freeAddr(c.t), grpc: c.grpcs[i], admin: freeAddr(c.t), out: &syncBuffer{}}
+	if old := c.procs[i]; old != nil {
+		p.http, p.admin = old.http, old.admin
+	}
+	p.cmd = exec.Command(binary, "serve", "-config", c.file, "-http", p.http, "-grpc", p.grpc, "-admin", p.admin)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		c.t.Fatal(err)
+	}
+	c.t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+		if c.t.Failed() {
+			c.t.Logf("member %d output:\n%s", i, p.out)
+		}
+	})
+	c.procs[i] = p
+	waitFor(c.t, func() bool {
+		r, err := http.Get("http://" + p.http + "/healthz")
+		if err == nil {
+			r.Body.Close()
+		}
+		return err == nil
+	})
+}
+
+// sees waits until each of the members idx has logged a ring of exactly
+// the members want.
+func (c *shardCluster) sees(idx []int, want []int) {
+	c.t.Helper()
+	waitFor(c.t, func() bool {
+		for _, i := range idx {
+			lines := strings.Split(c.procs[i].out.String(), "\n")
+			last := ""
+			for _, l := range lines {
+				if strings.Contains(l, "membership changed") || strings.Contains(l, "a member left") {
+					if _, m, ok := strings.Cut(l, `members="[`); ok {
+						last, _, _ = strings.Cut(m, "]")
+					}
+				}
+			}
+			for j, g := range c.grpcs {
+				if strings.Contains(last, g) != containsInt(want, j) {
+					return false
+				}
+			}
+		}
+		return true
+	})
+}
+
+func containsInt(xs []int, x int) bool {
+	for _, y := range xs {
+		if x == y {
+			return true
+		}
+	}
+	return false
+}
+
+// keyOwnedBy returns a key that the ring of members gives to member i.
+func (c *shardCluster) keyOwnedBy(members []int, i int) string {
+	var addrs []string
+	for _, m := range members {
+		addrs = append(addrs, c.grpcs[m])
+	}
+	r := shard.NewRing(addrs, 128, nil)
+	for k := 0; ; k++ {
+		if key := fmt.Sprint("k", k); r.Owner("p\x00"+key) == c.grpcs[i] {
+			return key
+		}
+	}
+}
+
+// httpHammer sends checks of one key from 32 goroutines to the members
+// live holds, round robin, and counts the allowed.
+type httpHammer struct {
+	live              atomic.Pointer[[]*proc]
+	admitted, answers atomic.Int64
+	stop              chan struct{}
+	wg                sync.WaitGroup
+}
+
+func hammerKey(key string, procs ...*proc) *httpHammer {
+	h := &httpHammer{stop: make(chan struct{})}
+	h.setLive(procs...)
+	body := fmt.Sprintf(`{"checks":[{"policy":"p","key":%q}]}`, key)
+	for w := range 32 {
+		h.wg.Go(func() {
+			for i := w; ; i++ {
+				select {
+				case <-h.stop:
+					return
+				default:
+				}
+				ps := *h.live.Load()
+				resp, err := http.Post("http://"+ps[i%len(ps)].http+"/v1/check", "application/json", strings.NewReader(body))
+				if err != nil {
+					continue // a member stopping
+				}
+				var r checkResp
+				if resp.StatusCode == 200 && json.NewDecoder(resp.Body).Decode(&r) == nil && len(r.Results) == 1 {
+					if r.Allowed {
+						h.admitted.Add(1)
+					}
+					h.answers.Add(1)
+				}
+				resp.Body.Close()
+			}
+		})
+	}
+	return h
+}
+
+func (h *httpHammer) setLive(procs ...*proc) { h.live.Store(&procs) }
+
+// more waits until n more checks have been answered.
+func (h *httpHammer) more(t *testing.T, n int64) {
+	t.Helper()
+	from := h.answers.Load()
+	waitFor(t, func() bool { return h.answers.Load() >= from+n })
+}
+
+func (h *httpHammer) end() int64 {
+	close(h.stop)
+	h.wg.Wait()
+	return h.admitted.Load()
+}
+
+// The owner of a key under load is killed with kill -9 and restarted on
+// its address: its state is lost with it (the survivors start the key
+// afresh, as docs/distributed.md says), but its return takes the key's
+// state from the survivor that held it instead of starting it a second
+// time: at most twice the limit in all.
+func TestShardOwnerKilledAndBack(t *testing.T) {
+	c := newShardCluster(t, 3)
+	for i := range 3 {
+		c.start(i)
+	}
+	c.sees([]int{0, 1, 2}, []int{0, 1, 2})
+	key := c.keyOwnedBy([]int{0, 1, 2}, 2)
+	h := hammerKey(key, c.procs...)
+	waitFor(t, func() bool { return h.admitted.Load() >= 600 })
+	h.setLive(c.procs[0], c.procs[1])
+	c.procs[2].cmd.Process.Kill()
+	c.procs[2].cmd.Wait()
+	first := h.admitted.Load()
+	c.sees([]int{0, 1}, []int{0, 1})
+	h.more(t, 2000)
+	survivors := h.admitted.Load() - first
+	c.start(2)
+	h.setLive(c.procs...)
+	c.sees([]int{0, 1, 2}, []int{0, 1, 2})
+	h.more(t, 2000)
+	got := h.end()
+	t.Logf("admitted %d before the kill, %d by the survivors, %d after the return", first, survivors, got-first-survivors)
+	if got-first-survivors > 0 {
+		for i, p := range c.procs {
+			resp, err := http.Get("http://" + p.http + "/metrics")
+			if err != nil {
+				continue
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, l := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(l, "sluice_") && !strings.Contains(l, "bucket") && !strings.Contains(l, "duration") {
+					t.Logf("DEBUG %d %s", i, l)
+				}
+			}
+		}
+	}
+	t.Logf("admitted %d across a kill -9 and a return (bound 2000)", got)
+	if got > 2000 {
+		t.Fatalf("admitted %d of a 1000/1h limit across the owner's death and return; want at most 2000", got)
+	}
+}
+
+// The owner stops on SIGTERM under load: it hands the key's state over
+// before it stops, and the limit holds across it.
+func TestShardOwnerStopsGracefully(t *testing.T) {
+	c := newShardCluster(t, 3)
+	for i := range 3 {
+		c.start(i)
+	}
+	c.sees([]int{0, 1, 2}, []int{0, 1, 2})
+	key := c.keyOwnedBy([]int{0, 1, 2}, 2)
+	h := hammerKey(key, c.procs...)
+	waitFor(t, func() bool { return h.admitted.Load() >= 600 })
+	c.procs[2].cmd.Process.Signal(syscall.SIGTERM)
+	h.more(t, 500) // while it drains
+	h.setLive(c.procs[0], c.procs[1])
+	if err := c.procs[2].cmd.Wait(); err != nil {
+		t.Errorf("the member stopping on SIGTERM: %v", err)
+	}
+	c.sees([]int{0, 1}, []int{0, 1})
+	h.more(t, 2000)
+	got := h.end()
+	t.Logf("admitted %d across a SIGTERM (limit 1000)", got)
+	if got > 1000 {
+		t.Fatalf("admitted %d of a 1000/1h limit across the owner's SIGTERM; want at most 1000", got)
+	}
+	if !strings.Contains(c.procs[2].out.String(), "keys handed to their new owners") {
+		t.Errorf("the stopping member did not hand its keys over:\n%s", c.procs[2].out)
+	}
+}
+
+// A fourth member joins under load and becomes the key's owner: it takes
+// the key's state from its owner, and the limit holds across the join.
+func TestShardFourthMemberJoins(t *testing.T) {
+	c := newShardCluster(t, 4)
+	for i := range 3 {
+		c.start(i)
+	}
+	c.sees([]int{0, 1, 2}, []int{0, 1, 2})
+	key := c.keyOwnedBy([]int{0, 1, 2, 3}, 3)
+	h := hammerKey(key, c.procs[:3]...)
+	waitFor(t, func() bool { return h.admitted.Load() >= 600 })
+	c.start(3)
+	h.setLive(c.procs...)
+	c.sees([]int{0, 1, 2, 3}, []int{0, 1, 2, 3})
+	h.more(t, 2000)
+	got := h.end()
+	t.Logf("admitted %d across a fourth member's join (limit 1000)", got)
+	if got > 1000 {
+		t.Fatalf("admitted %d of a 1000/1h limit across a join; want at most 1000", got)
+	}
+}
