@@ -57,8 +57,8 @@ type move struct {
 // without gives to another member stays that member's until it has handed
 // this instance its keys, or until deadline.
 type join struct {
-	without  *Ring     // where the keys were
-	from     []string  // the members expected to hand keys over
+	without  *Ring    // where the keys were
+	from     []string // the members expected to hand keys over
 	deadline time.Time
 }
 
