@@ -10,10 +10,11 @@
 // key it no longer owns to its new owner (what the key used, as forced
 // requests) as soon as it sees the new ring, and passes on the calls that
 // peers still send it for such keys. An instance that joins, or returns,
-// sends its own checks to the keys' previous owners until the others have
-// seen it and handed it its keys; one that leaves on purpose (Leave, on
-// SIGTERM) hands all its keys over before it stops. Only a member that
-// dies loses its keys' state: the survivors start them afresh. While two
+// sends the checks of its keys to their previous owners until those have
+// seen it and handed the keys over; one that leaves on purpose (Leave, on
+// SIGTERM) hands all its keys over before it stops. A check for an owner
+// that cannot be reached goes to its successor on the ring. Only a member
+// that dies loses its keys' state: the survivors start them afresh. While two
 // instances briefly disagree on the ring, a key can be decided by both:
 // over-admission is bounded by the number of owners it had.
 //
