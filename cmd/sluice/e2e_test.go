@@ -82,9 +82,15 @@ func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return 
 // start runs `sluice serve` with args and waits until it answers /healthz.
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	return startBinary(t, binary, env, args...)
+}
+
+// startBinary is start with the sluice binary bin.
+func startBinary(t *testing.T, bin string, env []string, args ...string) *proc {
+	t.Helper()
 	p := &proc{http: freeAddr(t), grpc: freeAddr(t), admin: freeAddr(t), out: &syncBuffer{}}
 	args = append([]string{"serve", "-http", p.http, "-grpc", p.grpc, "-admin", p.admin}, args...)
-	p.cmd = exec.Command(binary, args...)
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
