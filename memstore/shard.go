@@ -493,7 +493,18 @@ func (sh *shard) evict(s *Store, now int64) int {
 	)
 	// consider notes a candidate, locked if it is an entry, and reports
 	// whether the search is over.
-	consider := func(t *table, i uint64, e *entry, st algorithm.State, key string, ls *logState, exp int64, denies bool) bool {
+	// Whether a candidate denies is worked out only when it could change
+	// the choice: a candidate that expires later than a best that does not
+	// deny loses either way.
+	consider := func(t *table, i uint64, e *entry, st algorithm.State, key string, ls *logState, exp int64) bool {
+		var denies bool
+		if vt == nil || vdenies || exp < best {
+			if ls != nil {
+				denies = t.logDenies(ls, now)
+			} else {
+				denies = t.denies(st, now)
+			}
+		}
 		if vt == nil || vdenies && !denies || vdenies == denies && exp < best {
 			if ve != nil {
 				ve.unlock(vst, vt.swaps)
@@ -509,7 +520,7 @@ func (sh *shard) evict(s *Store, now int64) int {
 	for _, t := range sh.list() {
 		if t.logs != nil {
 			for k, ls := range t.logs {
-				if done = consider(t, 0, nil, algorithm.State{}, k, ls, ls.exp, t.logDenies(ls, now)); done {
+				if done = consider(t, 0, nil, algorithm.State{}, k, ls, ls.exp); done {
 					break
 				}
 			}
@@ -521,7 +532,7 @@ func (sh *shard) evict(s *Store, now int64) int {
 				if !ok {
 					continue
 				}
-				if done = consider(t, i, e, st, e.key, nil, t.exp(st), t.denies(st, now)); done {
+				if done = consider(t, i, e, st, e.key, nil, t.exp(st)); done {
 					break
 				}
 			}
