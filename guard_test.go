@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"log/slog"
 	"strings"
 	"sync"
@@ -290,4 +291,49 @@ func TestGuardOutageEndsExactly(t *testing.T) {
 	if log := c.log.String(); !strings.Contains(log, "told what was admitted locally") {
 		t.Fatalf("no log line for the replay:\n%s", log)
 	}
+}
+
+// The stand-in's record of what the store last said grows with the keys
+// seen: 20,000 keys used up while the store was healthy are each still
+// used up when it fails, where a record of a fixed small size would have
+// forgotten most of them; and a Guard that has seen no key holds little.
+func TestStandinRecordGrowsWithKeys(t *testing.T) {
+	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
+	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1, Period: time.Hour}
+	const keys = 20_000
+	for i := range keys {
+		if v, _ := c.take(t, fmt.Sprint("k", i), limit, sluice.FailLocal, answered); v.Outcome != sluice.Allowed {
+			t.Fatalf("healthy: %v", v.Outcome)
+		}
+	}
+	c.proxy.Refuse(true)
+	c.proxy.Reset()
+	remembered := 0
+	for i := range keys {
+		if v, _ := c.take(t, fmt.Sprint("k", i), limit, sluice.FailLocal, answered); v.Outcome == sluice.LocalDenied {
+			remembered++
+		}
+	}
+	t.Logf("the stand-in knew %d of %d used-up keys", remembered, keys)
+	if remembered < keys*9/10 {
+		t.Fatalf("the stand-in knew %d of %d used-up keys; want at least 90%%", remembered, keys)
+	}
+
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	var held []*sluice.Limiter
+	for range 10 {
+		l, err := sluice.NewLimiter(c.store, sluice.PerSecond(10), sluice.LimiterOptions{Local: memstore.New(memstore.Options{})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if heap := int64(after.HeapAlloc) - int64(before.HeapAlloc); heap > 10<<20 {
+		t.Errorf("10 Limiters with Local hold %d bytes before any key is seen; want under 10 MiB", heap)
+	}
+	runtime.KeepAlive(held)
 }

@@ -13,12 +13,15 @@ import (
 // in-memory store of its own.
 //
 // To start each key where the store left it, the Guard records the last
-// decision it saw for every key in seen: a fixed table of slots indexed by
-// a hash of (key, algorithm, period), each holding that hash, the key's
+// decision it saw for every key in seen: a table of slots indexed by a
+// hash of (key, algorithm, period), each holding that hash, the key's
 // remaining and when it is back to full. Writing a slot is three atomic
 // stores and no lock; two keys that share a slot overwrite each other, and
 // the one that lost its record is treated as never seen. That is the
-// price of a record that costs the healthy path almost nothing.
+// price of a record that costs the healthy path almost nothing. The table
+// starts small (minSeen slots, 24 KiB) and doubles, up to maxSeen, as
+// records overwrite others (see clashShare): it grows with the keys seen,
+// so a Limiter that sees few keys holds a small one.
 //
 // An outage (a number from the breaker) starts afresh: the stand-in's keys
 // carry the outage's number, so what it counted in an earlier outage is
@@ -30,7 +33,9 @@ type standin struct {
 	instances int64
 	hseed     maphash.Seed
 	base      time.Time // resetAt is nanoseconds since base
-	seen      []seenSlot
+	seen      atomic.Pointer[seenTable]
+	clashes   atomic.Int64 // records that overwrote another key's since the table last grew
+	growMu    sync.Mutex
 
 	mu     sync.Mutex
 	epoch  uint64              // the outage seeded is for
@@ -45,16 +50,58 @@ type seenSlot struct {
 	resetAt   atomic.Int64
 }
 
-// seenSlots is the record's size: 1 Mi slots of 24 bytes, 24 MiB.
-const seenSlots = 1 << 20
+// seenTable is a size of the record: a power of two of slots.
+type seenTable struct {
+	slots []seenSlot
+	mask  uint64
+}
+
+func newSeenTable(n int) *seenTable {
+	return &seenTable{slots: make([]seenSlot, n), mask: uint64(n - 1)}
+}
+
+// The record's sizes: from 1 Ki slots of 24 bytes (24 KiB) to 1 Mi (24 MiB).
+// It doubles when the records that overwrote another key's reach
+// 1/clashShare of its slots, which keeps it about ten times the keys seen
+// lately: each is then remembered with a chance of about 95%.
+const (
+	minSeen    = 1 << 10
+	maxSeen    = 1 << 20
+	clashShare = 256
+)
 
 // maxSeeded bounds the keys seeded in one outage; past it, new keys start
 // full in the stand-in.
 const maxSeeded = 1 << 20
 
 func newStandin(local Store, instances int) *standin {
-	return &standin{local: local, instances: int64(instances), hseed: maphash.MakeSeed(),
-		base: time.Now(), seen: make([]seenSlot, seenSlots), seeded: map[string]struct{}{}}
+	s := &standin{local: local, instances: int64(instances), hseed: maphash.MakeSeed(),
+		base: time.Now(), seeded: map[string]struct{}{}}
+	s.seen.Store(newSeenTable(minSeen))
+	return s
+}
+
+// grow doubles t, the record, copying what it holds, unless it has grown
+// meanwhile or is at maxSeen. Records written to t while it is copied may
+// be lost: a lost record is a key treated as never seen.
+func (s *standin) grow(t *seenTable) {
+	s.growMu.Lock()
+	defer s.growMu.Unlock()
+	if s.seen.Load() != t || len(t.slots) >= maxSeen {
+		return
+	}
+	nt := newSeenTable(2 * len(t.slots))
+	for i := range t.slots {
+		from := &t.slots[i]
+		if h := from.sum.Load(); h != 0 {
+			to := &nt.slots[h&nt.mask]
+			to.sum.Store(h)
+			to.remaining.Store(from.remaining.Load())
+			to.resetAt.Store(from.resetAt.Load())
+		}
+	}
+	s.seen.Store(nt)
+	s.clashes.Store(0)
 }
 
 func (s *standin) sum(r *Request) uint64 {
@@ -74,9 +121,13 @@ func (s *standin) record(reqs []Request, modes []FailMode, ds []Decision) {
 // record1 is record for one request.
 func (s *standin) record1(r *Request, d *Decision) {
 	h := s.sum(r)
-	slot := &s.seen[h&(seenSlots-1)]
-	if slot.sum.Load() != h {
+	t := s.seen.Load()
+	slot := &t.slots[h&t.mask]
+	if old := slot.sum.Load(); old != h {
 		slot.sum.Store(h)
+		if old != 0 && s.clashes.Add(1) > int64(len(t.slots)/clashShare) {
+			s.grow(t)
+		}
 	}
 	slot.remaining.Store(d.Remaining)
 	slot.resetAt.Store(int64(time.Since(s.base)) + int64(d.ResetAfter))
@@ -86,7 +137,8 @@ func (s *standin) record1(r *Request, d *Decision) {
 // capacity when that is unknown or the key has been back to full since.
 func (s *standin) remaining(r *Request) int64 {
 	h := s.sum(r)
-	slot := &s.seen[h&(seenSlots-1)]
+	t := s.seen.Load()
+	slot := &t.slots[h&t.mask]
 	rem, reset := slot.remaining.Load(), slot.resetAt.Load()
 	if slot.sum.Load() != h || int64(time.Since(s.base)) >= reset {
 		return r.Limit.Capacity()

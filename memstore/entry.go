@@ -160,7 +160,9 @@ func (e *entry) locked() (algorithm.State, bool) {
 func (e *entry) unlock(s algorithm.State, swaps bool) {
 	e.b = s.B
 	if swaps {
-		atomic.StoreInt64(&e.c, s.C)     // the rate, read without the lock too
+		if e.c != s.C { // only the lock's holder writes c: read plainly
+			atomic.StoreInt64(&e.c, s.C) // the rate, read without the lock too
+		}
 		atomic.StoreInt64(&e.a, pack(s)) // unlocks
 		return
 	}
