@@ -379,6 +379,7 @@ func TestMaxBytesBoundsLongKeys(t *testing.T) {
 	if heap := int64(after.HeapAlloc) - int64(before.HeapAlloc); heap > maxBytes*5/4 {
 		t.Errorf("the store holds %d bytes of heap; MaxBytes is %d", heap, maxBytes)
 	}
+	t.Logf("%d keys of 4,000 bytes held in %d bytes counted, %d of heap", s.Len(), s.Bytes(), int64(after.HeapAlloc)-int64(before.HeapAlloc))
 	if n := s.Len(); n < maxBytes/5000 || n > maxBytes/4096 {
 		t.Errorf("Len = %d keys of 4,000 bytes in %d bytes", n, maxBytes)
 	}
