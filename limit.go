@@ -44,6 +44,17 @@ func (a Algorithm) String() string {
 	return algorithmNames[a]
 }
 
+// HasBurst reports whether a takes a Burst: the buckets and GCRA. The
+// windows, the log and the calendar admit Rate per Period and no more, and
+// Validate refuses a Burst on them.
+func (a Algorithm) HasBurst() bool {
+	switch a.Resolved() {
+	case TokenBucket, LeakyBucket, GCRA:
+		return true
+	}
+	return false
+}
+
 // Resolved returns a with AlgorithmDefault replaced by GCRA.
 func (a Algorithm) Resolved() Algorithm {
 	if a == AlgorithmDefault {
@@ -168,7 +179,26 @@ func LoadZone(name string) (*time.Location, error) {
 // new rate or burst keeps it; a batch may not hold two requests on one
 // key's same state.
 func (l Limit) SameState(o Limit) bool {
-	return l.Algorithm.Resolved() == o.Algorithm.Resolved() && l.Period == o.Period && l.Zone == o.Zone
+	return l.Algorithm.Resolved() == o.Algorithm.Resolved() && l.Period == o.Period && sameZone(l.Zone, o.Zone)
+}
+
+// Equal reports whether l and o are the same limit: their fields equal,
+// time zones compared by name (two time.LoadLocation calls of one name
+// return different pointers).
+func (l Limit) Equal(o Limit) bool {
+	if l == o {
+		return true
+	}
+	z, oz := l.Zone, o.Zone
+	l.Zone, o.Zone = nil, nil
+	return l == o && sameZone(z, oz)
+}
+
+// sameZone reports whether a and b are one time zone: the same pointer,
+// or both set and of one name. (No zone is not UTC's: a calendar limit's
+// state is kept apart from the same limit's with tz=UTC.)
+func sameZone(a, b *time.Location) bool {
+	return a == b || a != nil && b != nil && a.String() == b.String()
 }
 
 // PerSecond returns a Limit of n events per second with the default algorithm.
@@ -219,6 +249,8 @@ func (l Limit) Validate() error {
 		return fmt.Errorf("%w: count all is for fixed_window, sliding_window and calendar, not %v", ErrInvalidLimit, l.Algorithm.Resolved())
 	case l.Algorithm == Calendar && calendarUnit(l.Period) == "":
 		return fmt.Errorf("%w: calendar period %v: want a minute, hour, day, week or month", ErrInvalidLimit, l.Period)
+	case l.Burst != 0 && !l.Algorithm.HasBurst():
+		return fmt.Errorf("%w: burst is for token_bucket, leaky_bucket and gcra; %v admits its rate per period and no more", ErrInvalidLimit, l.Algorithm.Resolved())
 	case l.Zone != nil && l.Algorithm != Calendar:
 		return fmt.Errorf("%w: a time zone is for calendar limits, not %v", ErrInvalidLimit, l.Algorithm.Resolved())
 	case l.Algorithm == SlidingLog && l.Rate > MaxSlidingLogRate:

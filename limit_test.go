@@ -130,12 +130,24 @@ func TestParseLimitCountAll(t *testing.T) {
 	for in, want := range map[string]string{
 		"sliding_window 10/s count all":         "sliding_window 10/s count all",
 		"fixed_window 5/1m count admitted":      "fixed_window 5/m",
-		"sliding_window 10/s burst 3 count all": "sliding_window 10/s burst 3 count all",
-		"sliding_window 10/s count all burst 3": "sliding_window 10/s burst 3 count all",
+		"token_bucket 10/s burst 3":             "token_bucket 10/s burst 3",
 	} {
 		l, err := sluice.ParseLimit(in)
 		if err != nil || l.String() != want {
 			t.Errorf("%q: %v, %v; want %q", in, l, err, want)
+		}
+	}
+	// A burst is for the buckets and GCRA (HasBurst): on a window it would
+	// be ignored, so it is refused where it is written.
+	for a, want := range map[sluice.Algorithm]bool{sluice.AlgorithmDefault: true, sluice.GCRA: true, sluice.TokenBucket: true, sluice.LeakyBucket: true,
+		sluice.FixedWindow: false, sluice.SlidingWindow: false, sluice.SlidingLog: false, sluice.Calendar: false} {
+		if a.HasBurst() != want {
+			t.Errorf("%v.HasBurst() = %v", a, !want)
+		}
+	}
+	for _, in := range []string{"sliding_window 10/s burst 3", "sliding_window 10/s burst 3 count all", "fixed_window 5/1m burst 9", "sliding_log 5/15m burst 2", "calendar 100/day burst 5"} {
+		if _, err := sluice.ParseLimit(in); err == nil || !strings.Contains(err.Error(), "burst is for token_bucket, leaky_bucket and gcra") {
+			t.Errorf("%q: %v; want the burst refused", in, err)
 		}
 	}
 	for _, in := range []string{"gcra 10/s count all", "10/s count all", "fixed_window 10/s count some", "fixed_window 10/s count"} {

@@ -35,10 +35,12 @@ type Options struct {
 	ResetFormat ResetFormat
 	// OnDenied, if set, answers denied requests (429) and requests failed
 	// closed (503) instead of the default problem+json responses. The rate
-	// headers are already set on w.
+	// headers are already set on w. res is borrowed, as in OnResult.
 	OnDenied func(w http.ResponseWriter, r *http.Request, res *Result)
 	// OnResult, if set, sees every decision (for metrics). It must be
-	// cheap and safe for concurrent use.
+	// cheap and safe for concurrent use. res is borrowed: it and its
+	// slices are valid until the hook returns, and then reused for another
+	// request; copy what you keep (slices.Clone for its slices).
 	OnResult func(r *http.Request, res *Result)
 	// Logger receives sampled denial and failure logs. Default: none.
 	Logger *slog.Logger

@@ -169,7 +169,11 @@ func TestHotKeyExactUnderChurn(t *testing.T) {
 	// per hour with a burst of 500 does not (its entries are locked).
 	for _, rate := range []int64{500, 499} {
 		for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow, sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA} {
-			hotKeyUnderChurn(t, alg, sluice.Limit{Algorithm: alg, Rate: rate, Period: time.Hour, Burst: 500})
+			hot := sluice.Limit{Algorithm: alg, Rate: rate, Period: time.Hour}
+			if alg != sluice.FixedWindow && alg != sluice.SlidingWindow {
+				hot.Burst = 500
+			}
+			hotKeyUnderChurn(t, alg, hot)
 		}
 	}
 }
@@ -179,7 +183,7 @@ func hotKeyUnderChurn(t *testing.T, alg sluice.Algorithm, hot sluice.Limit) {
 		s := memstore.New(memstore.Options{Shards: 1, MaxKeys: 200})
 		capacity := hot.Capacity()
 		brief := sluice.Limit{Algorithm: alg, Rate: 1000, Period: time.Millisecond}
-		if hot.Burst != 0 && alg != sluice.FixedWindow && alg != sluice.SlidingWindow {
+		if hot.Burst != 0 {
 			// The churners' clocks run up to 2000 s apart, and a bucket
 			// from a clock ahead looks used up at one behind; with this
 			// burst it has capacity left at every clock, as keys of a
@@ -394,5 +398,29 @@ func TestMaxBytesBoundsLongKeys(t *testing.T) {
 	}
 	if b := s.Bytes(); b > 4<<20 {
 		t.Errorf("sliding logs: Bytes = %d, over MaxBytes", b)
+	}
+}
+
+// Limits compare by their meaning: a calendar limit's zone loaded twice
+// (two pointers) is one limit and one state.
+func TestZonesLoadedTwiceAreOneState(t *testing.T) {
+	a, err := time.LoadLocation("America/New_York")
+	if err != nil {
+		t.Skip("no zone database")
+	}
+	b, _ := time.LoadLocation("America/New_York")
+	la := sluice.Limit{Algorithm: sluice.Calendar, Rate: 2, Period: sluice.CalendarDay, Zone: a}
+	lb := la
+	lb.Zone = b
+	if a == b || !la.Equal(lb) || !la.SameState(lb) {
+		t.Fatalf("the same zone twice: equal %v, same state %v", la.Equal(lb), la.SameState(lb))
+	}
+	if other := (sluice.Limit{Algorithm: sluice.Calendar, Rate: 2, Period: sluice.CalendarDay, Zone: time.UTC}); la.Equal(other) || la.SameState(other) {
+		t.Fatal("New York and UTC compare equal")
+	}
+	s := memstore.New(memstore.Options{})
+	take(t, s, "k", la, 2, t0)
+	if d := take(t, s, "k", lb, 1, t0); d.Allowed {
+		t.Fatalf("the same limit with its zone loaded again started afresh: %+v", d)
 	}
 }

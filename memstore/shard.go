@@ -85,7 +85,7 @@ func (sh *shard) list() []*table {
 func (sh *shard) table(l *sluice.Limit) *table {
 	alg, period := l.Algorithm.Resolved(), int64(l.Period/time.Microsecond)
 	for _, t := range sh.list() {
-		if t.alg == alg && t.period == period && t.zone == l.Zone {
+		if t.alg == alg && t.period == period && (t.zone == l.Zone || sluice.Limit{Algorithm: alg, Period: l.Period, Zone: t.zone}.SameState(*l)) {
 			return t
 		}
 	}
@@ -114,7 +114,7 @@ func swaps(alg sluice.Algorithm) bool { return alg == sluice.GCRA || alg == slui
 // config returns t's cached config for l, or nil.
 func (t *table) config(l sluice.Limit) *config {
 	for i := range t.configs {
-		if c := t.configs[i].Load(); c != nil && c.limit == l {
+		if c := t.configs[i].Load(); c != nil && c.limit.Equal(l) {
 			return c
 		}
 	}

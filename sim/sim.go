@@ -95,6 +95,9 @@ func Run(cfg Config) ([]Result, error) {
 	for _, a := range algs {
 		l := cfg.Limit
 		l.Algorithm = a
+		if !a.HasBurst() {
+			l.Burst = 0 // the burst is the buckets'
+		}
 		if err := l.Validate(); err != nil {
 			return nil, fmt.Errorf("sim: %v: %w", a, err)
 		}
@@ -106,7 +109,7 @@ func Run(cfg Config) ([]Result, error) {
 	}
 	if reference == nil {
 		l := cfg.Limit
-		l.Algorithm = sluice.SlidingLog
+		l.Algorithm, l.Burst = sluice.SlidingLog, 0
 		if l.Validate() == nil {
 			reference = newRunner(l) // decides, but is not reported
 		}

@@ -57,14 +57,20 @@ func check(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "sluice check: %s: %s\n", resp.Status, out)
 		return 2
 	}
-	var pretty bytes.Buffer
-	json.Indent(&pretty, out, "", "  ")
-	fmt.Fprintln(stdout, pretty.String())
 	var r struct {
-		Allowed     bool   `json:"allowed"`
-		OverallCode string `json:"overallCode"`
+		Allowed     bool              `json:"allowed"`
+		Results     []json.RawMessage `json:"results"`
+		OverallCode string            `json:"overallCode"`
 	}
-	json.Unmarshal(out, &r)
+	var pretty bytes.Buffer
+	if err := json.Indent(&pretty, out, "", "  "); err != nil || json.Unmarshal(out, &r) != nil ||
+		path == "/v1/check" && r.Results == nil || path == "/json" && r.OverallCode == "" {
+		// Not sluice's answer (a proxy's page, another service): neither
+		// allowed nor denied.
+		fmt.Fprintf(stderr, "sluice check: %s answered %s with what is not a decision: %.200q\n", *addr, resp.Status, out)
+		return 2
+	}
+	fmt.Fprintln(stdout, pretty.String())
 	if (path == "/v1/check" && !r.Allowed) || r.OverallCode == "OVER_LIMIT" {
 		return 1
 	}

@@ -45,14 +45,26 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "sim":
 		return simCmd(args[1:], stdout, stderr)
 	case "config":
-		if len(args) < 2 || args[1] != "validate" {
-			fmt.Fprintln(stderr, "usage: sluice config validate FILE|DIR")
-			return 2
+		switch {
+		case len(args) >= 2 && args[1] == "validate":
+			return validate(args[2:], stdout, stderr)
+		case len(args) == 2 && isHelp(args[1]):
+			fmt.Fprintln(stdout, validateUsage)
+			return 0
 		}
-		return validate(args[2:], stdout, stderr)
+		fmt.Fprintln(stderr, validateUsage)
+		return 2
 	case "completion":
 		return completion(args[1:], stdout, stderr)
 	case "version", "-version", "--version":
+		if len(args) == 2 && isHelp(args[1]) {
+			fmt.Fprintln(stdout, "usage: sluice version\n\nPrints the version, the commit it was built from and the Go version.")
+			return 0
+		}
+		if len(args) > 1 {
+			fmt.Fprintln(stderr, "usage: sluice version")
+			return 2
+		}
 		fmt.Fprintln(stdout, "sluice", buildinfo.Read())
 		return 0
 	case "-h", "-help", "--help", "help":
@@ -62,6 +74,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stderr, "sluice: unknown command %q\n\n", args[0])
 	usage(stderr)
 	return 2
+}
+
+// isHelp reports whether arg asks for help.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "help":
+		return true
+	}
+	return false
 }
 
 func usage(w io.Writer) {

@@ -247,9 +247,12 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// validateUsage is `sluice config`'s help.
+const validateUsage = "usage: sluice config validate FILE|DIR\n\nChecks a policy file, or a directory of them, and lists every problem as file:line:column: field: problem; exits 0 when valid, 1 when not."
+
 func validate(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 1 && (args[0] == "-h" || args[0] == "-help" || args[0] == "--help") {
-		fmt.Fprintln(stdout, "usage: sluice config validate FILE|DIR\n\nChecks a policy file, or a directory of them, and lists every problem as file:line:column: field: problem; exits 0 when valid, 1 when not.")
+	if len(args) == 1 && isHelp(args[0]) {
+		fmt.Fprintln(stdout, validateUsage)
 		return 0
 	}
 	if len(args) != 1 {

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+)
+
+// Every command answers -h with its usage on stdout or stderr and exit 0.
+func TestEveryCommandHasHelp(t *testing.T) {
+	for _, args := range [][]string{
+		{"-h"}, {"help"}, {"serve", "-h"}, {"proxy", "-h"}, {"check", "-h"}, {"sim", "-h"},
+		{"config", "-h"}, {"config", "validate", "-h"}, {"version", "-h"}, {"completion", "-h"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run(args, &out, &errb); code != 0 || !strings.Contains(out.String()+errb.String(), "usage") && !strings.Contains(out.String(), "Commands:") {
+			t.Errorf("sluice %s: exit %d, %q %q; want its usage and 0", strings.Join(args, " "), code, out.String(), errb.String())
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"version"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "sluice ") {
+		t.Errorf("sluice version: exit %d, %q", code, out.String())
+	}
+	if code := run([]string{"version", "extra"}, &out, &errb); code != 2 {
+		t.Errorf("sluice version extra: exit %d, want 2", code)
+	}
+}
+
+// `sluice check` exits 2, never 0 or 1, on an answer that is not a
+// decision: a page of HTML with 200, JSON of another shape, nothing.
+func TestCheckRefusesWhatIsNotADecision(t *testing.T) {
+	for _, body := range []string{"<html>hello</html>", `{"status":"ok"}`, "", `{"allowed":true}`} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) }))
+		var out, errb bytes.Buffer
+		code := check([]string{"-addr", strings.TrimPrefix(srv.URL, "http://"), "-policy", "p", "-key", "k"}, &out, &errb)
+		srv.Close()
+		if code != 2 || !strings.Contains(errb.String(), "not a decision") {
+			t.Errorf("answer %q: exit %d, stderr %q; want 2 and why", body, code, errb.String())
+		}
+	}
+	// A real decision still reads: allowed is 0, denied 1.
+	for body, want := range map[string]int{
+		`{"allowed":true,"results":[{"allowed":true}]}`:   0,
+		`{"allowed":false,"results":[{"allowed":false}]}`: 1,
+	} {
+		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, body) }))
+		var out, errb bytes.Buffer
+		code := check([]string{"-addr", strings.TrimPrefix(srv.URL, "http://"), "-policy", "p", "-key", "k"}, &out, &errb)
+		srv.Close()
+		if code != want {
+			t.Errorf("answer %s: exit %d, want %d (%s)", body, code, want, errb.String())
+		}
+	}
+}
