@@ -128,9 +128,9 @@ func FuzzParseLimit(f *testing.F) {
 // "count all" reads, prints back, and is only for the window counters.
 func TestParseLimitCountAll(t *testing.T) {
 	for in, want := range map[string]string{
-		"sliding_window 10/s count all":         "sliding_window 10/s count all",
-		"fixed_window 5/1m count admitted":      "fixed_window 5/m",
-		"token_bucket 10/s burst 3":             "token_bucket 10/s burst 3",
+		"sliding_window 10/s count all":    "sliding_window 10/s count all",
+		"fixed_window 5/1m count admitted": "fixed_window 5/m",
+		"token_bucket 10/s burst 3":        "token_bucket 10/s burst 3",
 	} {
 		l, err := sluice.ParseLimit(in)
 		if err != nil || l.String() != want {
