@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync/atomic"
@@ -89,7 +90,15 @@ func BenchmarkHTTPMiddleware(b *testing.B) {
 		})
 	})
 	b.Run("go-chi-httprate", func(b *testing.B) {
-		serveParallel(b, httprate.LimitByIP(1<<30, time.Hour)(noop))
+		// What its deprecated LimitByIP does: the peer's address, IPv6 by /64.
+		byIP := func(r *http.Request) (string, error) {
+			host, _, err := net.SplitHostPort(r.RemoteAddr)
+			if err != nil {
+				host = r.RemoteAddr
+			}
+			return httprate.CanonicalizeIP(host), nil
+		}
+		serveParallel(b, httprate.LimitBy(1<<30, time.Hour, byIP)(noop))
 	})
 	b.Run("go-limiter-httplimit", func(b *testing.B) {
 		store, _ := memorystore.New(&memorystore.Config{Tokens: 1 << 30, Interval: time.Hour})

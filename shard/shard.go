@@ -200,8 +200,6 @@ func (s *Store) Close() {
 	}
 }
 
-func (s *Store) peer(addr string) (*peer, error) { return s.peerIn(s.peers, addr) }
-
 // dropPeers closes the connections to addr; the next call opens new ones.
 func (s *Store) dropPeers(addr string) {
 	s.mu.Lock()

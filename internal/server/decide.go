@@ -82,13 +82,6 @@ type outcome struct {
 	Err       error // an input error, or the store's under fail_mode closed
 }
 
-// allowed reports whether the check passes (a shadow check always does).
-func (o *outcome) allowed() bool {
-	if o.Shadow || o.Err != nil || o.Closest < 0 {
-		return true
-	}
-	return o.Decisions[o.Closest].Allowed
-}
 
 // decide takes cost from key under limits, all-or-nothing, through the
 // Guard, and counts the check once under label. A shadow check's limits
