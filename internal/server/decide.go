@@ -82,7 +82,6 @@ type outcome struct {
 	Err       error // an input error, or the store's under fail_mode closed
 }
 
-
 // decide takes cost from key under limits, all-or-nothing, through the
 // Guard, and counts the check once under label. A shadow check's limits
 // are decided as enforced ones that fail open, and its denial is reported,
