@@ -55,3 +55,16 @@ func TestCheckRefusesWhatIsNotADecision(t *testing.T) {
 		}
 	}
 }
+
+// The banner's hint names the command the person ran: `go run` builds
+// sluice in its cache, where `sluice` is not on the PATH.
+func TestBannerHintForGoRun(t *testing.T) {
+	for exe, want := range map[string]string{
+		"/tmp/go-build3712/b001/exe/sluice": "go run ./cmd/sluice",
+		"/usr/local/bin/sluice":             "sluice",
+	} {
+		if got := command(exe); got != want {
+			t.Errorf("command(%q) = %q, want %q", exe, got, want)
+		}
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -282,10 +283,20 @@ func banner(stdout io.Writer, build buildinfo.Info, source, store string, a serv
 	} else {
 		fmt.Fprintln(stdout, "  admin      off (set admin.token or SLUICE_ADMIN_TOKEN)")
 	}
+	exe, _ := os.Executable()
 	fmt.Fprintf(stdout, `Try it:
   curl -s http://%s/v1/check -H 'Content-Type: application/json' -d '{"checks":[{"policy":"default","key":"alice"}]}'
-  sluice check -addr %s -policy default -key alice
-`, a.HTTP, a.HTTP)
+  %s check -addr %s -policy default -key alice
+`, a.HTTP, command(exe), a.HTTP)
+}
+
+// command returns how a person runs sluice again: "sluice", or, for a
+// binary that `go run` built in its cache, "go run ./cmd/sluice".
+func command(exe string) string {
+	if strings.Contains(filepath.ToSlash(exe), "/go-build") {
+		return "go run ./cmd/sluice"
+	}
+	return "sluice"
 }
 
 // adminFlags are the admin API's flags, which serve and proxy share.
