@@ -3,7 +3,6 @@ package main_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -105,6 +104,17 @@ func containsInt(xs []int, x int) bool {
 	return false
 }
 
+// running starts members 0 to n-1 of c and waits until each sees them all.
+func (c *shardCluster) running(n int) []int {
+	var idx []int
+	for i := range n {
+		c.start(i)
+		idx = append(idx, i)
+	}
+	c.sees(idx, idx)
+	return idx
+}
+
 // keyOwnedBy returns a key that the ring of members gives to member i.
 func (c *shardCluster) keyOwnedBy(members []int, i int) string {
 	var addrs []string
@@ -181,11 +191,7 @@ func (h *httpHammer) end() int64 {
 // time: at most twice the limit in all.
 func TestShardOwnerKilledAndBack(t *testing.T) {
 	c := newShardCluster(t, 3)
-	for i := range 3 {
-		c.start(i)
-	}
-	c.sees([]int{0, 1, 2}, []int{0, 1, 2})
-	key := c.keyOwnedBy([]int{0, 1, 2}, 2)
+	key := c.keyOwnedBy(c.running(3), 2)
 	h := hammerKey(key, c.procs...)
 	waitFor(t, func() bool { return h.admitted.Load() >= 600 })
 	h.setLive(c.procs[0], c.procs[1])
@@ -201,21 +207,6 @@ func TestShardOwnerKilledAndBack(t *testing.T) {
 	h.more(t, 2000)
 	got := h.end()
 	t.Logf("admitted %d before the kill, %d by the survivors, %d after the return", first, survivors, got-first-survivors)
-	if got-first-survivors > 0 {
-		for i, p := range c.procs {
-			resp, err := http.Get("http://" + p.http + "/metrics")
-			if err != nil {
-				continue
-			}
-			b, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			for _, l := range strings.Split(string(b), "\n") {
-				if strings.HasPrefix(l, "sluice_") && !strings.Contains(l, "bucket") && !strings.Contains(l, "duration") {
-					t.Logf("DEBUG %d %s", i, l)
-				}
-			}
-		}
-	}
 	t.Logf("admitted %d across a kill -9 and a return (bound 2000)", got)
 	if got > 2000 {
 		t.Fatalf("admitted %d of a 1000/1h limit across the owner's death and return; want at most 2000", got)
@@ -226,11 +217,7 @@ func TestShardOwnerKilledAndBack(t *testing.T) {
 // before it stops, and the limit holds across it.
 func TestShardOwnerStopsGracefully(t *testing.T) {
 	c := newShardCluster(t, 3)
-	for i := range 3 {
-		c.start(i)
-	}
-	c.sees([]int{0, 1, 2}, []int{0, 1, 2})
-	key := c.keyOwnedBy([]int{0, 1, 2}, 2)
+	key := c.keyOwnedBy(c.running(3), 2)
 	h := hammerKey(key, c.procs...)
 	waitFor(t, func() bool { return h.admitted.Load() >= 600 })
 	c.procs[2].cmd.Process.Signal(syscall.SIGTERM)
@@ -255,10 +242,7 @@ func TestShardOwnerStopsGracefully(t *testing.T) {
 // the key's state from its owner, and the limit holds across the join.
 func TestShardFourthMemberJoins(t *testing.T) {
 	c := newShardCluster(t, 4)
-	for i := range 3 {
-		c.start(i)
-	}
-	c.sees([]int{0, 1, 2}, []int{0, 1, 2})
+	c.running(3)
 	key := c.keyOwnedBy([]int{0, 1, 2, 3}, 3)
 	h := hammerKey(key, c.procs[:3]...)
 	waitFor(t, func() bool { return h.admitted.Load() >= 600 })

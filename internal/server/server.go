@@ -420,16 +420,17 @@ func (s *Server) StoreType() string { return s.storeType }
 // when the connections were cut: every check answered is exit 0.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.ready.Store(false)
+	if ss, ok := s.store.(*shard.Store); ok {
+		// Its keys go to the other members with their state, before the
+		// drain: meanwhile the peers still sending here are passed on.
+		// Not under s.mu: the hand-off is calls to the peers.
+		ss.Leave()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.started = false
 	if s.health != nil {
 		s.health.Shutdown() // NOT_SERVING
-	}
-	if ss, ok := s.store.(*shard.Store); ok {
-		// Its keys go to the other members with their state, before the
-		// drain: meanwhile the peers still sending here are passed on.
-		ss.Leave()
 	}
 	if drain := s.state().cfg.Listeners.Drain; drain > 0 && s.httpSrv != nil && !s.opts.OpsOnly {
 		s.log.Info("draining: /readyz answers 503 while checks are still served", "drain", drain)
