@@ -128,7 +128,6 @@ func (s *Store) startJoin(r *Ring) {
 	// handedBy is not cleared: a member may have seen this one, and handed
 	// it its keys, before this one saw it.
 	s.joining.Store(&join{without: NewRing(others, s.opts.Replicas, s.opts.Hash), from: others, deadline: time.Now().Add(s.settleFor())})
-	s.wakeLocked()
 }
 
 // Leave hands every key this instance holds to its owner among the other
@@ -355,14 +354,6 @@ func (s *Store) noteHanded(from string) {
 	s.hmu.Lock()
 	defer s.hmu.Unlock()
 	s.handedBy[from] = true
-	s.wakeLocked()
-}
-
-// wakeLocked wakes what waits for the settling to change. The caller
-// holds hmu.
-func (s *Store) wakeLocked() {
-	close(s.handedCh)
-	s.handedCh = make(chan struct{})
 }
 
 // pass sends a call on to member to, with flags (FLAG_HOP or FLAG_FINAL).

@@ -72,13 +72,11 @@ type Store struct {
 	ring atomic.Pointer[Ring]
 	// moving is the hand-off in progress, nil for none; joining is this
 	// instance's settling after it joined, nil when it is not; handedBy
-	// are the members that have handed it their keys since it joined,
-	// handedCh is closed and replaced when one more has (see handoff.go).
+	// are the members that have handed it their keys (see handoff.go).
 	moving   atomic.Pointer[move]
 	joining  atomic.Pointer[join]
 	hmu      sync.Mutex
 	handedBy map[string]bool
-	handedCh chan struct{}
 	gone     map[string]time.Time // members that announced they left, until when they stay out; guarded by hmu
 	leaving  atomic.Bool
 	succ     atomic.Pointer[successorRing]
@@ -129,7 +127,7 @@ func New(opts Options) (*Store, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	s := &Store{opts: opts, peers: map[string]*peer{}, hops: map[string]*peer{}, finals: map[string]*peer{}, handedBy: map[string]bool{}, gone: map[string]time.Time{}, handedCh: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+	s := &Store{opts: opts, peers: map[string]*peer{}, hops: map[string]*peer{}, finals: map[string]*peer{}, handedBy: map[string]bool{}, gone: map[string]time.Time{}, stop: make(chan struct{}), done: make(chan struct{})}
 	s.ring.Store(NewRing([]string{opts.Self}, opts.Replicas, opts.Hash))
 	// The first check gives peers time to be reached: an instance that
 	// starts deciding alone decides its peers' keys afresh meanwhile.
