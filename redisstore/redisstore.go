@@ -25,6 +25,15 @@ type Options struct {
 	// is unreachable; calls meanwhile fail at once. Default 200ms, so that
 	// a Redis that comes up is used within a second, breaker included.
 	ReconnectInterval time.Duration
+	// TLS configures TLS: a CA, a client certificate, the server's name.
+	// Open also reads it from the URL's tls_* parameters, for the fields
+	// not set here.
+	TLS TLS
+	// OnConnect, if set, is called from a goroutine of its own after the
+	// client of a Store from Open makes a new connection (the first, and
+	// each after a disconnection or a failover), at most once a second:
+	// the place to run Preflight again.
+	OnConnect func()
 }
 
 // Errors.
@@ -60,6 +69,7 @@ type Store struct {
 	lastDial time.Time
 	dialErr  error
 	retry    time.Duration
+	stop     chan struct{} // closed by Close: OnConnect's goroutine ends
 
 	batch batcher
 	clock clock
@@ -103,7 +113,8 @@ func newStore(opts Options) *Store {
 // Open returns a Store on a client it opens from rawURL:
 //
 //	redis://[user:password@]host:port[/db][?addr=host2:port2...]
-//	rediss://...                          (TLS; ?skip_verify=true to skip verification)
+//	rediss://...                          (TLS, verified with the system's CAs)
+//	rediss://...?tls_ca_file=ca.crt&tls_cert_file=c.crt&tls_key_file=c.key&tls_server_name=name
 //	redis-sentinel://[user:password@]host:port[,host:port...]/master-name
 //	redis://host1:port1,host2:port2       (a Cluster seed list; Cluster is detected)
 //
@@ -111,19 +122,50 @@ func newStore(opts Options) *Store {
 // unreachable it still returns: calls fail at once with an error wrapping
 // ErrNotConnected, and the connection is retried every ReconnectInterval.
 func Open(rawURL string, opts Options) (*Store, error) {
-	opt, err := parseURL(rawURL)
+	opt, err := parseURL(rawURL, opts.TLS)
 	if err != nil {
 		return nil, err
 	}
 	s := newStore(opts)
 	s.owned, s.opt = true, opt
+	s.watchDials(opts.OnConnect)
 	s.mu.Lock()
 	s.dialLocked()
 	s.mu.Unlock()
 	return s, nil
 }
 
-func parseURL(raw string) (rueidis.ClientOption, error) {
+// parseURL reads raw, with t and the URL's tls_* parameters as its TLS.
+func parseURL(raw string, t TLS) (rueidis.ClientOption, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return rueidis.ClientOption{}, fmt.Errorf("redisstore: %w", withoutURL(err))
+	}
+	query := u.RawQuery
+	if t, err = tlsFromURL(u, t); err != nil {
+		return rueidis.ClientOption{}, err
+	}
+	if u.RawQuery != query {
+		raw = u.String()
+	}
+	opt, err := parseRest(raw)
+	if err != nil || !t.set() {
+		return opt, err
+	}
+	if opt.TLSConfig, err = t.config(opt.TLSConfig); err != nil {
+		return opt, err
+	}
+	if t.ServerName == "" {
+		// Each connection's own host, not the first of a seed list.
+		opt.TLSConfig.ServerName = ""
+	}
+	if opt.Sentinel.MasterSet != "" {
+		opt.Sentinel.TLSConfig = opt.TLSConfig
+	}
+	return opt, nil
+}
+
+func parseRest(raw string) (rueidis.ClientOption, error) {
 	if rest, ok := strings.CutPrefix(raw, "redis-sentinel://"); ok {
 		u, err := url.Parse("redis://" + rest)
 		if err != nil {
@@ -191,9 +233,23 @@ func (s *Store) conn() (rueidis.Client, bool, error) {
 		s.dialLocked()
 	}
 	if s.client == nil {
-		return nil, false, fmt.Errorf("%w: %v", ErrNotConnected, s.dialErr)
+		return nil, false, fmt.Errorf("%w: %v%s", ErrNotConnected, s.dialErr, s.tlsHint())
 	}
 	return s.client, s.cluster, nil
+}
+
+// tlsHint is a word on a failed dial over TLS without a client
+// certificate: under TLS 1.3 a server that requires one resets the
+// connection after the handshake, and the error does not say why.
+func (s *Store) tlsHint() string {
+	c := s.opt.TLSConfig
+	if c == nil || c.GetClientCertificate != nil || len(c.Certificates) > 0 || s.dialErr == nil {
+		return ""
+	}
+	if msg := s.dialErr.Error(); strings.Contains(msg, "reset by peer") || strings.Contains(msg, "EOF") || strings.Contains(msg, "certificate required") {
+		return " (the server may require a client certificate, tls-auth-clients yes: give tls_cert_file and tls_key_file)"
+	}
+	return ""
 }
 
 // Client returns the store's Redis client once it is connected, for
@@ -212,6 +268,10 @@ func (s *Store) Close() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = s.owned
+	if s.stop != nil {
+		close(s.stop)
+		s.stop = nil
+	}
 	if s.owned && s.client != nil {
 		s.client.Close()
 		s.client = nil

@@ -9,6 +9,7 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
@@ -27,6 +28,7 @@ type Server struct {
 	dir  string
 	args []string
 	cmd  *exec.Cmd
+	tls  *Certs // the server speaks only TLS, with these
 }
 
 // binary returns the path of name, skipping or failing t when it is missing.
@@ -66,15 +68,35 @@ func StandaloneWith(t testing.TB, extra ...string) *Server {
 
 func start(t testing.TB, extra []string) *Server {
 	t.Helper()
+	return startServer(t, nil, extra)
+}
+
+// StandaloneTLS starts a redis-server on a free port that speaks only
+// TLS, with certs' server certificate, and asks clients for a
+// certificate signed by certs' CA (tls-auth-clients yes).
+func StandaloneTLS(t testing.TB, certs *Certs) *Server {
+	t.Helper()
+	return startServer(t, certs, nil)
+}
+
+func startServer(t testing.TB, certs *Certs, extra []string) *Server {
+	t.Helper()
 	bin := binary(t, "redis-server")
 	port := freePort(t)
 	dir := t.TempDir()
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), t: t, dir: dir}
-	s.args = append([]string{
-		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), t: t, dir: dir, tls: certs}
+	listen := []string{"--port", strconv.Itoa(port)}
+	if certs != nil {
+		listen = []string{"--port", "0", "--tls-port", strconv.Itoa(port),
+			"--tls-cert-file", certs.ServerCert, "--tls-key-file", certs.ServerKey,
+			"--tls-ca-cert-file", certs.CA, "--tls-auth-clients", "yes",
+			"--tls-cluster", "yes", "--tls-replication", "yes"}
+	}
+	s.args = append(append(listen,
+		"--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"),
 		"--enable-debug-command", "local", // DEBUG SLEEP: a hung server, for fault tests
-	}, extra...)
+	), extra...)
 	s.cmd = exec.Command(bin, s.args...)
 	if err := s.cmd.Start(); err != nil {
 		t.Fatalf("redistest: starting redis-server: %v", err)
@@ -114,7 +136,7 @@ func (s *Server) Restart() {
 // Do sends one command with redis-cli and returns its output, trimmed.
 func (s *Server) Do(args ...string) string {
 	s.t.Helper()
-	return cli(s.t, s.Addr, args...)
+	return cli(s.t, s.Addr, append(s.tls.cliFlags(), args...)...)
 }
 
 // Cli sends one command with redis-cli to addr (a sentinel, say) and
@@ -138,7 +160,7 @@ func (s *Server) waitReady() {
 	s.t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for time.Now().Before(deadline) {
-		if ping(s.Addr) {
+		if ping(s.Addr, s.tls) {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -148,8 +170,14 @@ func (s *Server) waitReady() {
 }
 
 // ping reports whether a server answers PING on addr.
-func ping(addr string) bool {
-	c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+func ping(addr string, certs *Certs) bool {
+	var c net.Conn
+	var err error
+	if certs != nil {
+		c, err = tls.DialWithDialer(&net.Dialer{Timeout: 200 * time.Millisecond}, "tcp", addr, certs.Config())
+	} else {
+		c, err = net.DialTimeout("tcp", addr, 200*time.Millisecond)
+	}
 	if err != nil {
 		return false
 	}
@@ -189,7 +217,14 @@ func freePort(t testing.TB) int {
 // node reports cluster_state:ok.
 func Cluster(t testing.TB) []*Server {
 	t.Helper()
-	return cluster(t, 0, 2000)
+	return cluster(t, nil, 0, 2000)
+}
+
+// ClusterTLS starts a 3-master Redis Cluster whose nodes speak only TLS,
+// to clients and to each other, as StandaloneTLS's server does.
+func ClusterTLS(t testing.TB, certs *Certs) []*Server {
+	t.Helper()
+	return cluster(t, certs, 0, 2000)
 }
 
 // ClusterWithReplicas starts a Redis Cluster of 3 masters with a replica
@@ -198,19 +233,19 @@ func Cluster(t testing.TB) []*Server {
 // first, once every node reports cluster_state:ok.
 func ClusterWithReplicas(t testing.TB, nodeTimeoutMS int) []*Server {
 	t.Helper()
-	return cluster(t, 1, nodeTimeoutMS)
+	return cluster(t, nil, 1, nodeTimeoutMS)
 }
 
-func cluster(t testing.TB, replicas, nodeTimeoutMS int) []*Server {
+func cluster(t testing.TB, certs *Certs, replicas, nodeTimeoutMS int) []*Server {
 	t.Helper()
 	var nodes []*Server
 	var addrs []string
 	for range 3 * (1 + replicas) {
-		s := start(t, []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", strconv.Itoa(nodeTimeoutMS)})
+		s := startServer(t, certs, []string{"--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", strconv.Itoa(nodeTimeoutMS)})
 		nodes = append(nodes, s)
 		addrs = append(addrs, s.Addr)
 	}
-	args := append([]string{"--cluster", "create"}, addrs...)
+	args := append(append(certs.cliFlags(), "--cluster", "create"), addrs...)
 	args = append(args, "--cluster-replicas", strconv.Itoa(replicas), "--cluster-yes")
 	out, err := exec.Command(binary(t, "redis-cli"), args...).CombinedOutput()
 	if err != nil {
