@@ -50,6 +50,7 @@ func Default() *Config {
 	if err != nil {
 		panic("config: the embedded default is invalid: " + err.Error())
 	}
+	c.Store.FailModeSet = false // the default's choice, not an operator's
 	return c
 }
 
@@ -87,6 +88,11 @@ type Store struct {
 	Timeout time.Duration
 	// FailMode decides Envoy domains' checks while the store fails.
 	FailMode sluice.FailMode
+	// FailModeSet says the file names the store's fail_mode, rather than
+	// leaving it to the default: an operator who chose how checks are
+	// decided while Redis fails may start on a Redis that refuses sluice's
+	// decision.
+	FailModeSet bool
 	// MaxKeys bounds the keys of the memory store, and of the stand-in
 	// that fail_mode local decides with while Redis fails.
 	MaxKeys int
@@ -140,7 +146,18 @@ type Gossip struct {
 // optionally in local-sync mode.
 type RedisStore struct {
 	URL       string
+	Prefix    string     // starts every key and channel; "" is "sluice:"
+	TLS       RedisTLS   // over the URL's own tls_* parameters
 	LocalSync *LocalSync // nil: every check decided in Redis
+}
+
+// RedisTLS is the TLS of the connection to Redis (redisstore.TLS).
+type RedisTLS struct {
+	CAFile             string `yaml:"ca_file"`
+	CertFile           string `yaml:"cert_file"`
+	KeyFile            string `yaml:"key_file"`
+	ServerName         string `yaml:"server_name"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
 }
 
 // LocalSync is local-sync mode: decide locally, sync with Redis every
@@ -437,6 +454,8 @@ type forwardAuthYAML struct {
 type storeYAML struct {
 	Type           string          `yaml:"type"`
 	URL            string          `yaml:"url"`
+	Prefix         string          `yaml:"prefix"`
+	TLS            RedisTLS        `yaml:"tls"`
 	Timeout        time.Duration   `yaml:"timeout"`
 	FailMode       sluice.FailMode `yaml:"fail_mode"`
 	MaxKeys        int             `yaml:"max_keys"`
@@ -664,7 +683,7 @@ func (c *checker) store(n *yaml.Node, y storeYAML) Store {
 		node, field := at(name)
 		c.add(node, field, format, args...)
 	}
-	s := Store{Timeout: y.Timeout, FailMode: y.FailMode, MaxKeys: y.MaxKeys, MaxBytes: int64(y.MaxBytes), Instances: y.Instances}
+	s := Store{Timeout: y.Timeout, FailMode: y.FailMode, FailModeSet: m["fail_mode"] != nil, MaxKeys: y.MaxKeys, MaxBytes: int64(y.MaxBytes), Instances: y.Instances}
 	if s.Timeout <= 0 {
 		bad("timeout", "must be positive")
 	}
@@ -688,11 +707,17 @@ func (c *checker) store(n *yaml.Node, y storeYAML) Store {
 	switch y.Type {
 	case "memory":
 		s.Memory = &MemoryStore{}
-		unused("only for type redis", "url")
+		unused("only for type redis", "url", "prefix", "tls")
 	case "redis":
-		s.Redis = &RedisStore{URL: y.URL}
+		s.Redis = &RedisStore{URL: y.URL, Prefix: y.Prefix, TLS: y.TLS}
 		if y.URL == "" {
 			bad("url", "a redis store needs a url, such as redis://127.0.0.1:6379")
+		}
+		if m["prefix"] != nil && y.Prefix == "" {
+			bad("prefix", "must not be empty: leave it out for sluice:")
+		}
+		if (y.TLS.CertFile == "") != (y.TLS.KeyFile == "") {
+			bad("tls", "cert_file and key_file go together: give both or neither")
 		}
 	default:
 		bad("type", "%q: want memory or redis", y.Type)

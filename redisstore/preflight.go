@@ -148,7 +148,7 @@ func checkEviction(ctx context.Context, client rueidis.Client) Check {
 	if client.Mode() == rueidis.ClientModeCluster {
 		nodes = client.Nodes()
 	}
-	for addr, n := range nodes {
+	for _, n := range nodes {
 		info, err := n.Do(ctx, n.B().Info().Section("memory").Build()).ToString()
 		if err != nil {
 			return Check{Name: "eviction", Result: ResultUnknown, Detail: "INFO memory: " + err.Error()}
@@ -159,9 +159,6 @@ func checkEviction(ctx context.Context, client rueidis.Client) Check {
 		f := infoFields(info)
 		policy, maxmemory := f["maxmemory_policy"], f["maxmemory"]
 		c.Detail = fmt.Sprintf("maxmemory-policy %s, maxmemory %s", policy, maxmemory)
-		if addr != "" {
-			c.Detail += " on " + addr
-		}
 		if policy != "noeviction" && maxmemory != "0" {
 			c.Result = ResultWarn
 			c.Fix = "CONFIG SET maxmemory-policy noeviction (and in redis.conf), or a Redis of sluice's own: an evicted key is a limit reset, and every sluice key has a TTL, so volatile-* policies take them too"
@@ -221,8 +218,9 @@ func (s *Store) checkCommands(ctx context.Context, client rueidis.Client, cluste
 		return c
 	}
 	var refused []string
-	scripts := 0 // of FCALL and EVALSHA, the ones refused
-	for _, cmd := range append(s.storeCommands(cluster), also...) {
+	own := s.storeCommands(cluster)
+	scripts := 0 // of the store's FCALL and EVALSHA, the ones refused
+	for i, cmd := range append(own, also...) {
 		args := append([]string{"ACL", "DRYRUN", user}, cmd.Args...)
 		res, err := client.Do(ctx, client.B().Arbitrary(args[0], args[1]).Args(args[2:]...).Build()).ToString()
 		if err != nil {
@@ -232,13 +230,19 @@ func (s *Store) checkCommands(ctx context.Context, client rueidis.Client, cluste
 		if res == "OK" {
 			continue
 		}
-		if cmd.Args[0] == "FCALL" || cmd.Args[0] == "EVALSHA" {
-			scripts++
+		name := cmd.Args[0]
+		switch name {
+		case "FCALL", "EVALSHA":
+			if i < len(own) {
+				scripts++
+			}
+		case "FUNCTION", "CLUSTER", "SUBSCRIBE", "PUBLISH":
+			name += " " + cmd.Args[1]
 		}
-		if cmd.Args[0] == "FUNCTION" || cmd.Args[0] == "EVAL" || cmd.Args[0] == "FCALL" {
+		if i < len(own) && (name == "FUNCTION LOAD" || name == "EVAL" || name == "FCALL") {
 			continue // optional while the other way is permitted: said by decide
 		}
-		refused = append(refused, fmt.Sprintf("%s (%s): %s", strings.Join(cmd.Args[:min(2, len(cmd.Args))], " "), cmd.For, res))
+		refused = append(refused, fmt.Sprintf("%s (%s): %s", name, cmd.For, res))
 	}
 	switch {
 	case scripts == 2:

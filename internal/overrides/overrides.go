@@ -30,6 +30,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/redisstore"
 )
 
 // Entry is one override: the limits of a policy's key.
@@ -187,7 +188,12 @@ else
   redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 end
 local v = redis.call('HINCRBY', KEYS[1], ARGV[4], 1)
-local n = redis.call(ARGV[3], KEYS[2], v)
+-- A user refused the channel still changes the overrides: the other
+-- instances see the change at their next reload.
+local n = redis.pcall(ARGV[3], KEYS[2], v)
+if type(n) ~= 'number' then
+  n = 0
+end
 return {v, n}
 `)
 
@@ -244,24 +250,89 @@ func (r *Registry) follow(ctx context.Context, subscribed chan struct{}) {
 		}
 	}()
 	var once sync.Once
+	settle := func() { once.Do(func() { close(subscribed) }) }
+	var log lineEvery
+	backoff := retryFirst
 	for ctx.Err() == nil {
 		client, err := sh.conn()
 		if err != nil {
-			time.Sleep(200 * time.Millisecond)
+			sleep(ctx, retryFirst)
 			continue
 		}
 		sub := client.B().Subscribe().Channel(sh.channel).Build()
 		if client.Mode() == rueidis.ClientModeCluster {
 			sub = client.B().Ssubscribe().Channel(sh.channel).Build()
 		}
+		var got atomic.Bool
 		err = client.Receive(rueidis.WithOnSubscriptionHook(ctx, func(rueidis.PubSubSubscription) {
+			got.Store(true)
 			poke() // catch up with what changed while unsubscribed
-			once.Do(func() { close(subscribed) })
+			settle()
 		}), sub, func(rueidis.PubSubMessage) { poke() })
-		if ctx.Err() == nil {
-			r.log.Warn("overrides: subscription to Redis lost; resubscribing", "error", err)
-			time.Sleep(200 * time.Millisecond)
+		if ctx.Err() != nil {
+			return
 		}
+		settle() // NewShared waits no longer
+		if got.Load() {
+			backoff = retryFirst
+		}
+		// One line, then at most one a minute saying how many were held
+		// back: a user refused the channel is refused at every retry.
+		if held, ok := log.allow(time.Minute); ok {
+			if noperm := strings.HasPrefix(strings.TrimPrefix(err.Error(), "ERR "), "NOPERM"); noperm {
+				r.log.Warn("overrides: this Redis user may not subscribe to sluice's channel: overrides set on other instances reach this one at its next reload (every 5s), not at once; retrying with backoff",
+					"channel", sh.channel, "fix", "ACL SETUSER <user> &"+sh.channel+" (see docs/operations.md, Redis requirements)", "error", err, "lines_held_back", held)
+			} else {
+				r.log.Warn("overrides: subscription to Redis lost; resubscribing", "error", err, "lines_held_back", held)
+			}
+		}
+		sleep(ctx, backoff)
+		backoff = min(2*backoff, retryMax)
+	}
+}
+
+// The subscription is retried after retryFirst, doubling to retryMax.
+const (
+	retryFirst = 200 * time.Millisecond
+	retryMax   = time.Minute
+)
+
+// lineEvery lets one log line through per interval, counting the rest.
+type lineEvery struct {
+	last time.Time
+	held int
+}
+
+func (l *lineEvery) allow(interval time.Duration) (held int, ok bool) {
+	if !l.last.IsZero() && time.Since(l.last) < interval {
+		l.held++
+		return 0, false
+	}
+	held, l.held, l.last = l.held, 0, time.Now()
+	return held, true
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// RedisCommands are the commands a shared Registry sends under prefix,
+// for a preflight to dry-run: reading and changing the overrides, and
+// following their channel.
+func RedisCommands(prefix string) []redisstore.Command {
+	tag := prefix + "{overrides}"
+	const what = "runtime overrides"
+	return []redisstore.Command{
+		{Args: []string{"HGETALL", tag}, For: what},
+		{Args: []string{"HSET", tag + ":acks", "x", "1"}, For: what},
+		{Args: []string{"EVALSHA", strings.Repeat("0", 40), "2", tag, tag + ":changes"}, For: what},
+		{Args: []string{"SUBSCRIBE", tag + ":changes"}, For: what},
+		{Args: []string{"PUBLISH", tag + ":changes", "1"}, For: what},
 	}
 }
 

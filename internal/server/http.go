@@ -261,12 +261,26 @@ func (s *Server) readiness(ctx context.Context) (status int, public, detail stri
 	if !s.ready.Load() {
 		return http.StatusServiceUnavailable, "draining: shutting down", "draining: shutting down"
 	}
-	// The store is reachable when a peek answers (an open breaker says it
-	// is not without asking), and a Redis store when every primary does.
+	// Not ready while the breaker is open (checks are decided by
+	// fail_mode without asking the store), nor while the preflight says
+	// this Redis user may not decide. The store is reachable when a peek
+	// answers, and a Redis store when every primary does.
 	h := s.guard.Health()
-	if h.Breaker == "open" && s.redis == nil {
+	refused, warnPublic, warnDetail := s.preflight.problems()
+	if refused {
+		return http.StatusServiceUnavailable, "store refuses sluice's decision (preflight: " + strings.Join(warnPublic, ", ") + ")",
+			"store refuses sluice's decision: " + strings.Join(warnDetail, "; ")
+	}
+	if h.Breaker == "open" {
 		return http.StatusServiceUnavailable, "store failing (breaker open)",
 			fmt.Sprintf("store failing since %v (breaker open): %s", h.Since.Format(time.RFC3339), h.LastError)
+	}
+	warnings := func(lines []string) string {
+		var b strings.Builder
+		for _, l := range lines {
+			b.WriteString("warning: " + l + "\n")
+		}
+		return b.String()
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.state().cfg.Store.Timeout)
 	defer cancel()
@@ -279,7 +293,7 @@ func (s *Server) readiness(ctx context.Context) (status int, public, detail stri
 				fmt.Sprintf("store: %d of %d slots reachable (breaker %s): %v", up, total, h.Breaker, err)
 		}
 		ok := fmt.Sprintf("ready\nstore: %s, %d of %d slots reachable\nbreaker: %s\n", s.storeType, up, total, h.Breaker)
-		return http.StatusOK, ok, ok
+		return http.StatusOK, ok + warnings(warnPublic), ok + warnings(warnDetail)
 	}
 	if _, err := s.store.Take(ctx, sluice.Request{Key: "sluice:readyz", Limit: sluice.PerSecond(1)}); err != nil {
 		return http.StatusServiceUnavailable, fmt.Sprintf("store unreachable (breaker %s)", h.Breaker),

@@ -99,6 +99,7 @@ type Server struct {
 	storeType string
 	local     sluice.Store      // the memory store peers forward to, in shard mode
 	redis     *redisstore.Store // the Redis store, if any, for /readyz
+	preflight *preflight        // its preflight's last report, for /readyz
 	overrides *overrides.Registry
 }
 
@@ -226,10 +227,33 @@ func (s *Server) openStore(cfg *config.Config) error {
 	if m := cfg.Store.Memory; m != nil && m.Shard != nil {
 		return errors.New("store: mode shard keeps each key in its owner's memory: -redis does not apply to it")
 	}
-	rs, err := redisstore.Open(url, redisstore.Options{})
+	var opts redisstore.Options
+	if r := cfg.Store.Redis; r != nil {
+		t := r.TLS
+		opts = redisstore.Options{Prefix: r.Prefix, TLS: redisstore.TLS{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}}
+	}
+	var pre atomic.Pointer[preflight]
+	opts.OnConnect = func() {
+		if p := pre.Load(); p != nil {
+			p.run(context.Background())
+		}
+	}
+	rs, err := redisstore.Open(url, opts)
 	if err != nil {
 		return err
 	}
+	p := newPreflight(rs, overrides.RedisCommands(rs.Prefix()), s.log, s.metrics.reg)
+	if r, err := p.run(context.Background()); err != nil {
+		s.log.Warn("redis preflight: Redis not reachable yet; checks are decided by fail_mode until it is, and the preflight runs when it connects", "error", err)
+	} else if why := decideRefused(r); why != "" {
+		if !cfg.Store.FailModeSet {
+			rs.Close()
+			return fmt.Errorf("store: Redis user %q may not run sluice's decision: %s; or set store.fail_mode (local, open or closed) to start anyway, every check then decided by it", r.User, why)
+		}
+		s.log.Warn("redis preflight: this Redis user may not run sluice's decision: every check is decided by store.fail_mode", "fail_mode", cfg.Store.FailMode, "user", r.User)
+	}
+	pre.Store(p)
+	s.preflight = p
 	follow, stop := context.WithCancel(context.Background())
 	s.overrides = overrides.NewShared(follow, rs.Client, rs.Prefix(), s.log)
 	s.store, s.closer, s.storeType = rs, func() { stop(); rs.Close() }, "redis"
