@@ -51,7 +51,7 @@ func newChaos(t *testing.T, opts sluice.GuardOptions) *chaos {
 	t.Helper()
 	c := &chaos{redis: redistest.Standalone(t), log: &syncBuffer{}}
 	c.proxy = faultproxy.Start(t, c.redis.Addr)
-	s, err := redisstore.Open("redis://"+c.proxy.Addr, redisstore.Options{ReconnectInterval: 50 * time.Millisecond})
+	s, err := redisstore.Open(c.redis.URLVia(c.proxy.Addr), redisstore.Options{ReconnectInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -78,7 +78,7 @@ func BenchmarkRLS(b *testing.B) {
 		{"sluice-redis", func(b *testing.B) string {
 			srv := redistest.Standalone(b)
 			redis = rueidisClient(b, srv.Addr)
-			return startSluice(b, "redis://"+srv.Addr)
+			return startSluice(b, srv.URL())
 		}},
 	}
 	for _, tg := range targets {

@@ -26,7 +26,7 @@ func BenchmarkStoreTail(b *testing.B) {
 	for _, hogs := range []int{0, 2} {
 		b.Run("hogs="+strconv.Itoa(hogs), func(b *testing.B) {
 			srv := redistest.Standalone(b)
-			s, err := redisstore.Open("redis://"+srv.Addr, redisstore.Options{})
+			s, err := redisstore.Open(srv.URL(), redisstore.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -301,7 +301,7 @@ func TestMonitoringReadsServedMetrics(t *testing.T) {
 	// On Redis and on the memory store, each with a policy near its limit
 	// and one reload, so that every series has a sample to show.
 	served := map[string]bool{}
-	for _, redisURL := range []string{"redis://" + redistest.Standalone(t).Addr, ""} {
+	for _, redisURL := range []string{redistest.Standalone(t).URL(), ""} {
 		maps.Copy(served, servedMetrics(t, redisURL))
 	}
 	var dash struct {

@@ -109,11 +109,8 @@ func overshoot(t testing.TB, addr string, interval, d time.Duration) float64 {
 // With the shared store down, instances keep deciding and keep what they
 // admitted; when it is back, every admission reaches it exactly once.
 func TestSharedStoreDownAndBack(t *testing.T) {
-	srv := redistest.Standalone(t)
-	if redistest.External() != "" {
-		t.Skip("needs a server it can stop")
-	}
-	shared, err := redisstore.Open("redis://"+srv.Addr, redisstore.Options{ReconnectInterval: 20 * time.Millisecond})
+	srv := redistest.Own(t) // it changes the server
+	shared, err := redisstore.Open(srv.URL(), redisstore.Options{ReconnectInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

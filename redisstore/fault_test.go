@@ -109,7 +109,7 @@ func TestCrossSlotBatchExact(t *testing.T) {
 
 // The script runs again after Redis forgets it (restart, failover).
 func TestNoScriptFallback(t *testing.T) {
-	srv := redistest.Standalone(t)
+	srv := redistest.Own(t) // it changes the server
 	s := redisstore.New(client(t, srv.Addr), redisstore.Options{Prefix: uniquePrefix(t)})
 	ctx := context.Background()
 	for i := range 3 {
@@ -145,12 +145,9 @@ func TestForeignKeysAreErrors(t *testing.T) {
 // Open returns even when Redis is down, calls fail at once, and the store
 // connects when Redis comes up.
 func TestOpenWhileRedisIsDown(t *testing.T) {
-	srv := redistest.Standalone(t)
-	if redistest.External() != "" {
-		t.Skip("needs a server it can stop")
-	}
+	srv := redistest.Own(t) // it changes the server
 	srv.Kill()
-	s, err := redisstore.Open("redis://"+srv.Addr, redisstore.Options{Prefix: uniquePrefix(t), ReconnectInterval: 100 * time.Millisecond})
+	s, err := redisstore.Open(srv.URL(), redisstore.Options{Prefix: uniquePrefix(t), ReconnectInterval: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatalf("Open with Redis down: %v", err)
 	}
@@ -258,11 +255,8 @@ func exactUnderConcurrency(t *testing.T, addrs func() []string) {
 // coming back; no goroutine leaks.
 func TestLimiterSurvivesRedisFailing(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	srv := redistest.Standalone(t)
-	if redistest.External() != "" {
-		t.Skip("needs a server it can kill")
-	}
-	s, err := redisstore.Open("redis://"+srv.Addr, redisstore.Options{Prefix: uniquePrefix(t), ReconnectInterval: 50 * time.Millisecond})
+	srv := redistest.Own(t) // it changes the server
+	s, err := redisstore.Open(srv.URL(), redisstore.Options{Prefix: uniquePrefix(t), ReconnectInterval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -47,7 +47,7 @@ func TestParseURL(t *testing.T) {
 		{"redis-sentinel://s1:26379,s2:26379/mymaster", []string{"s1:26379", "s2:26379"}, "mymaster", false, ""},
 	}
 	for _, tt := range tests {
-		opt, err := parseURL(tt.url, TLS{})
+		opt, _, err := parseURL(tt.url, TLS{})
 		if err != nil {
 			t.Errorf("%s: %v", tt.url, err)
 			continue
@@ -66,7 +66,7 @@ func TestParseURL(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"http://x", "redis-sentinel://s1:26379", "redis://h:notaport/x/y"} {
-		if _, err := parseURL(bad, TLS{}); err == nil {
+		if _, _, err := parseURL(bad, TLS{}); err == nil {
 			t.Errorf("%s: accepted", bad)
 		}
 	}

@@ -24,11 +24,8 @@ func TestRestartAndPersistence(t *testing.T) {
 		{"aof everysec", []string{"--appendonly", "yes", "--appendfsync", "everysec"}, true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			if redistest.External() != "" {
-				t.Skip("restarts need a server of the test's own")
-			}
 			srv := redistest.StandaloneWith(t, tt.args...)
-			s, err := redisstore.Open("redis://"+srv.Addr, redisstore.Options{})
+			s, err := redisstore.Open(srv.URL(), redisstore.Options{})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -115,6 +115,7 @@ func newStore(opts Options) *Store {
 //	redis://[user:password@]host:port[/db][?addr=host2:port2...]
 //	rediss://...                          (TLS, verified with the system's CAs)
 //	rediss://...?tls_ca_file=ca.crt&tls_cert_file=c.crt&tls_key_file=c.key&tls_server_name=name
+//	redis://...?prefix=staging:          (Options.Prefix, where that is not set)
 //	redis-sentinel://[user:password@]host:port[,host:port...]/master-name
 //	redis://host1:port1,host2:port2       (a Cluster seed list; Cluster is detected)
 //
@@ -122,9 +123,12 @@ func newStore(opts Options) *Store {
 // unreachable it still returns: calls fail at once with an error wrapping
 // ErrNotConnected, and the connection is retried every ReconnectInterval.
 func Open(rawURL string, opts Options) (*Store, error) {
-	opt, err := parseURL(rawURL, opts.TLS)
+	opt, prefix, err := parseURL(rawURL, opts.TLS)
 	if err != nil {
 		return nil, err
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = prefix
 	}
 	s := newStore(opts)
 	s.owned, s.opt = true, opt
@@ -135,25 +139,31 @@ func Open(rawURL string, opts Options) (*Store, error) {
 	return s, nil
 }
 
-// parseURL reads raw, with t and the URL's tls_* parameters as its TLS.
-func parseURL(raw string, t TLS) (rueidis.ClientOption, error) {
+// parseURL reads raw, with t and the URL's tls_* parameters as its TLS,
+// and returns its prefix parameter.
+func parseURL(raw string, t TLS) (opt rueidis.ClientOption, prefix string, err error) {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return rueidis.ClientOption{}, fmt.Errorf("redisstore: %w", withoutURL(err))
+		return opt, "", fmt.Errorf("redisstore: %w", withoutURL(err))
 	}
 	query := u.RawQuery
 	if t, err = tlsFromURL(u, t); err != nil {
-		return rueidis.ClientOption{}, err
+		return opt, "", err
+	}
+	q := u.Query()
+	if prefix = q.Get("prefix"); prefix != "" {
+		q.Del("prefix")
+		u.RawQuery = q.Encode()
 	}
 	if u.RawQuery != query {
 		raw = u.String()
 	}
-	opt, err := parseRest(raw)
+	opt, err = parseRest(raw)
 	if err != nil || !t.set() {
-		return opt, err
+		return opt, prefix, err
 	}
 	if opt.TLSConfig, err = t.config(opt.TLSConfig); err != nil {
-		return opt, err
+		return opt, "", err
 	}
 	if t.ServerName == "" {
 		// Each connection's own host, not the first of a seed list.
@@ -162,7 +172,7 @@ func parseURL(raw string, t TLS) (rueidis.ClientOption, error) {
 	if opt.Sentinel.MasterSet != "" {
 		opt.Sentinel.TLSConfig = opt.TLSConfig
 	}
-	return opt, nil
+	return opt, prefix, nil
 }
 
 func parseRest(raw string) (rueidis.ClientOption, error) {

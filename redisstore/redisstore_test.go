@@ -22,7 +22,7 @@ var prefixes atomic.Int64
 
 // uniquePrefix isolates each store on a shared server.
 func uniquePrefix(t testing.TB) string {
-	return fmt.Sprintf("sluicetest:%d:%s:", prefixes.Add(1), strings.ReplaceAll(t.Name(), "/", "."))
+	return redistest.UniquePrefix(t)
 }
 
 func client(t testing.TB, addrs ...string) rueidis.Client {
@@ -75,7 +75,7 @@ func TestConformanceCluster(t *testing.T) {
 // assertEveryKeyHasTTL fails for any sluice key left without a TTL.
 func assertEveryKeyHasTTL(t *testing.T, srv *redistest.Server) {
 	t.Helper()
-	keys := strings.Fields(srv.Do("--scan", "--pattern", "sluicetest:*"))
+	keys := strings.Fields(srv.Do("--scan", "--pattern", redistest.KeysOf(t)))
 	for _, k := range keys {
 		if ttl := srv.Do("PTTL", k); ttl == "-1" {
 			t.Errorf("key %q has no TTL", k)
@@ -104,7 +104,7 @@ func commandCalls(t *testing.T, srv *redistest.Server, cmd string) int {
 // FUNCTION FLUSH) loads it and is decided, once: no request is lost or
 // counted twice.
 func TestFunctionReloadedWhenMissing(t *testing.T) {
-	srv := redistest.Standalone(t)
+	srv := redistest.Own(t) // it changes the server
 	store := redisstore.New(client(t, srv.Addr), redisstore.Options{Prefix: uniquePrefix(t)})
 	limit := sluice.Limit{Rate: 10, Period: time.Minute, Algorithm: sluice.FixedWindow}
 	ctx := context.Background()
@@ -166,7 +166,7 @@ func TestFunctionReloadedOnCluster(t *testing.T) {
 // keeps FCALL for the keys it may use: a refused key does not turn
 // functions off.
 func TestForbiddenKeyKeepsFunctions(t *testing.T) {
-	srv := redistest.Standalone(t)
+	srv := redistest.Own(t) // it changes the server
 	srv.Do("ACL", "SETUSER", "somekeys", "on", ">pw", "~p:{a*", "+@all")
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, Username: "somekeys", Password: "pw"})
 	if err != nil {
@@ -199,7 +199,7 @@ func TestConformanceScriptsWhenFunctionsDenied(t *testing.T) {
 }
 
 func conformanceAsUser(t *testing.T, denied string) {
-	srv := redistest.Standalone(t)
+	srv := redistest.Own(t) // it changes the server
 	srv.Do("ACL", "SETUSER", "nofunc", "on", ">pw", "~*", "+@all", denied)
 	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, Username: "nofunc", Password: "pw"})
 	if err != nil {

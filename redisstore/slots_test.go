@@ -17,11 +17,11 @@ import (
 // takes the one slot of a key and holds it, renewing its lease, until it
 // is killed.
 func TestSlotHolderProcess(t *testing.T) {
-	addr := os.Getenv("SLUICE_SLOT_HOLDER")
-	if addr == "" {
+	url := os.Getenv("SLUICE_SLOT_HOLDER")
+	if url == "" {
 		t.Skip("run by TestKilledHolderFreesItsSlot")
 	}
-	store, err := redisstore.Open("redis://"+addr, redisstore.Options{Prefix: "holder:"})
+	store, err := redisstore.Open(url, redisstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func TestSlotHolderProcess(t *testing.T) {
 func TestKilledHolderFreesItsSlot(t *testing.T) {
 	srv := redistest.Standalone(t)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestSlotHolderProcess$", "-test.v")
-	cmd.Env = append(os.Environ(), "SLUICE_SLOT_HOLDER="+srv.Addr)
+	cmd.Env = append(os.Environ(), "SLUICE_SLOT_HOLDER="+srv.URL())
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -52,7 +52,7 @@ func TestKilledHolderFreesItsSlot(t *testing.T) {
 	lines := bufio.NewScanner(out)
 	for lines.Scan() && lines.Text() != "held" {
 	}
-	store, err := redisstore.Open("redis://"+srv.Addr, redisstore.Options{Prefix: "holder:"})
+	store, err := redisstore.Open(srv.URL(), redisstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

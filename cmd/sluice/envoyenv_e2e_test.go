@@ -22,7 +22,7 @@ import (
 // sluice answers its probe, its /json and its gRPC service on its ports,
 // and names in its log the variables it does not support.
 func TestServeEnvoyEnv(t *testing.T) {
-	redis := redistest.Standalone(t)
+	redis := redistest.Own(t) // envoyproxy/ratelimit's variables name no key prefix
 	root := t.TempDir()
 	dir := filepath.Join(root, "ratelimit", "config")
 	os.MkdirAll(dir, 0o755)

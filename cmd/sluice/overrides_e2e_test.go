@@ -19,7 +19,7 @@ import (
 func TestOverridesOnEveryInstance(t *testing.T) {
 	srv := redistest.Standalone(t)
 	file := filepath.Join(t.TempDir(), "o.yaml")
-	os.WriteFile(file, []byte(`store: {type: redis, url: "redis://`+srv.Addr+`"}
+	os.WriteFile(file, []byte(`store: {type: redis, url: "`+srv.URL()+`"}
 policies:
   - name: api
     limit: fixed_window 2/1h

@@ -211,7 +211,7 @@ func TestServeWarnsOnEvictingRedis(t *testing.T) {
 	for _, policy := range []string{"allkeys-lru", "volatile-lru"} {
 		t.Run(policy, func(t *testing.T) {
 			srv := redistest.StandaloneWith(t, "--maxmemory", "2mb", "--maxmemory-policy", policy)
-			p := start(t, nil, "-redis", "redis://"+srv.Addr)
+			p := start(t, nil, "-redis", srv.URL())
 			if !strings.Contains(p.out.String(), `level=WARN msg="redis preflight: eviction warn"`) || !strings.Contains(p.out.String(), "maxmemory-policy "+policy) {
 				t.Errorf("no warning naming %s:\n%s", policy, p.out)
 			}
@@ -225,7 +225,7 @@ func TestServeWarnsOnEvictingRedis(t *testing.T) {
 	}
 	t.Run("changed while running", func(t *testing.T) {
 		srv := redistest.StandaloneWith(t)
-		p := start(t, nil, "-redis", "redis://"+srv.Addr)
+		p := start(t, nil, "-redis", srv.URL())
 		if strings.Contains(p.out.String(), "level=WARN") {
 			t.Fatalf("a warning on a noeviction Redis:\n%s", p.out)
 		}
@@ -245,7 +245,7 @@ func TestServeWarnsOnEvictingRedis(t *testing.T) {
 // has room again, the key has what it had left.
 func TestServeFullRedisFailsByFailMode(t *testing.T) {
 	srv := redistest.StandaloneWith(t, "--maxmemory", "8mb", "--maxmemory-policy", "noeviction")
-	file := writeConfig(t, `store: {type: redis, url: "redis://`+srv.Addr+`"}
+	file := writeConfig(t, `store: {type: redis, url: "`+srv.URL()+`"}
 policies:
   - name: login
     limit: fixed_window 5/1h
@@ -268,6 +268,12 @@ policies:
 		t.Errorf("fail_mode open on a full Redis: %+v; want allowed, failed open", r)
 	}
 	waitFor(t, func() bool { return strings.Contains(p.out.String(), "OOM") })
+	// The breaker opens on the failures: /readyz answers 503 on Redis too.
+	waitFor(t, func() bool {
+		postCheck(t, p.http, "login", "carol")
+		code, body := readyz(t, p.http)
+		return code == 503 && strings.Contains(body, "breaker open")
+	})
 	if v := metric(t, p.http, `sluice_checks_total{domain="",policy="login",result="failed_closed"}`); v < 1 {
 		t.Errorf("failed_closed checks counted: %v", v)
 	}

@@ -80,9 +80,9 @@ func check(p *proc, policy, key string) (r checkResp, ok bool) {
 func TestUpgradeAndRollbackOnOneRedis(t *testing.T) {
 	prev, commit := previousFormatBuild(t)
 	t.Logf("previous format: %s", commit)
-	srv := redistest.Standalone(t)
+	srv := redistest.Own(t) // the previous release knows no prefix parameter
 	file := filepath.Join(t.TempDir(), "sluice.yaml")
-	os.WriteFile(file, []byte("store:\n  type: redis\n  url: redis://"+srv.Addr+"\n"+sixPolicies("1000", false)), 0o644)
+	os.WriteFile(file, []byte("store:\n  type: redis\n  url: \""+srv.URL()+"\"\n"+sixPolicies("1000", false)), 0o644)
 	old := startBinary(t, prev, nil, "-config", file)
 	cur := start(t, nil, "-config", file)
 	both := []*proc{old, cur}

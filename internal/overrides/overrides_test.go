@@ -14,9 +14,9 @@ import (
 	"github.com/sluicehq/sluice/redisstore"
 )
 
-func shared(t *testing.T, addr string) *overrides.Registry {
+func shared(t *testing.T, srv *redistest.Server) *overrides.Registry {
 	t.Helper()
-	store, err := redisstore.Open("redis://"+addr, redisstore.Options{})
+	store, err := redisstore.Open(srv.URL(), redisstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func shared(t *testing.T, addr string) *overrides.Registry {
 // instances is in force on all three when Set returns; removed, likewise.
 func TestSharedAppliesOnEveryInstance(t *testing.T) {
 	srv := redistest.Standalone(t)
-	rs := []*overrides.Registry{shared(t, srv.Addr), shared(t, srv.Addr), shared(t, srv.Addr)}
+	rs := []*overrides.Registry{shared(t, srv), shared(t, srv), shared(t, srv)}
 	ctx := context.Background()
 	for round := range 20 {
 		limit := sluice.Limit{Rate: int64(100 + round), Period: time.Minute}
@@ -61,7 +61,7 @@ func TestSharedAppliesOnEveryInstance(t *testing.T) {
 		}
 	}
 	// A newcomer loads what is there.
-	late := shared(t, srv.Addr)
+	late := shared(t, srv)
 	if _, ok := late.Lookup("api\x00vip1"); !ok {
 		t.Fatal("an instance started later does not see the overrides already set")
 	}
@@ -98,7 +98,7 @@ func TestSharedWithRedisDown(t *testing.T) {
 	addr := l.Addr().String()
 	l.Close()
 	start := time.Now()
-	r := shared(t, addr)
+	r := shared(t, &redistest.Server{Addr: addr})
 	if took := time.Since(start); took > 500*time.Millisecond {
 		t.Fatalf("started in %v with Redis down; want at once", took)
 	}

@@ -37,7 +37,7 @@ func countingGateway(t *testing.T, yaml string, store sluice.Store, hold time.Du
 // once the callers are done.
 func TestConcurrencyOnRedis(t *testing.T) {
 	srv := redistest.Standalone(t)
-	store, err := redisstore.Open("redis://"+srv.Addr, redisstore.Options{})
+	store, err := redisstore.Open(srv.URL(), redisstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

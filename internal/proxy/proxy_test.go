@@ -109,7 +109,7 @@ policies:
 func TestFailModes(t *testing.T) {
 	redis := redistest.Standalone(t)
 	fp := faultproxy.Start(t, redis.Addr)
-	rs, err := redisstore.Open("redis://"+fp.Addr, redisstore.Options{})
+	rs, err := redisstore.Open(redis.URLVia(fp.Addr), redisstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +166,7 @@ policies:
 // have been through, so an exhausted client stays exhausted.
 func TestLocalSyncKeysOutliveTheirRequest(t *testing.T) {
 	redis := redistest.Standalone(t)
-	rs, err := redisstore.Open("redis://"+redis.Addr, redisstore.Options{})
+	rs, err := redisstore.Open(redis.URL(), redisstore.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

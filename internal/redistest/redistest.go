@@ -2,14 +2,21 @@
 // standalone servers and 3-master Clusters on free loopback ports, stopped
 // when the test ends.
 //
-// SLUICE_REDIS_ADDR points standalone tests at an existing server instead.
-// Without redis-server on PATH, tests skip with a message, unless
+// SLUICE_REDIS_ADDR points the tests that only decide (Standalone) at an
+// existing server instead: each then works under a prefix of its own
+// (Server.URL, Server.Prefix), so that tests, and packages run at once,
+// never see each other's keys or channels. Tests that change the server
+// (its config, its users, restarts) start one of their own (Own) even
+// then. Without redis-server on PATH, those skip with a message, unless
 // SLUICE_REQUIRE_REDIS=1 (set by .ci/run), where they fail.
 package redistest
 
 import (
 	"bufio"
 	"crypto/tls"
+	"math/rand/v2"
+	"net/url"
+	"sync/atomic"
 	"fmt"
 	"net"
 	"os"
@@ -29,6 +36,51 @@ type Server struct {
 	args []string
 	cmd  *exec.Cmd
 	tls  *Certs // the server speaks only TLS, with these
+
+	prefix string // on an external server, this test's own; else ""
+}
+
+// URL is the server's redis:// URL, with the test's prefix on an
+// external server.
+func (s *Server) URL() string {
+	if s.prefix == "" {
+		return "redis://" + s.Addr
+	}
+	return "redis://" + s.Addr + "?prefix=" + url.QueryEscape(s.prefix)
+}
+
+// URLVia is URL with addr (a fault proxy in front of the server, say)
+// for the server's address.
+func (s *Server) URLVia(addr string) string {
+	return strings.Replace(s.URL(), s.Addr, addr, 1)
+}
+
+// Prefix is the key prefix the test's stores use: its own on an external
+// server, sluice's default on a server of the test's own.
+func (s *Server) Prefix() string {
+	if s.prefix == "" {
+		return "sluice:"
+	}
+	return s.prefix
+}
+
+// run tells apart the processes that share an external server: each run
+// of a test keys its state apart from the runs before it.
+var run = strconv.FormatUint(rand.Uint64(), 36)
+
+var prefixes atomic.Int64
+
+// UniquePrefix is a key prefix no other test, nor another run of t, uses:
+// sluicetest:<run>:<n>:<t's name>:.
+func UniquePrefix(t testing.TB) string {
+	return fmt.Sprintf("sluicetest:%s:%d:%s:", run, prefixes.Add(1), strings.ReplaceAll(t.Name(), "/", "."))
+}
+
+// KeysOf is the SCAN pattern of the keys under the prefixes UniquePrefix
+// gave t and its subtests in this run.
+func KeysOf(t testing.TB) string {
+	top, _, _ := strings.Cut(t.Name(), "/")
+	return fmt.Sprintf("sluicetest:%s:*:%s[.:]*", run, top)
 }
 
 // binary returns the path of name, skipping or failing t when it is missing.
@@ -53,8 +105,16 @@ func External() string { return os.Getenv("SLUICE_REDIS_ADDR") }
 func Standalone(t testing.TB) *Server {
 	t.Helper()
 	if addr := External(); addr != "" {
-		return &Server{Addr: addr, t: t}
+		return &Server{Addr: addr, t: t, prefix: UniquePrefix(t)}
 	}
+	return start(t, nil)
+}
+
+// Own starts a redis-server of the test's own on a free port, even with
+// SLUICE_REDIS_ADDR set: for tests that kill it, restart it, or change
+// its config or users.
+func Own(t testing.TB) *Server {
+	t.Helper()
 	return start(t, nil)
 }
 

@@ -133,7 +133,7 @@ func TestEnvoyCompatibility(t *testing.T) {
 	addr := os.Getenv("SLUICE_ENVOY_RATELIMIT_ADDR")
 	if addr == "" {
 		redis := redistest.Standalone(t)
-		s, err := New(Options{Config: "testdata/envoy/config", RedisURL: "redis://" + redis.Addr, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0"})
+		s, err := New(Options{Config: "testdata/envoy/config", RedisURL: redis.URL(), HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -20,8 +20,8 @@ import (
 // answered within the timeout and a margin, and the log says the store is
 // failing.
 func TestRedisHangDefaultSettings(t *testing.T) {
-	redis := redistest.Standalone(t)
-	r := start(t, "store: {type: redis, url: redis://"+redis.Addr+"}\npolicies:\n  - {name: p, limit: 5/1m}\n", "")
+	redis := redistest.Own(t) // it changes the server
+	r := start(t, "store: {type: redis, url: \""+redis.URL()+"\"}\npolicies:\n  - {name: p, limit: 5/1m}\n", "")
 	if res, _ := r.check(t, "p", "warm"); !res.Allowed {
 		t.Fatalf("healthy: %+v", res)
 	}
@@ -76,8 +76,8 @@ func TestRedisHangDefaultSettings(t *testing.T) {
 // left behind once the server is shut down.
 func TestRedisRestartsLeakNothing(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	redis := redistest.Standalone(t)
-	r := start(t, "store: {type: redis, url: redis://"+redis.Addr+"}\npolicies:\n  - {name: p, limit: 1000/1m}\n", "")
+	redis := redistest.Own(t) // it changes the server
+	r := start(t, "store: {type: redis, url: \""+redis.URL()+"\"}\npolicies:\n  - {name: p, limit: 1000/1m}\n", "")
 	for cycle := range 5 {
 		redis.Kill()
 		for range 10 {
@@ -110,7 +110,7 @@ func TestRedisRestartsLeakNothing(t *testing.T) {
 // without the two hogs.
 func TestBusyHostDefaultSettingsExact(t *testing.T) {
 	redis := redistest.Standalone(t)
-	r := start(t, "store: {type: redis, url: redis://"+redis.Addr+"}\npolicies:\n  - {name: hot, limit: fixed_window 1000/1m}\n", "")
+	r := start(t, "store: {type: redis, url: \""+redis.URL()+"\"}\npolicies:\n  - {name: hot, limit: fixed_window 1000/1m}\n", "")
 	if !raceEnabled {
 		for range 2 {
 			hog := exec.Command("sh", "-c", "while :; do :; done")
@@ -161,8 +161,8 @@ func TestBusyHostDefaultSettingsExact(t *testing.T) {
 // 1000/1m key get exactly 1,000, all from Redis, and on the key the
 // stand-in admitted k times exactly 1,000 − k.
 func TestRedisHangEndsExactly(t *testing.T) {
-	redis := redistest.Standalone(t)
-	r := start(t, "store: {type: redis, url: redis://"+redis.Addr+"}\npolicies:\n  - {name: hot, limit: fixed_window 1000/1m}\n", "")
+	redis := redistest.Own(t) // it changes the server
+	r := start(t, "store: {type: redis, url: \""+redis.URL()+"\"}\npolicies:\n  - {name: hot, limit: fixed_window 1000/1m}\n", "")
 	if res, _ := r.check(t, "hot", "warm"); !res.Allowed || res.Local {
 		t.Fatalf("healthy: %+v", res)
 	}

@@ -167,7 +167,7 @@ policies:
 func TestOutageOnTheFrontDoor(t *testing.T) {
 	redis := redistest.Standalone(t)
 	proxy := faultproxy.Start(t, redis.Addr)
-	r := start(t, redisPolicies, "redis://"+proxy.Addr)
+	r := start(t, redisPolicies, redis.URLVia(proxy.Addr))
 	for range 2 {
 		if res, _ := r.check(t, "five", "alice"); !res.Allowed || res.Local {
 			t.Fatalf("healthy: %+v", res)
@@ -288,7 +288,7 @@ func TestStoreFaults(t *testing.T) {
 			if tt.beforeStart {
 				tt.fault(proxy)
 			}
-			r := start(t, cfg, "redis://"+proxy.Addr)
+			r := start(t, cfg, redis.URLVia(proxy.Addr))
 			if !tt.beforeStart {
 				if res, _ := r.check(t, "p", "k"); res.Local {
 					t.Fatalf("healthy: %+v", res)
@@ -331,7 +331,7 @@ func TestStoreFaults(t *testing.T) {
 func TestRefusedChecksAreNotCharged(t *testing.T) {
 	redis := redistest.Standalone(t)
 	proxy := faultproxy.Start(t, redis.Addr)
-	r := start(t, "store: {type: redis, url: redis://127.0.0.1:1, timeout: 200ms}\npolicies:\n  - {name: login, limit: sliding_log 5/15m, fail_mode: closed}\n", "redis://"+proxy.Addr)
+	r := start(t, "store: {type: redis, url: redis://127.0.0.1:1, timeout: 200ms}\npolicies:\n  - {name: login, limit: sliding_log 5/15m, fail_mode: closed}\n", redis.URLVia(proxy.Addr))
 	if res, _ := r.check(t, "login", "warm"); !res.Allowed {
 		t.Fatalf("healthy: %+v", res)
 	}
@@ -372,7 +372,7 @@ func TestRefusedChecksAreNotCharged(t *testing.T) {
 func TestDistantRedisDecides(t *testing.T) {
 	redis := redistest.Standalone(t)
 	proxy := faultproxy.Start(t, redis.Addr)
-	r := start(t, "store: {type: redis, url: redis://127.0.0.1:1}\npolicies:\n  - {name: p, limit: 1000000/1h}\n", "redis://"+proxy.Addr)
+	r := start(t, "store: {type: redis, url: redis://127.0.0.1:1}\npolicies:\n  - {name: p, limit: 1000000/1h}\n", redis.URLVia(proxy.Addr))
 	proxy.SetLatency(25 * time.Millisecond)
 	before := r.checks(t)
 	var wg sync.WaitGroup
