@@ -257,18 +257,16 @@ func (g *Guard) call(ctx context.Context, reqs []Request, ds []Decision) error {
 	if g.inproc {
 		return take(ctx, g.store, reqs, ds)
 	}
-	probe, ok := g.breaker.allow()
-	if !ok {
-		return g.breaker.openError()
+	c, err := g.begin(ctx)
+	if err != nil {
+		return err
 	}
-	cctx, cancel, start := g.within(ctx)
-	var err error
-	if probe || g.breaker.failing.Load() {
-		err = bounded(cctx, g.store, reqs, ds)
+	if c.detach {
+		err = bounded(c.ctx, g.store, reqs, ds)
 	} else {
-		err = take(cctx, g.store, reqs, ds)
+		err = take(c.ctx, g.store, reqs, ds)
 	}
-	g.end(ctx, cancel, start, probe, err)
+	g.finish(ctx, c, err)
 	return err
 }
 
@@ -278,19 +276,18 @@ func (g *Guard) call1(ctx context.Context, req Request, d *Decision) (err error)
 		*d, err = g.store.Take(ctx, req)
 		return err
 	}
-	probe, ok := g.breaker.allow()
-	if !ok {
-		return g.breaker.openError()
+	c, err := g.begin(ctx)
+	if err != nil {
+		return err
 	}
-	cctx, cancel, start := g.within(ctx)
-	if probe || g.breaker.failing.Load() {
+	if c.detach {
 		ds := [1]Decision{}
-		err = bounded(cctx, g.store, []Request{req}, ds[:])
+		err = bounded(c.ctx, g.store, []Request{req}, ds[:])
 		*d = ds[0]
 	} else {
-		*d, err = g.store.Take(cctx, req)
+		*d, err = g.store.Take(c.ctx, req)
 	}
-	g.end(ctx, cancel, start, probe, err)
+	g.finish(ctx, c, err)
 	return err
 }
 
@@ -337,59 +334,80 @@ func do[T any](g *Guard, ctx context.Context, f func(context.Context) (T, error)
 	if g.inproc {
 		return f(ctx)
 	}
-	probe, ok := g.breaker.allow()
-	if !ok {
+	c, err := g.begin(ctx)
+	if err != nil {
 		var zero T
-		return zero, g.breaker.openError()
+		return zero, err
 	}
-	cctx, cancel, start := g.within(ctx)
-	var (
-		v   T
-		err error
-	)
-	if probe || g.breaker.failing.Load() {
-		v, err = detached(cctx, f)
+	var v T
+	if c.detach {
+		v, err = detached(c.ctx, f)
 	} else {
-		v, err = f(cctx)
+		v, err = f(c.ctx)
 	}
-	g.end(ctx, cancel, start, probe, err)
+	g.finish(ctx, c, err)
 	return v, err
 }
 
-// within returns the context of a store call, its cancel function (nil
-// for none) and its start time when OnStoreCall wants it.
-func (g *Guard) within(ctx context.Context) (context.Context, context.CancelFunc, time.Time) {
-	var start time.Time
-	if g.opts.OnStoreCall != nil {
-		start = time.Now()
-	}
-	if g.opts.Timeout > 0 {
-		ctx, cancel := context.WithTimeout(ctx, g.opts.Timeout)
-		return ctx, cancel, start
-	}
-	return ctx, nil, start
+// storeCall is one call to the store, from begin to finish: every call
+// (call, call1, do, the recovery's replay) goes through the breaker and
+// the timeout this way.
+type storeCall struct {
+	ctx    context.Context    // bounded by the timeout
+	cancel context.CancelFunc // nil for none
+	start  time.Time          // when OnStoreCall wants it
+	probe  bool               // the breaker's half-open probe
+	detach bool               // the store is failing: run the call detached
 }
 
-// end records a store call's result in the breaker.
-func (g *Guard) end(ctx context.Context, cancel context.CancelFunc, start time.Time, probe bool, err error) {
-	if cancel != nil {
-		cancel()
+// begin starts a store call, or returns the breaker's error when the
+// breaker spares the store.
+func (g *Guard) begin(ctx context.Context) (storeCall, error) {
+	probe, ok := g.breaker.allow()
+	if !ok {
+		return storeCall{}, g.breaker.openError()
+	}
+	c := g.within(ctx)
+	c.probe = probe
+	c.detach = probe || g.breaker.failing.Load()
+	return c, nil
+}
+
+// within returns a store call's context, bounded by the timeout, outside
+// the breaker.
+func (g *Guard) within(ctx context.Context) storeCall {
+	var c storeCall
+	if g.opts.OnStoreCall != nil {
+		c.start = time.Now()
+	}
+	c.ctx = ctx
+	if g.opts.Timeout > 0 {
+		c.ctx, c.cancel = context.WithTimeout(ctx, g.opts.Timeout)
+	}
+	return c
+}
+
+// finish ends a store call, recording its result in the breaker; ctx is
+// the caller's.
+func (g *Guard) finish(ctx context.Context, c storeCall, err error) {
+	if c.cancel != nil {
+		c.cancel()
 	}
 	if g.opts.OnStoreCall != nil {
 		if IsInputError(err) {
-			g.opts.OnStoreCall(time.Since(start), nil)
+			g.opts.OnStoreCall(time.Since(c.start), nil)
 		} else {
-			g.opts.OnStoreCall(time.Since(start), err)
+			g.opts.OnStoreCall(time.Since(c.start), err)
 		}
 	}
 	switch {
 	case err == nil || IsInputError(err):
-		g.breaker.success(probe)
+		g.breaker.success(c.probe)
 	case callerGone(ctx):
 		// The caller gave up: that says nothing about the store.
-		g.breaker.release(probe)
+		g.breaker.release(c.probe)
 	default:
-		g.breaker.failure(probe, err)
+		g.breaker.failure(c.probe, err)
 	}
 }
 

@@ -117,10 +117,11 @@ func (g *Guard) prober() {
 		if !ok || !probe {
 			continue // a check is probing, or the breaker closed
 		}
-		ctx, cancel, start := g.within(context.Background())
+		c := g.within(context.Background())
+		c.probe = true
 		d := [1]Decision{}
-		err := bounded(ctx, g.store, []Request{probeRequest}, d[:])
-		g.end(context.Background(), cancel, start, probe, err)
+		err := bounded(c.ctx, g.store, []Request{probeRequest}, d[:])
+		g.finish(context.Background(), c, err)
 		if errors.Is(err, ErrStoreClosed) {
 			return // it will not come back
 		}
