@@ -33,12 +33,13 @@ func FullAt(a sluice.Algorithm, s State, p *Params) int64 {
 	return 0
 }
 
-// Words returns how many of State's fields algorithm a uses: stores keep
-// no more.
+// Words returns how many of State's fields the O(1) algorithm a uses:
+// stores keep no more. GCRA and the leaky bucket keep the rate their time
+// is kept at beside it (so that a changed limit converts it), the windows
+// their previous count or start, the token bucket its last refill.
 func Words(a sluice.Algorithm) int {
-	switch a.Resolved() {
-	case sluice.SlidingWindow, sluice.TokenBucket, sluice.Calendar:
-		return 3
+	if a.Resolved() == sluice.FixedWindow {
+		return 2
 	}
-	return 2
+	return 3
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -62,11 +63,6 @@ var All = []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingLog, sluice.Slidi
 // epoch is time zero: a day boundary, so windows align with the traffic's
 // own seconds.
 var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-
-// stateWords is the fixed state of each O(1) algorithm, in 8-byte words.
-var stateWords = map[sluice.Algorithm]int64{
-	sluice.FixedWindow: 2, sluice.SlidingWindow: 3, sluice.TokenBucket: 3, sluice.LeakyBucket: 2, sluice.GCRA: 2,
-}
 
 // runner is one algorithm under simulation.
 type runner struct {
@@ -153,8 +149,8 @@ func Run(cfg Config) ([]Result, error) {
 		}
 		var entries int64
 		r.res.Window, r.res.MaxInPeriod, entries = windowSeries(r.admits, len(r.res.Series), r.limit.Period, cfg.Bin)
-		if w, ok := stateWords[r.limit.Algorithm]; ok {
-			r.res.StateBytes = 8 * w
+		if r.limit.Algorithm != sluice.SlidingLog {
+			r.res.StateBytes = 8 * int64(algorithm.Words(r.limit.Algorithm))
 		} else {
 			r.res.StateBytes = 16 * entries
 		}
