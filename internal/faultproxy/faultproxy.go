@@ -94,13 +94,6 @@ func (p *Proxy) Up() {
 	p.cond.Broadcast()
 }
 
-// Conns returns the number of open connection pairs' sides.
-func (p *Proxy) Conns() int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.conns)
-}
-
 // Close stops the proxy and closes every connection, and returns when
 // all its goroutines have.
 func (p *Proxy) Close() {

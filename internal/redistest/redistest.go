@@ -4,7 +4,7 @@
 //
 // SLUICE_REDIS_ADDR points the tests that only decide (Standalone) at an
 // existing server instead: each then works under a prefix of its own
-// (Server.URL, Server.Prefix), so that tests, and packages run at once,
+// (Server.URL, UniquePrefix), so that tests, and packages run at once,
 // never see each other's keys or channels. Tests that change the server
 // (its config, its users, restarts) start one of their own (Own) even
 // then. Without redis-server on PATH, those skip with a message, unless
@@ -53,15 +53,6 @@ func (s *Server) URL() string {
 // for the server's address.
 func (s *Server) URLVia(addr string) string {
 	return strings.Replace(s.URL(), s.Addr, addr, 1)
-}
-
-// Prefix is the key prefix the test's stores use: its own on an external
-// server, sluice's default on a server of the test's own.
-func (s *Server) Prefix() string {
-	if s.prefix == "" {
-		return "sluice:"
-	}
-	return s.prefix
 }
 
 // run tells apart the processes that share an external server: each run
@@ -175,9 +166,6 @@ func (s *Server) Kill() {
 	s.cmd.Wait()
 	s.cmd = nil
 }
-
-// Killed reports whether Kill stopped the server.
-func (s *Server) Killed() bool { return s.cmd == nil && s.args != nil }
 
 // Restart starts a killed server again on the same port, empty.
 func (s *Server) Restart() {
