@@ -13,7 +13,7 @@ import (
 func TestEveryCommandHasHelp(t *testing.T) {
 	for _, args := range [][]string{
 		{"-h"}, {"help"}, {"serve", "-h"}, {"proxy", "-h"}, {"check", "-h"}, {"sim", "-h"},
-		{"config", "-h"}, {"config", "validate", "-h"}, {"version", "-h"}, {"completion", "-h"},
+		{"config", "-h"}, {"config", "validate", "-h"}, {"config", "defaults", "-h"}, {"version", "-h"}, {"completion", "-h"},
 	} {
 		var out, errb bytes.Buffer
 		if code := run(args, &out, &errb); code != 0 || !strings.Contains(out.String()+errb.String(), "usage") && !strings.Contains(out.String(), "Commands:") {
@@ -21,6 +21,10 @@ func TestEveryCommandHasHelp(t *testing.T) {
 		}
 	}
 	var out, errb bytes.Buffer
+	if code := run([]string{"config", "defaults"}, &out, &errb); code != 0 || !strings.Contains(out.String(), "store:\n  type: memory\n") {
+		t.Errorf("sluice config defaults: exit %d, %q", code, out.String())
+	}
+	out.Reset()
 	if code := run([]string{"version"}, &out, &errb); code != 0 || !strings.HasPrefix(out.String(), "sluice ") {
 		t.Errorf("sluice version: exit %d, %q", code, out.String())
 	}

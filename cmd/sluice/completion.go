@@ -12,7 +12,7 @@ var completionWords = map[string][]string{
 	"proxy":  {"-config", "-redis", "-log-level", "-log-format", "-listen", "-upstream", "-metrics", "-admin", "-admin-token", "-admin-token-file", "-shutdown-timeout"},
 	"check":  {"-addr", "-policy", "-key", "-cost", "-plan", "-domain", "-descriptor"},
 	"sim":    {"-algorithms", "-limit", "-traffic", "-duration", "-rate", "-clients", "-requests", "-zipf-s", "-seed", "-trace", "-plot", "-bin", "-subwindows", "-sources", "-over"},
-	"config": {"validate"},
+	"config": {"validate", "defaults"},
 }
 
 var commandNames = []string{"serve", "proxy", "check", "sim", "config", "version", "completion"}

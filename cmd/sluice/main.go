@@ -5,6 +5,7 @@
 //	sluice check            send one check to a running service
 //	sluice sim              compare the algorithms on simulated traffic
 //	sluice config validate  check a policy file
+//	sluice config defaults  print every default of the policy file
 //	sluice version
 //	sluice completion bash|zsh
 //
@@ -17,6 +18,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/sluicehq/sluice/config"
 	"io"
 	"log/slog"
 	"os"
@@ -48,6 +50,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 		switch {
 		case len(args) >= 2 && args[1] == "validate":
 			return validate(args[2:], stdout, stderr)
+		case len(args) == 2 && args[1] == "defaults":
+			stdout.Write(config.Defaults())
+			return 0
+		case len(args) == 3 && args[1] == "defaults" && isHelp(args[2]):
+			fmt.Fprintln(stdout, "usage: sluice config defaults\n\nPrints every default of the policy file: the value each field takes when a file leaves it out.")
+			return 0
 		case len(args) == 2 && isHelp(args[1]):
 			fmt.Fprintln(stdout, validateUsage)
 			return 0
@@ -94,6 +102,7 @@ Commands:
   check            send one check to a running service and print the decision
   sim              compare the algorithms on simulated traffic, with a chart
   config validate  check a policy file and list every problem
+  config defaults  print every default of the policy file
   version          print the version
   completion       print a shell completion script: bash or zsh
 

@@ -249,7 +249,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 // validateUsage is `sluice config`'s help.
-const validateUsage = "usage: sluice config validate FILE|DIR\n\nChecks a policy file, or a directory of them, and lists every problem as file:line:column: field: problem; exits 0 when valid, 1 when not."
+const validateUsage = "usage: sluice config validate FILE|DIR\n       sluice config defaults\n\nvalidate checks a policy file, or a directory of them, and lists every problem as file:line:column: field: problem; exits 0 when valid, 1 when not. defaults prints every default of the policy file."
 
 func validate(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 1 && isHelp(args[0]) {
