@@ -50,6 +50,7 @@ func TestTLSClientCertificate(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(store.Close)
+			redistest.WindowAhead(time.Minute, 20*time.Second)
 			allowed, failed := hammer(store, sluice.Limit{Rate: 1000, Period: time.Minute, Algorithm: sluice.FixedWindow}, 64, 25)
 			if allowed != 1000 || failed != 0 {
 				t.Fatalf("admitted %d of 1600 on fixed_window 1000/1m with %d errors; want exactly 1000, none", allowed, failed)

@@ -431,9 +431,7 @@ func TestGracefulShutdown(t *testing.T) {
 func TestServeRedis(t *testing.T) {
 	srv := redistest.Standalone(t)
 	p := start(t, nil, "-redis", srv.URL())
-	if !strings.Contains(p.out.String(), "store      redis") {
-		t.Fatalf("not on Redis:\n%s", p.out)
-	}
+	waitFor(t, func() bool { return strings.Contains(p.out.String(), "store      redis") })
 	allowed := 0
 	for range 25 {
 		if _, r := postCheck(t, p.http, "default", "carol"); r.Allowed {

@@ -382,3 +382,14 @@ func Sentinels(t testing.TB, downAfterMS int) (master, replica *Server, sentinel
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// WindowAhead returns once the current window of period (aligned to the
+// Unix epoch, as fixed windows are) has at least need left, waiting for
+// the next window if it has not: a test that counts one window's
+// admissions must not straddle two.
+func WindowAhead(period, need time.Duration) {
+	now := time.Now()
+	if end := now.Truncate(period).Add(period); end.Sub(now) < need {
+		time.Sleep(time.Until(end))
+	}
+}

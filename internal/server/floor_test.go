@@ -121,9 +121,7 @@ func TestBusyHostDefaultSettingsExact(t *testing.T) {
 		}
 	}
 	// The window is aligned to the minute: start in a fresh one.
-	if left := time.Minute - time.Duration(time.Now().UnixNano())%time.Minute; left < 20*time.Second {
-		time.Sleep(left + 100*time.Millisecond)
-	}
+	redistest.WindowAhead(time.Minute, 20*time.Second)
 	before := r.checks(t)
 	var admitted atomic.Int64
 	var wg sync.WaitGroup
@@ -168,9 +166,7 @@ func TestRedisHangEndsExactly(t *testing.T) {
 	}
 	// The window is aligned to the minute: start in a fresh one, with
 	// room for the hang and what follows.
-	if left := time.Minute - time.Duration(time.Now().UnixNano())%time.Minute; left < 30*time.Second {
-		time.Sleep(left + 100*time.Millisecond)
-	}
+	redistest.WindowAhead(time.Minute, 30*time.Second)
 	hung := make(chan struct{})
 	go func() {
 		defer close(hung)
