@@ -58,7 +58,7 @@ func TestDocsGoExamplesCompile(t *testing.T) {
 		"sluice": "github.com/sluicehq/sluice", "memstore": "github.com/sluicehq/sluice/memstore",
 		"redisstore": "github.com/sluicehq/sluice/redisstore", "httplimit": "github.com/sluicehq/sluice/httplimit",
 		"clientip": "github.com/sluicehq/sluice/clientip", "httpretry": "github.com/sluicehq/sluice/httpretry",
-		"grpclimit": "github.com/sluicehq/sluice/grpclimit", "time": "time", "http": "net/http", "context": "context",
+		"grpclimit": "github.com/sluicehq/sluice/grpclimit", "time": "time", "http": "net/http", "context": "context", "log": "log",
 	}
 	given := map[string]string{ // what the prose around the examples names
 		"ctx": "context.Context", "store": "sluice.Store", "mux": "*http.ServeMux", "ip": "*clientip.Resolver",
@@ -129,5 +129,32 @@ func TestDocsGoExamplesCompile(t *testing.T) {
 	}
 	if out, err := exec.Command("go", "build", "-o", os.DevNull, "./"+dir).CombinedOutput(); err != nil {
 		t.Fatalf("the docs' Go examples do not compile:\n%s\n%s", out, head.String()+src.String())
+	}
+}
+
+// Every figure of the README's benchmark table is one of
+// docs/performance.md's, where its command and machine are: the two never
+// disagree.
+func TestReadmeFiguresAreInPerformanceDoc(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	perf, err := os.ReadFile("docs/performance.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := regexp.MustCompile(`(?m)^\| (memory store|Redis|Envoy|` + "`net/http`" + `).*$`).FindAllString(string(readme), -1)
+	if len(table) < 5 {
+		t.Fatalf("the README's benchmark table has %d rows", len(table))
+	}
+	figure := regexp.MustCompile(`\d+(\.\d+)?(–\d+(\.\d+)?)?( ?(ns|×|bytes))`)
+	for _, row := range table {
+		for _, f := range figure.FindAllString(row, -1) {
+			num := regexp.MustCompile(`^[\d.–]+`).FindString(f)
+			if !strings.Contains(string(perf), num) {
+				t.Errorf("README figure %q (%s) is not in docs/performance.md", f, row)
+			}
+		}
 	}
 }
