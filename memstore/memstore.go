@@ -20,8 +20,8 @@
 // Memory per key, for the O(1) algorithms: a 64-byte entry holding the
 // state and a key of up to 16 bytes (a longer key is a second object), and
 // an index slot of 8 bytes and a tag byte (seven to a cache line) at a load
-// of 3/8 to 3/4 (measured: 81 bytes per key
-// at 1M keys of 16-byte names, see docs/performance.md). A sliding log
+// of 3/8 to 3/4 (docs/performance.md has the bytes per key measured, and
+// the command). A sliding log
 // holds up to Rate entries of 16 bytes (Rate is at most
 // sluice.MaxSlidingLogRate: 1 MiB per key).
 package memstore
@@ -54,9 +54,9 @@ type Options struct {
 	// soonest to expire of the 8, counted in Evictions. A sample, not a
 	// search, so a new key at the bound costs about twice one below it
 	// however full of live keys the store is (BenchmarkFullStore).
-	// Default 4,000,000: for the O(1) algorithms about 320 MB of heap and
-	// 410 MB of RSS, 81 and 102 bytes per key of 14-byte names
-	// (bench/BenchmarkRSSPerKey).
+	// Default 4,000,000: for the O(1) algorithms, of short names, within
+	// the default MaxBytes (docs/performance.md has the heap and RSS per
+	// key measured, and bench's BenchmarkRSSPerKey the command).
 	//
 	// Eviction spares keys that deny: among the keys looked at it takes
 	// one back to full, else the soonest to expire of those with capacity
