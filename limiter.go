@@ -45,6 +45,24 @@ type LimiterOptions struct {
 
 // Limiter applies one Limit to many keys through a Store, with a policy for
 // store failures. It is safe for concurrent use.
+//
+// Which method to call:
+//
+//   - Allow (AllowN for a cost other than 1) where a request over the
+//     limit is refused: answer it 429 with Decision.RetryAfter. The usual
+//     call; it never waits.
+//   - Wait (WaitN) where a request over the limit should wait its turn
+//     instead: a client or a worker pacing itself. On a leaky bucket it
+//     sleeps each request's shaping Delay, which spaces the output at the
+//     rate; it returns ErrWouldExceedDeadline at once when the turn comes
+//     after ctx's deadline.
+//   - Peek to show what is left (a quota page) without taking anything.
+//   - Reset to give a key its whole capacity back.
+//
+// A Decision's Remaining, RetryAfter and ResetAfter fill the
+// X-RateLimit-* and Retry-After headers. On a remote store, a store that
+// fails is decided by LimiterOptions.FailMode without an error, except
+// under FailClosed.
 type Limiter struct {
 	store  Store
 	limit  Limit
