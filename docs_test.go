@@ -144,7 +144,7 @@ func TestReadmeFiguresAreInPerformanceDoc(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := regexp.MustCompile(`(?m)^\| (memory store|Redis|Envoy|` + "`net/http`" + `).*$`).FindAllString(string(readme), -1)
+	table := regexp.MustCompile(`(?m)^\| (memory store|Redis|Envoy|`+"`net/http`"+`).*$`).FindAllString(string(readme), -1)
 	if len(table) < 5 {
 		t.Fatalf("the README's benchmark table has %d rows", len(table))
 	}
