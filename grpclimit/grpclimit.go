@@ -30,7 +30,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/sample"
-	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/internal/door"
 )
 
 // KeyFunc returns the identity to limit for a call.
@@ -138,7 +138,8 @@ type Policy struct {
 	// Shadow decides and records but never fails a call.
 	Shadow bool
 
-	conc *sluice.Concurrency
+	rules  door.Policy     // what every front door's rules read
+	limits [1]sluice.Limit // Limit, as Batch.Add takes it
 }
 
 func (p *Policy) matches(method string) bool {
@@ -194,10 +195,7 @@ func New(opts Options) (*Interceptor, error) {
 	if i.guard != nil {
 		store = i.guard.Store()
 	}
-	var local *memstore.Store // the stand-in of FailLocal policies
-	if ip, ok := store.(sluice.InProcess); !ok || !ip.InProcess() {
-		local = memstore.New(memstore.Options{MaxKeys: 1 << 20})
-	}
+	local := door.StandIn(store) // of FailLocal policies; nil for the memory store
 	if opts.Slots == nil {
 		opts.Slots, _ = store.(sluice.Slots)
 	}
@@ -234,18 +232,21 @@ func New(opts Options) (*Interceptor, error) {
 			if opts.Slots == nil {
 				return nil, fmt.Errorf("grpclimit: policy %q: concurrency needs Options.Slots: the store keeps none", p.Name)
 			}
-			p.conc = &sluice.Concurrency{Slots: opts.Slots, Max: p.Concurrency, Wait: p.ConcurrencyWait,
+			c := &sluice.Concurrency{Slots: opts.Slots, Max: p.Concurrency, Wait: p.ConcurrencyWait,
 				Timeout: opts.Timeout, FailMode: p.FailMode, Logger: opts.Logger, Guard: i.guard, Label: p.Name}
 			if local != nil {
-				p.conc.Local = local
+				c.Local = local
 			}
-			if err := p.conc.Validate(); err != nil {
+			if err := c.Validate(); err != nil {
 				return nil, fmt.Errorf("grpclimit: policy %q: %w", p.Name, err)
 			}
+			p.rules.Conc = c
 		}
 		if p.Cost == 0 {
 			p.Cost = 1
 		}
+		p.rules.Name, p.rules.Shadow, p.rules.FailMode, p.rules.Missing = p.Name, p.Shadow, p.FailMode, p.Missing
+		p.limits[0] = p.Limit
 		seen[p.Name] = true
 		i.policies = append(i.policies, p)
 	}
@@ -280,39 +281,33 @@ func (i *Interceptor) Stream() grpc.StreamServerInterceptor {
 // check decides a call; a non-nil error is the status to fail it with.
 // Otherwise release gives back the concurrency slots the call holds.
 func (i *Interceptor) check(ctx context.Context, method string) (release func(), err error) {
-	var held []func() error
-	release = func() {
-		for _, f := range held {
-			f()
-		}
-		held = nil
-	}
-	if err := i.decide(ctx, method, &held); err != nil {
-		release()
+	b := new(door.Batch[*Policy])
+	if err := i.decide(ctx, method, b); err != nil {
+		b.Release()
 		return nil, err
 	}
-	return release, nil
+	return b.Release, nil
 }
 
-// decide is check, appending the release functions of the slots it takes
-// to held.
-func (i *Interceptor) decide(ctx context.Context, method string, held *[]func() error) error {
-	var c sluice.Check
-	var shadowNames []string
-	for _, p := range i.policies {
+// decide is check, holding the slots it takes in b; the rules are
+// package door's.
+func (i *Interceptor) decide(ctx context.Context, method string, b *door.Batch[*Policy]) error {
+	for j := range i.policies {
+		p := &i.policies[j]
 		if !p.matches(method) {
 			continue
 		}
+		r := &p.rules
 		key, err := p.Key(ctx, method)
 		if errors.Is(err, ErrAmbiguousKey) {
 			return status.Error(codes.InvalidArgument, err.Error())
 		}
 		if err != nil {
 			i.note(p.Name+" (missing key)", "rate limit key not found; decided by the policy's missing: "+p.Missing.String(), err)
-			switch {
-			case p.Shadow || p.Missing == sluice.MissingSkip:
+			switch door.OnMissing(r) {
+			case door.Skip:
 				continue
-			case p.Missing == sluice.MissingDeny:
+			case door.Refuse:
 				return status.Errorf(codes.InvalidArgument, "no rate limit identity for policy %s: %v", p.Name, err)
 			}
 			peerKey, perr := peerAddr(ctx, method)
@@ -321,60 +316,42 @@ func (i *Interceptor) decide(ctx context.Context, method string, held *[]func() 
 			}
 			key = "\x00" + peerKey // a NUL, which no metadata value holds, then the address
 		}
-		if len(key) > sluice.MaxIdentityLen {
-			// Never let an oversized identity through unlimited.
-			return status.Errorf(codes.InvalidArgument, "rate limit identity of %d bytes exceeds %d", len(key), sluice.MaxIdentityLen)
+		if err := door.Identity(len(key)); err != nil {
+			return status.Error(codes.InvalidArgument, err.Error())
 		}
-		r := sluice.Request{Key: p.Name + "\x00" + key, Limit: p.Limit, Cost: p.Cost}
-		if c.Label == "" {
-			c.Label = p.Name
-		}
-		if p.Shadow {
-			c.Shadow, shadowNames = append(c.Shadow, r), append(shadowNames, p.Name)
-			continue
-		}
-		if p.conc != nil {
-			release, d, v := p.conc.Hold(ctx, &c, r.Key)
-			if release == nil {
-				// Refused here: counted under this policy.
-				if i.opts.OnResult != nil {
-					i.opts.OnResult(method, &v)
-				}
-				switch v.Outcome {
-				case sluice.Invalid:
-					return status.Error(codes.InvalidArgument, v.Err.Error())
-				case sluice.FailedClosed:
-					return status.Error(codes.Unavailable, "rate limiter unavailable")
-				}
-				return exhausted(fmt.Sprintf("concurrency limited: %d calls in flight already", p.Concurrency), d.RetryAfter)
+		req := sluice.Request{Key: p.Name + "\x00" + key, Cost: p.Cost}
+		b.Apply(p, r, req.Key)
+		if a, d, v := b.Hold(ctx, p, r, req.Key); a != door.Proceed {
+			// Refused here: counted under this policy.
+			if i.opts.OnResult != nil {
+				i.opts.OnResult(method, &v)
 			}
-			*held = append(*held, release)
+			if err := statusOf(a, v); err != nil {
+				return err
+			}
+			return exhausted(fmt.Sprintf("concurrency limited: %d calls in flight already", p.Concurrency), d.RetryAfter)
 		}
-		if p.Limit == (sluice.Limit{}) {
-			continue
+		if p.Limit != (sluice.Limit{}) {
+			b.Add(p, r, req, p.limits[:])
 		}
-		c.Enforced, c.Modes = append(c.Enforced, r), append(c.Modes, p.FailMode)
 	}
-	if len(c.Enforced)+len(c.Shadow)+len(*held) == 0 {
+	if b.Empty() {
 		return nil
 	}
-	ds, sds := make([]sluice.Decision, len(c.Enforced)), make([]sluice.Decision, len(c.Shadow))
-	v := i.guard.Decide(ctx, &c, ds, sds)
+	ds, sds := make([]sluice.Decision, len(b.Check.Enforced)), make([]sluice.Decision, len(b.Check.Shadow))
+	v, a := b.Decide(ctx, i.guard, ds, sds)
 	if i.opts.OnResult != nil {
 		i.opts.OnResult(method, &v)
 	}
 	if v.ShadowDenied && i.opts.OnShadowDenied != nil {
 		for j, d := range sds {
 			if !d.Allowed {
-				i.opts.OnShadowDenied(shadowNames[j], method)
+				i.opts.OnShadowDenied(b.Shadow[j].Name, method)
 			}
 		}
 	}
-	switch v.Outcome {
-	case sluice.Invalid:
-		return status.Error(codes.InvalidArgument, v.Err.Error())
-	case sluice.FailedClosed:
-		return status.Error(codes.Unavailable, "rate limiter unavailable")
+	if err := statusOf(a, v); err != nil {
+		return err
 	}
 	if v.Closest < 0 {
 		return nil
@@ -385,10 +362,22 @@ func (i *Interceptor) decide(ctx context.Context, method string, held *[]func() 
 		"x-ratelimit-remaining", strconv.FormatInt(max(d.Remaining, 0), 10),
 		"x-ratelimit-reset", strconv.FormatInt(int64((d.ResetAfter+time.Second-1)/time.Second), 10),
 	))
-	if d.Allowed {
-		return nil
+	if a == door.Limited {
+		return exhausted("rate limited", d.RetryAfter)
 	}
-	return exhausted("rate limited", d.RetryAfter)
+	return nil
+}
+
+// statusOf is the status of an Invalid or Unavailable answer; nil for the
+// others.
+func statusOf(a door.Answer, v sluice.Verdict) error {
+	switch a {
+	case door.Invalid:
+		return status.Error(codes.InvalidArgument, v.Err.Error())
+	case door.Unavailable:
+		return status.Error(codes.Unavailable, "rate limiter unavailable")
+	}
+	return nil
 }
 
 // exhausted is the ResourceExhausted status of a refused call, with its

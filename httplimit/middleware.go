@@ -13,7 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
-	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/internal/door"
 )
 
 // Options configures a Middleware.
@@ -116,7 +116,11 @@ func New(opts Options) (*Middleware, error) {
 	m := &Middleware{opts: opts, guard: opts.Guard, base: time.Now(), log: newSampler(opts.Logger, opts.LogsPerSecond),
 		fallback: ClientIP(opts.ClientIP)}
 	if m.guard == nil {
-		g, err := sluice.NewGuard(opts.Store, sluice.GuardOptions{Timeout: opts.Timeout, Local: standin(opts.Store),
+		var local sluice.Store // nil, not a nil *memstore.Store, for the memory store
+		if l := door.StandIn(opts.Store); l != nil {
+			local = l
+		}
+		g, err := sluice.NewGuard(opts.Store, sluice.GuardOptions{Timeout: opts.Timeout, Local: local,
 			Logger: opts.Logger, LogsPerSecond: opts.LogsPerSecond})
 		if err != nil {
 			return nil, err
@@ -126,7 +130,10 @@ func New(opts Options) (*Middleware, error) {
 	if opts.Slots == nil {
 		opts.Slots, _ = m.guard.Store().(sluice.Slots)
 	}
-	localSlots, _ := standin(m.guard.Store()).(sluice.Slots)
+	var localSlots sluice.Slots
+	if l := door.StandIn(m.guard.Store()); l != nil {
+		localSlots = l
+	}
 	seen := map[string]bool{}
 	for i := range opts.Policies {
 		p := opts.Policies[i] // a copy: the caller's slice stays theirs
@@ -137,9 +144,9 @@ func New(opts Options) (*Middleware, error) {
 			if opts.Slots == nil {
 				return nil, fmt.Errorf("httplimit: policy %q: concurrency needs Options.Slots: the store keeps none", p.Name)
 			}
-			p.conc = &sluice.Concurrency{Slots: opts.Slots, Max: p.Concurrency, Wait: p.ConcurrencyWait,
+			p.rules.Conc = &sluice.Concurrency{Slots: opts.Slots, Max: p.Concurrency, Wait: p.ConcurrencyWait,
 				Timeout: opts.Timeout, FailMode: p.FailMode, Local: localSlots, Logger: opts.Logger, Guard: m.guard, Label: p.Name}
-			if err := p.conc.Validate(); err != nil {
+			if err := p.rules.Conc.Validate(); err != nil {
 				return nil, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
 			}
 		}
@@ -169,10 +176,9 @@ type scratch struct {
 	shadow   [8]*Policy
 	sreqs    [8]sluice.Request
 	sds      [8]sluice.Decision
-	check    sluice.Check
-	// held are the release functions of the concurrency slots the request
-	// holds.
-	held []func() error
+	// batch is the request's checks, on the arrays above; it holds the
+	// release functions of the concurrency slots the request holds.
+	batch door.Batch[*Policy]
 	// keys holds the keys of this and earlier requests, back to back.
 	// Only the space past them is ever written, so a key handed to a store
 	// is never overwritten; a full buffer is replaced, never reused.
@@ -188,8 +194,7 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s := m.scratch.Get().(*scratch)
 		defer m.scratch.Put(s)
-		s.held = s.held[:0]
-		defer s.release()
+		defer s.batch.Release()
 		if m.decide(w, r, s) {
 			next.ServeHTTP(w, r)
 		}
@@ -199,27 +204,29 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 // decide applies the policies to r and answers a denial itself. It reports
 // whether the request may proceed.
 func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) bool {
-	enforced, shadow := s.policies[:0], s.shadow[:0]
-	reqs, modes, sreqs := s.reqs[:0], s.modes[:0], s.sreqs[:0]
+	b := &s.batch
+	if cap(b.Enforced) == 0 {
+		b.Enforced, b.Shadow = s.policies[:0], s.shadow[:0]
+		b.Check.Enforced, b.Check.Modes, b.Check.Shadow = s.reqs[:0], s.modes[:0], s.sreqs[:0]
+	}
+	b.Reset()
 	if cap(s.keys)-len(s.keys) < 256 {
 		s.keys = make([]byte, 0, keyArena)
 	}
 	s.keys = s.keys[len(s.keys):]
 	res := &s.res
 	*res = Result{Closest: -1}
-	c := &s.check
-	*c = sluice.Check{}
-	failClosed := false
 	for _, p := range m.policies {
 		if !p.matches(r) {
 			continue
 		}
+		rules := &p.rules
 		req, err := m.request(r, p, s)
 		if errors.Is(err, errKeyMissing) {
 			res.Err, res.MissingKey = err, true
 			m.log.note(r.Context(), slog.LevelWarn, p.Name+" (missing key)", "rate limit key not found; decided by the policy's missing: "+p.Missing.String(),
 				slog.String("error", err.Error()))
-			if p.Missing == sluice.MissingSkip || p.Shadow {
+			if door.OnMissing(rules) == door.Skip {
 				continue // unlimited by this policy, as asked
 			}
 		}
@@ -231,10 +238,9 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return false
 		}
-		if res.Label == "" && !p.Shadow {
-			res.Label, res.Identity = p.Name, req.Key[len(p.Name)+1:]
-		}
-		if !p.Shadow && p.conc != nil && !m.hold(w, r, p, req.Key, s) {
+		b.Apply(p, rules, req.Key)
+		if a, d, v := b.Hold(r.Context(), p, rules, req.Key); a != door.Proceed {
+			m.refuseSlot(w, r, s, p, req.Key, a, d, v)
 			return false // answered; nothing charged
 		}
 		var chosen []sluice.Limit
@@ -245,17 +251,11 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 			if !p.rated() {
 				continue // concurrency alone
 			}
-			chosen = []sluice.Limit{p.Limit}
+			chosen = p.limit[:]
 		}
-		for _, l := range chosen {
-			req.Limit = l
-			if p.Shadow {
-				shadow, sreqs = append(shadow, p), append(sreqs, req)
-			} else {
-				enforced, reqs, modes = append(enforced, p), append(reqs, req), append(modes, p.FailMode)
-			}
-		}
+		b.Add(p, rules, req, chosen)
 	}
+	reqs, sreqs := b.Check.Enforced, b.Check.Shadow
 	ds, sds := s.ds[:], s.sds[:]
 	if len(reqs) > len(ds) {
 		ds = make([]sluice.Decision, len(reqs))
@@ -263,46 +263,40 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 	if len(sreqs) > len(sds) {
 		sds = make([]sluice.Decision, len(sreqs))
 	}
-	c.Enforced, c.Modes, c.Shadow = reqs, modes, sreqs
-	if res.Label == "" && len(shadow) > 0 {
-		res.Label, res.Identity = shadow[0].Name, sreqs[0].Key[len(shadow[0].Name)+1:]
+	if b.Labeled != nil {
+		res.Label, res.Identity = b.Labeled.Name, b.Key[len(b.Labeled.Name)+1:]
 	}
-	c.Label = res.Label
-	v := m.guard.Decide(r.Context(), c, ds, sds)
+	v, a := b.Decide(r.Context(), m.guard, ds, sds)
 	ds, sds = ds[:len(reqs)], sds[:len(sreqs)]
+	enforced := b.Enforced
 	res.Outcome, res.ShadowDenied = v.Outcome, v.ShadowDenied
 	if v.Err != nil {
 		res.Err = v.Err
 	}
-	switch v.Outcome {
-	case sluice.Invalid:
+	switch a {
+	case door.Invalid:
 		m.report(r, res)
 		http.Error(w, v.Err.Error(), http.StatusBadRequest)
 		return false
-	case sluice.FailedClosed:
-		failClosed = true
+	case door.Unavailable:
 		enforced, ds = enforced[:0], ds[:0]
 	}
 	res.Policies, res.Decisions = enforced, ds
-	if i := v.Closest; i >= 0 {
+	if i := v.Closest; i >= 0 && a != door.Unavailable {
 		res.Closest = i
 		s.hdr.set(w.Header(), m.now(), m.opts.ResetFormat, i, enforced, ds)
-		res.Denied = !ds[i].Allowed
+		res.Denied = a == door.Limited
 	}
 	if len(sreqs) > 0 {
-		m.noteShadow(r, shadow, sds, res)
+		m.noteShadow(r, b.Shadow, sds, res)
 	}
-	if failClosed || res.Denied {
-		s.release() // refused: it holds nothing
-	}
-	switch {
-	case failClosed:
-		res.FailedClosed, res.Denied = true, false
-		res.Outcome = sluice.FailedClosed
+	switch a {
+	case door.Unavailable:
+		res.FailedClosed = true
 		m.report(r, res)
 		m.refuse(w, r, res, http.StatusServiceUnavailable, time.Second)
 		return false
-	case res.Denied:
+	case door.Limited:
 		d := ds[res.Closest]
 		m.report(r, res)
 		m.log.note(r.Context(), slog.LevelInfo, enforced[res.Closest].Name, "rate limited",
@@ -314,29 +308,23 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 	return m.shapeWait(r, enforced, ds)
 }
 
-// hold takes a slot of p's concurrency for key, or answers the request:
-// 429 when the key is full, 503 when the slots failed under FailClosed.
-// Slots taken for this request's earlier policies are released then.
-func (m *Middleware) hold(w http.ResponseWriter, r *http.Request, p *Policy, key string, s *scratch) bool {
-	release, d, v := p.conc.Hold(r.Context(), &s.check, key)
-	if release != nil {
-		s.held = append(s.held, release)
-		return true
-	}
-	s.release()
+// refuseSlot answers a request that p's concurrency refused (answer a of
+// Batch.Hold, with the slot's decision and verdict): 400 for bad input,
+// 503 when the slots failed under FailClosed, else 429.
+func (m *Middleware) refuseSlot(w http.ResponseWriter, r *http.Request, s *scratch, p *Policy, key string, a door.Answer, d sluice.Decision, v sluice.Verdict) {
 	res := &s.res
 	res.Label, res.Identity, res.Outcome = p.Name, key[len(p.Name)+1:], v.Outcome
-	switch v.Outcome {
-	case sluice.Invalid:
+	switch a {
+	case door.Invalid:
 		res.Err = v.Err
 		m.report(r, res)
 		http.Error(w, v.Err.Error(), http.StatusBadRequest)
-		return false
-	case sluice.FailedClosed:
+		return
+	case door.Unavailable:
 		res.Err, res.FailedClosed = v.Err, true
 		m.report(r, res)
 		m.refuse(w, r, res, http.StatusServiceUnavailable, time.Second)
-		return false
+		return
 	}
 	res.Err = v.Err // the store's, when the stand-in denied
 	res.Policies, res.Decisions, res.Closest = []*Policy{p}, []sluice.Decision{d}, 0
@@ -346,15 +334,6 @@ func (m *Middleware) hold(w http.ResponseWriter, r *http.Request, p *Policy, key
 	m.log.note(r.Context(), slog.LevelInfo, p.Name, "concurrency limited",
 		slog.Int64("in_flight", p.Concurrency), slog.String("method", r.Method), slog.String("path", r.URL.Path))
 	m.refuse(w, r, res, http.StatusTooManyRequests, d.RetryAfter)
-	return false
-}
-
-// release gives back the slots s holds.
-func (s *scratch) release() {
-	for _, f := range s.held {
-		f()
-	}
-	s.held = s.held[:0]
 }
 
 // shapeWait sleeps the longest Delay of the shaping policies, and reports
@@ -381,9 +360,6 @@ func (m *Middleware) shapeWait(r *http.Request, policies []*Policy, ds []sluice.
 
 var (
 	errBadCost = errors.New("httplimit: bad request cost")
-	// errKeyTooLong answers 400: an identity past sluice.MaxIdentityLen (a huge
-	// API key header, say) must not slip through unlimited by failing open.
-	errKeyTooLong = errors.New("httplimit: request identity too long")
 	// errKeyMissing wraps the key function's error for a request the
 	// policy's Missing did not key by the client's address.
 	errKeyMissing = errors.New("httplimit: the request has no identity for the policy")
@@ -398,7 +374,7 @@ func (m *Middleware) request(r *http.Request, p *Policy, s *scratch) (sluice.Req
 	keys, err := p.Key(keys, r, p)
 	if err != nil && !errors.Is(err, ErrAmbiguousKey) {
 		missing := err
-		if p.Missing != sluice.MissingClientIP {
+		if door.OnMissing(&p.rules) != door.ByAddress {
 			return sluice.Request{}, fmt.Errorf("%w: %w", errKeyMissing, missing)
 		}
 		// The fallback identity: a NUL (which no header value holds), then
@@ -414,8 +390,8 @@ func (m *Middleware) request(r *http.Request, p *Policy, s *scratch) (sluice.Req
 		return sluice.Request{}, err
 	}
 	s.keys = keys
-	if n := len(keys) - start - len(p.Name) - 1; n > sluice.MaxIdentityLen {
-		return sluice.Request{}, fmt.Errorf("%w: %d bytes, at most %d", errKeyTooLong, n, sluice.MaxIdentityLen)
+	if err := door.Identity(len(keys) - start - len(p.Name) - 1); err != nil {
+		return sluice.Request{}, fmt.Errorf("httplimit: %w", err)
 	}
 	cost := p.Cost
 	if p.CostFunc != nil {
@@ -440,15 +416,6 @@ func (m *Middleware) noteShadow(r *http.Request, policies []*Policy, ds []sluice
 	}
 	res.Policies = append(res.Policies[:len(res.Policies):len(res.Policies)], policies...)
 	res.Decisions = append(res.Decisions[:len(res.Decisions):len(res.Decisions)], ds...)
-}
-
-// standin returns the stand-in of FailLocal policies for store: a memory
-// store of its own, or nil for a store that cannot fail (the memory store).
-func standin(store sluice.Store) sluice.Store {
-	if ip, ok := store.(sluice.InProcess); ok && ip.InProcess() {
-		return nil
-	}
-	return memstore.New(memstore.Options{MaxKeys: 1 << 20})
 }
 
 func (m *Middleware) report(r *http.Request, res *Result) {

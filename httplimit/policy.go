@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/door"
 )
 
 // Policy is one limit applied to the requests its Pattern matches.
@@ -67,8 +68,9 @@ type Policy struct {
 	// sluice.LeakyBucket.
 	Shape bool
 
-	pat  *pattern            // nil when Pattern is empty
-	conc *sluice.Concurrency // nil without Concurrency
+	pat   *pattern        // nil when Pattern is empty
+	rules door.Policy     // what every front door's rules read; Conc nil without Concurrency
+	limit [1]sluice.Limit // Limit, as Batch.Add takes it
 
 	// The header values that depend only on the policy, made once. Their
 	// capacity is their length, so a handler's Header.Add copies them.
@@ -103,6 +105,8 @@ func (p *Policy) prepare() error {
 	if p.Cost == 0 {
 		p.Cost = 1
 	}
+	p.rules = door.Policy{Name: p.Name, Shadow: p.Shadow, FailMode: p.FailMode, Missing: p.Missing}
+	p.limit[0] = p.Limit
 	p.limitHdr = []string{strconv.FormatInt(cmp.Or(p.Limit.Rate, p.Concurrency), 10)}
 	p.policyHdr = []string{string(appendPolicyField(nil, []*Policy{p}, []sluice.Decision{{Limit: p.Limit}}))}
 	if p.Pattern == "" {

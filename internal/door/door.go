@@ -1,0 +1,204 @@
+// Package door holds the rules every front door of sluice applies to a
+// request, whatever its protocol: httplimit (and, through it, sluice
+// proxy and /v1/forward-auth) and grpclimit. A door finds each matching
+// policy's key its own way; from there the rules are these, in one copy:
+//
+//   - a key that cannot be found is decided by the policy's Missing (OnMissing);
+//   - an identity longer than sluice.MaxIdentityLen is refused, never let
+//     through unlimited (Identity);
+//   - a policy's concurrency slot is taken before its rate is decided, and a
+//     refusal, or any refusal after it, releases every slot the request holds;
+//   - enforced policies are decided together, all-or-nothing, shadow ones
+//     apart, in one Guard call (Batch.Decide);
+//   - the request is counted under one label: the policy whose concurrency
+//     refused it, else the first enforced policy, else the first shadow one;
+//   - the answer is one of Proceed, Invalid (400, InvalidArgument),
+//     Unavailable (503, Unavailable: a closed failure) and Limited (429,
+//     ResourceExhausted), with the decision closest to its limit for the
+//     rate headers.
+package door
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// Policy is what the rules read of one policy.
+type Policy struct {
+	Name     string
+	Shadow   bool
+	FailMode sluice.FailMode
+	Missing  sluice.MissingKey
+	Conc     *sluice.Concurrency // nil: no concurrency limit
+}
+
+// Action is what a policy does for a request whose key it cannot find.
+type Action uint8
+
+const (
+	// ByAddress limits the request by the client's address instead, under
+	// the policy's limits (MissingClientIP, the default).
+	ByAddress Action = iota
+	// Refuse answers the request as invalid (MissingDeny).
+	Refuse
+	// Skip leaves the request unlimited by this policy (MissingSkip, and a
+	// shadow policy that would refuse: a shadow never refuses).
+	Skip
+)
+
+// OnMissing is p's action for a request without its key.
+func OnMissing(p *Policy) Action {
+	switch {
+	case p.Missing == sluice.MissingSkip:
+		return Skip
+	case p.Missing == sluice.MissingDeny && p.Shadow:
+		return Skip
+	case p.Missing == sluice.MissingDeny:
+		return Refuse
+	}
+	return ByAddress
+}
+
+// ErrIdentityTooLong is wrapped by Identity's error.
+var ErrIdentityTooLong = fmt.Errorf("request identity too long: at most %d bytes", sluice.MaxIdentityLen)
+
+// Identity refuses an identity of n bytes past sluice.MaxIdentityLen (a
+// huge API key header, say), which must not slip through unlimited.
+func Identity(n int) error {
+	if n > sluice.MaxIdentityLen {
+		return fmt.Errorf("%w: %d", ErrIdentityTooLong, n)
+	}
+	return nil
+}
+
+// StandIn returns the stand-in that FailLocal policies decide with while
+// store fails: a memory store of its own, or nil for a store that cannot
+// fail (the memory store).
+func StandIn(store sluice.Store) *memstore.Store {
+	if ip, ok := store.(sluice.InProcess); ok && ip.InProcess() {
+		return nil
+	}
+	return memstore.New(memstore.Options{MaxKeys: 1 << 20})
+}
+
+// Answer is how a door answers a request.
+type Answer uint8
+
+const (
+	Proceed     Answer = iota // pass it on
+	Invalid                   // 400, InvalidArgument: Verdict.Err says why
+	Unavailable               // 503, Unavailable: the store failed and a policy fails closed
+	Limited                   // 429, ResourceExhausted: the decision at Closest (or the slot's) says when to retry
+)
+
+// Batch gathers one request's checks across its policies; P is the door's
+// own policy type, which each call gives with its rules. Its slices may be
+// backed by a door's pooled arrays: Reset keeps their capacity.
+type Batch[P comparable] struct {
+	Check sluice.Check
+	// Enforced and Shadow are the policy of each of Check.Enforced and
+	// Check.Shadow.
+	Enforced, Shadow []P
+	// Held are the release functions of the slots the request holds.
+	Held []func() error
+	// Labeled is the policy the request is counted under, once (the zero
+	// P until one applies), and Key its key.
+	Labeled P
+	Key     string
+	shadow  bool // Labeled is a shadow policy
+}
+
+// Reset empties b for another request, keeping its slices' arrays.
+func (b *Batch[P]) Reset() {
+	c := &b.Check
+	*c = sluice.Check{Enforced: c.Enforced[:0], Modes: c.Modes[:0], Shadow: c.Shadow[:0]}
+	b.Enforced, b.Shadow, b.Held = b.Enforced[:0], b.Shadow[:0], b.Held[:0]
+	var none P
+	b.Labeled, b.Key, b.shadow = none, "", false
+}
+
+// Apply notes that p, with rules r, applies to the request under key:
+// the request is counted under the first enforced policy that applies,
+// else the first shadow one.
+func (b *Batch[P]) Apply(p P, r *Policy, key string) {
+	var none P
+	if b.Labeled == none || b.shadow && !r.Shadow {
+		b.Labeled, b.Key, b.shadow = p, key, r.Shadow
+		b.Check.Label = r.Name
+	}
+}
+
+// Add adds p's requests: req under each of limits.
+func (b *Batch[P]) Add(p P, r *Policy, req sluice.Request, limits []sluice.Limit) {
+	c := &b.Check
+	for _, l := range limits {
+		req.Limit = l
+		if r.Shadow {
+			b.Shadow, c.Shadow = append(b.Shadow, p), append(c.Shadow, req)
+		} else {
+			b.Enforced, c.Enforced, c.Modes = append(b.Enforced, p), append(c.Enforced, req), append(c.Modes, r.FailMode)
+		}
+	}
+}
+
+// Hold takes the concurrency slot of p, with rules r, for key, where it is
+// an enforced policy with one. Refused, it releases every slot the request
+// holds, counts the request under p, and returns the answer with the
+// slot's decision and verdict.
+func (b *Batch[P]) Hold(ctx context.Context, p P, r *Policy, key string) (Answer, sluice.Decision, sluice.Verdict) {
+	if r.Shadow || r.Conc == nil {
+		return Proceed, sluice.Decision{}, sluice.Verdict{}
+	}
+	release, d, v := r.Conc.Hold(ctx, &b.Check, key)
+	if release != nil {
+		b.Held = append(b.Held, release)
+		return Proceed, d, v
+	}
+	b.Release()
+	b.Labeled, b.Key, b.shadow = p, key, false
+	b.Check.Label = r.Name
+	switch v.Outcome {
+	case sluice.Invalid:
+		return Invalid, d, v
+	case sluice.FailedClosed:
+		return Unavailable, d, v
+	}
+	return Limited, d, v
+}
+
+// Release gives back every slot the request holds.
+func (b *Batch[P]) Release() {
+	for _, f := range b.Held {
+		f()
+	}
+	b.Held = b.Held[:0]
+}
+
+// Empty reports whether nothing applies to the request: no rate to decide
+// and no slot held.
+func (b *Batch[P]) Empty() bool {
+	return len(b.Check.Enforced)+len(b.Check.Shadow)+len(b.Held) == 0
+}
+
+// Decide decides b's requests through g into ds and sds (each at least as
+// long as its requests), and returns the verdict and the answer. A request
+// refused (Invalid, Unavailable, Limited) holds no slot after it.
+func (b *Batch[P]) Decide(ctx context.Context, g *sluice.Guard, ds, sds []sluice.Decision) (sluice.Verdict, Answer) {
+	v := g.Decide(ctx, &b.Check, ds, sds)
+	a := Proceed
+	switch {
+	case v.Outcome == sluice.Invalid:
+		a = Invalid
+	case v.Outcome == sluice.FailedClosed:
+		a = Unavailable
+	case v.Closest >= 0 && !ds[v.Closest].Allowed:
+		a = Limited
+	}
+	if a != Proceed {
+		b.Release()
+	}
+	return v, a
+}
