@@ -29,8 +29,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/sample"
 	"github.com/sluicehq/sluice/internal/door"
+	"github.com/sluicehq/sluice/internal/sample"
 )
 
 // KeyFunc returns the identity to limit for a call.
