@@ -18,8 +18,6 @@ import (
 	"github.com/sluicehq/sluice/storetest"
 )
 
-var prefixes atomic.Int64
-
 // uniquePrefix isolates each store on a shared server.
 func uniquePrefix(t testing.TB) string {
 	return redistest.UniquePrefix(t)
