@@ -37,7 +37,9 @@ const DefaultTimeout = time.Second
 // than the limit allows.
 //
 // A Guard is safe for concurrent use; one Guard per Store, shared by every
-// front door on it, keeps one breaker and one stand-in.
+// front door on it, keeps one breaker and one stand-in. Limiters share one
+// by themselves (see LimiterOptions.Guard); give the others a Guard
+// through their Options.
 type Guard struct {
 	store    Store
 	opts     GuardOptions

@@ -16,7 +16,13 @@ type LimiterOptions struct {
 	// front doors on the same store: one breaker and one stand-in for all.
 	// It must decide through the Limiter's store. When set, Timeout, Local,
 	// Instances, Logger and OnStoreError are the Guard's, not these.
+	// Unset, the Limiter shares one with every Limiter on the same store
+	// with the same Timeout, Local, Instances and Logger, unless it sets
+	// OnStoreError or OwnGuard.
 	Guard *Guard
+	// OwnGuard gives the Limiter a Guard of its own (its own breaker,
+	// prober and stand-in) rather than the store's shared one.
+	OwnGuard bool
 	// Timeout bounds each store call: zero means DefaultTimeout, negative
 	// means only the caller's context bounds it.
 	Timeout time.Duration
@@ -87,9 +93,7 @@ func NewLimiter(store Store, limit Limit, opts LimiterOptions) (*Limiter, error)
 	g := opts.Guard
 	if g == nil {
 		var err error
-		g, err = NewGuard(store, GuardOptions{Timeout: opts.Timeout, Local: opts.Local, Instances: opts.Instances,
-			Logger: opts.Logger, OnStoreCall: storeErrors(opts.OnStoreError)})
-		if err != nil {
+		if g, err = sharedGuard(store, opts); err != nil {
 			return nil, err
 		}
 	} else if g.Store() != store {
