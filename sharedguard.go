@@ -74,4 +74,3 @@ func sharedGuard(store Store, opts LimiterOptions) (*Guard, error) {
 }
 
 var sharing sync.Mutex
-
