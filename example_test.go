@@ -48,12 +48,14 @@ func ExampleStore_TakeAll() {
 		if err := store.TakeAll(context.Background(), reqs, ds); err != nil {
 			panic(err)
 		}
-		fmt.Println(ds[0].Allowed && ds[1].Allowed, ds[0].Remaining, ds[1].Remaining)
+		// The decision closest to its limit is the one for the headers.
+		c := ds[sluice.Closest(ds)]
+		fmt.Println(ds[0].Allowed && ds[1].Allowed, ds[0].Remaining, ds[1].Remaining, c.Limit)
 	}
 	// Output:
-	// true 1 999
-	// true 0 998
-	// false 0 998
+	// true 1 999 sliding_window 2/s
+	// true 0 998 sliding_window 2/s
+	// false 0 998 sliding_window 2/s
 }
 
 // A leaky bucket shapes: each request is admitted with the Delay that

@@ -205,7 +205,7 @@ func (g *Guard) Decide(ctx context.Context, c *Check, ds, sds []Decision) Verdic
 			if g.standin != nil {
 				g.standin.record(c.Enforced, c.Modes, ds)
 			}
-			v.Closest = Most(ds)
+			v.Closest = Closest(ds)
 			if !ds[v.Closest].Allowed {
 				v.Outcome = Denied
 			}
@@ -222,7 +222,7 @@ func (g *Guard) Decide(ctx context.Context, c *Check, ds, sds []Decision) Verdic
 		sds = sds[:len(c.Shadow)]
 		if err := g.call(ctx, c.Shadow, sds); err != nil {
 			g.note(ctx, c.Label, "rate limit store failed (shadow)", err)
-		} else if !sds[Most(sds)].Allowed {
+		} else if !sds[Closest(sds)].Allowed {
 			v.ShadowDenied = true
 			if v.Outcome == Allowed {
 				v.Outcome = ShadowDenied
@@ -468,14 +468,14 @@ func (g *Guard) failed(ctx context.Context, c *Check, ds []Decision, err error) 
 			return v
 		}
 		v.Outcome = LocalAllowed
-		v.Closest = Most(ds)
+		v.Closest = Closest(ds)
 		if !ds[v.Closest].Allowed {
 			v.Outcome = LocalDenied
 		}
 		g.note(ctx, c.Label, "rate limit store failed; decided locally (fail_mode local)", err)
 		return v
 	}
-	v.Closest = Most(ds)
+	v.Closest = Closest(ds)
 	g.note(ctx, c.Label, "rate limit store failed; allowed (fail_mode open)", err)
 	return v
 }

@@ -7,9 +7,9 @@ import (
 	"time"
 )
 
-// MaxTime bounds Request.Now: with MaxSpan after it, times stay below 2^53
+// maxTime bounds Request.Now: with MaxSpan after it, times stay below 2^53
 // microseconds, exact in Lua's doubles.
-var MaxTime = time.Date(2150, 1, 1, 0, 0, 0, 0, time.UTC)
+var maxTime = time.Date(2150, 1, 1, 0, 0, 0, 0, time.UTC)
 
 // MaxKeyLen is the longest Request.Key, in bytes: a client's identity of
 // up to MaxIdentityLen, with room for what a front door puts before it (a
@@ -35,7 +35,7 @@ var (
 	// ErrNegativeCost is returned for a Request whose Cost is negative.
 	ErrNegativeCost = errors.New("sluice: negative cost")
 	// ErrInvalidTime is returned for a Request whose Now is before 1970 or
-	// after MaxTime.
+	// after 2150.
 	ErrInvalidTime = errors.New("sluice: request time out of range")
 	// ErrDuplicateRequest is returned by TakeAll for a batch in which two
 	// requests share key, algorithm and period, and so one state.
@@ -95,8 +95,8 @@ func (r *Request) CheckKeyAndCost() error {
 	if err := checkKey(r.Key, r.Cost); err != nil {
 		return err
 	}
-	if !r.Now.IsZero() && (r.Now.Before(time.Unix(0, 0)) || r.Now.After(MaxTime)) {
-		return fmt.Errorf("%w: %v is outside 1970..%v", ErrInvalidTime, r.Now, MaxTime.Year())
+	if !r.Now.IsZero() && (r.Now.Before(time.Unix(0, 0)) || r.Now.After(maxTime)) {
+		return fmt.Errorf("%w: %v is outside 1970..%v", ErrInvalidTime, r.Now, maxTime.Year())
 	}
 	return checkCost(r.Cost, r.Limit.Capacity())
 }
@@ -165,10 +165,10 @@ type Store interface {
 	Reset(ctx context.Context, key string, limit Limit) error
 }
 
-// Most returns the index of the decision closest to its limit: a denied one
+// Closest returns the index of the decision closest to its limit: a denied one
 // with the longest RetryAfter if any, else the one with the fewest remaining
 // relative to its rate. It returns -1 for no decisions.
-func Most(ds []Decision) int {
+func Closest(ds []Decision) int {
 	best := -1
 	for i := range ds {
 		if best < 0 || closer(&ds[i], &ds[best]) {

@@ -164,7 +164,7 @@ func extremeLimits(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
 		key := fmt.Sprintf("x%d", i)
 		capacity := l.Capacity()
 		for step := range 40 {
-			dt := min(l.Period/8, 365*24*time.Hour) // stay within sluice.MaxTime
+			dt := min(l.Period/8, 365*24*time.Hour) // stay before 2150, the bound of Request.Now
 			now = now.Add(time.Duration(rng.Int64N(int64(dt)+1)) / time.Microsecond * time.Microsecond)
 			cost := []int64{1, 0, capacity / 3, capacity, rng.Int64N(capacity + 1)}[rng.IntN(5)]
 			req := sluice.Request{Key: key, Limit: l, Cost: cost, Now: now}

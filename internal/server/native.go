@@ -36,7 +36,7 @@ func (n *native) Check(ctx context.Context, req *sluicev1.CheckRequest) (*sluice
 		for _, d := range r.decisions {
 			pr.Limits = append(pr.Limits, protoDecision(d))
 		}
-		if i := sluice.Most(r.decisions); i >= 0 {
+		if i := sluice.Closest(r.decisions); i >= 0 {
 			pr.Decision = protoDecision(r.decisions[i])
 			pr.Decision.Allowed = r.Allowed // a shadow check is allowed
 		}
