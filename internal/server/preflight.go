@@ -110,6 +110,25 @@ func (p *preflight) problems() (failed bool, public, detail []string) {
 	return failed, public, detail
 }
 
+// preflightEvery is how often the preflight runs besides at each new
+// connection: a maxmemory-policy or an ACL changed on a live server is
+// found within it. A variable for the tests.
+var preflightEvery = time.Minute
+
+// every runs the preflight every interval until ctx ends.
+func (p *preflight) every(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			p.run(ctx)
+		}
+	}
+}
+
 // decideRefused says why a report's user cannot decide, or "".
 func decideRefused(r redisstore.Report) string {
 	var why []string

@@ -255,6 +255,7 @@ func (s *Server) openStore(cfg *config.Config) error {
 	pre.Store(p)
 	s.preflight = p
 	follow, stop := context.WithCancel(context.Background())
+	go p.every(follow, preflightEvery) // a setting changed on a live server
 	s.overrides = overrides.NewShared(follow, rs.Client, rs.Prefix(), s.log)
 	s.store, s.closer, s.storeType = rs, func() { stop(); rs.Close() }, "redis"
 	s.redis = rs
