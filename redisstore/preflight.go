@@ -67,7 +67,7 @@ type Command struct {
 //
 //   - decide: a peek (cost 0, nothing written) on a key under the prefix,
 //     by FCALL or by EVALSHA as calls go: fail when neither is permitted.
-//   - eviction: maxmemory-policy and maxmemory, on every primary: warn for
+//   - eviction: maxmemory-policy and maxmemory, on every node: warn for
 //     any policy but noeviction once maxmemory is set, because an evicted
 //     key is a limit reset (every key sluice writes carries a TTL, so the
 //     volatile-* policies take them too).
@@ -152,9 +152,6 @@ func checkEviction(ctx context.Context, client rueidis.Client) Check {
 		info, err := n.Do(ctx, n.B().Info().Section("memory").Build()).ToString()
 		if err != nil {
 			return Check{Name: "eviction", Result: ResultUnknown, Detail: "INFO memory: " + err.Error()}
-		}
-		if strings.Contains(info, "role:slave") {
-			continue
 		}
 		f := infoFields(info)
 		policy, maxmemory := f["maxmemory_policy"], f["maxmemory"]
