@@ -1,0 +1,160 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// Every exported name of the package is used by a test or an example
+// somewhere in the module: a name nobody exercises is either untested or
+// not needed.
+func TestEveryExportedNameIsUsed(t *testing.T) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, p := range pkgs {
+		for _, f := range p.Files {
+			for _, d := range f.Decls {
+				switch d := d.(type) {
+				case *ast.FuncDecl:
+					if d.Name.IsExported() {
+						names = append(names, d.Name.Name)
+					}
+				case *ast.GenDecl:
+					for _, s := range d.Specs {
+						switch s := s.(type) {
+						case *ast.TypeSpec:
+							if s.Name.IsExported() {
+								names = append(names, s.Name.Name)
+							}
+						case *ast.ValueSpec:
+							for _, n := range s.Names {
+								if n.IsExported() {
+									names = append(names, n.Name)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	var tests strings.Builder
+	filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(path, "_test.go") && path != "vocabulary_test.go" {
+			b, _ := os.ReadFile(path)
+			tests.Write(b)
+		}
+		return nil
+	})
+	own, _ := os.ReadFile("vocabulary_test.go")
+	body := tests.String() + string(own[strings.Index(string(own), "// The vocabulary, used"):])
+	for _, n := range names {
+		if !regexp.MustCompile(`\b` + n + `\b`).MatchString(body) {
+			t.Errorf("sluice.%s is used by no test or example", n)
+		}
+	}
+	if len(names) < 50 {
+		t.Fatalf("only %d exported names found", len(names))
+	}
+}
+
+// The vocabulary, used: the names no other test reaches.
+func TestVocabulary(t *testing.T) {
+	for _, a := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingLog, sluice.SlidingWindow, sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA, sluice.Calendar} {
+		text, err := a.MarshalText()
+		var back sluice.Algorithm
+		if err != nil || back.UnmarshalText(text) != nil || back != a {
+			t.Errorf("%v: MarshalText %q, %v; UnmarshalText gave %v", a, text, err, back)
+		}
+	}
+	for _, m := range []sluice.FailMode{sluice.FailLocal, sluice.FailOpen, sluice.FailClosed} {
+		if back, err := sluice.ParseFailMode(m.String()); err != nil || back != m {
+			t.Errorf("ParseFailMode(%q) = %v, %v", m, back, err)
+		}
+	}
+	if _, err := sluice.ParseFailMode("sideways"); err == nil {
+		t.Error("ParseFailMode accepted sideways")
+	}
+	for _, m := range []sluice.MissingKey{sluice.MissingClientIP, sluice.MissingDeny, sluice.MissingSkip} {
+		if back, err := sluice.ParseMissingKey(m.String()); err != nil || back != m {
+			t.Errorf("ParseMissingKey(%q) = %v, %v", m, back, err)
+		}
+	}
+	if _, err := sluice.ParseMissingKey("maybe"); err == nil {
+		t.Error("ParseMissingKey accepted maybe")
+	}
+	short := sluice.Limit{Rate: 1, Period: sluice.MinPeriod / 2}
+	if err := short.Validate(); !errors.Is(err, sluice.ErrInvalidLimit) {
+		t.Errorf("a period under MinPeriod: %v", err)
+	}
+	if l, err := sluice.ParseLimit("calendar 10/minute"); err != nil || l.Period != sluice.CalendarMinute {
+		t.Errorf("calendar 10/minute: %+v, %v", l, err)
+	}
+
+	late := sluice.Request{Key: "k", Limit: sluice.PerSecond(1), Cost: 1, Now: time.Date(2200, 1, 1, 0, 0, 0, 0, time.UTC)}
+	if err := late.Validate(); !errors.Is(err, sluice.ErrInvalidTime) || !sluice.IsInputError(err) {
+		t.Errorf("a request in 2200: %v; want ErrInvalidTime, an input error", err)
+	}
+	if err := (&sluice.Request{Cost: 1}).CheckKeyAndCost(); !errors.Is(err, sluice.ErrEmptyKey) {
+		t.Errorf("an empty key: %v", err)
+	}
+	if r := (sluice.Request{Key: "k", Force: true}); !r.Forced() {
+		t.Error("a Force request is not Forced")
+	}
+	if r := (sluice.Request{Key: "k", Limit: sluice.Limit{CountAll: true}}); !r.Forced() {
+		t.Error("a request of a count-all limit is not Forced")
+	}
+
+	if err := sluice.CheckSlot("k", "", 1); !errors.Is(err, sluice.ErrEmptyLease) {
+		t.Errorf("CheckSlot without a lease: %v", err)
+	}
+	if err := sluice.CheckSlot("k", "l", 0); !errors.Is(err, sluice.ErrInvalidConcurrency) {
+		t.Errorf("CheckSlot with max 0: %v", err)
+	}
+	if sluice.DefaultLease <= 0 {
+		t.Errorf("DefaultLease %v", sluice.DefaultLease)
+	}
+
+	var ms sluice.Store = memstore.New(memstore.Options{})
+	if ip, ok := ms.(sluice.InProcess); !ok || !ip.InProcess() {
+		t.Error("the memory store is not InProcess")
+	}
+	closed, err := redisstore.Open("redis://127.0.0.1:1", redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := any(closed).(sluice.InProcess); ok {
+		t.Error("the Redis store claims to be InProcess")
+	}
+	closed.Close()
+	if _, err := closed.Take(context.Background(), sluice.Request{Key: "k", Limit: sluice.PerSecond(1), Cost: 1}); !errors.Is(err, sluice.ErrStoreClosed) {
+		t.Errorf("a closed store: %v; want ErrStoreClosed", err)
+	}
+
+	g, err := sluice.NewGuard(ms, sluice.GuardOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ds := make([]sluice.Decision, 1)
+	v := g.Decide(context.Background(), &sluice.Check{Enforced: []sluice.Request{{Key: "", Limit: sluice.PerSecond(1), Cost: 1}}, Modes: []sluice.FailMode{sluice.FailOpen}}, ds, nil)
+	if v.Outcome != sluice.Invalid || v.Err == nil {
+		t.Errorf("a check with an empty key: %+v; want Invalid", v)
+	}
+}
