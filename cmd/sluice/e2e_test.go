@@ -80,7 +80,8 @@ func (s *syncBuffer) Write(p []byte) (int, error) {
 }
 func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
-// start runs `sluice serve` with args and waits until it answers /healthz.
+// start runs `sluice serve` with args and waits until it answers /healthz
+// and has announced itself.
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	return startBinary(t, binary, env, args...)
@@ -104,11 +105,15 @@ func startBinary(t *testing.T, bin string, env []string, args ...string) *proc {
 			t.Logf("sluice output:\n%s", p.out)
 		}
 	})
+	// Serving and announced: the banner comes once the config file is
+	// watched, so a test's change to it from here on is seen.
 	deadline := time.Now().Add(15 * time.Second)
 	for {
 		if resp, err := http.Get("http://" + p.http + "/healthz"); err == nil {
 			resp.Body.Close()
-			return p
+			if strings.Contains(p.out.String(), "sluice serving") {
+				return p
+			}
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("sluice did not answer /healthz:\n%s", p.out)
