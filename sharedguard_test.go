@@ -54,13 +54,13 @@ func TestLimitersShareTheStoresGuard(t *testing.T) {
 	before := sluice.SharedGuards()
 	a, b = nil, nil
 	// Collected, the Guard's entry goes: wait for the cleanup, which runs
-	// after a collection on a goroutine of the runtime's.
-	for i := 0; sluice.SharedGuards() >= before; i++ {
-		if i == 1000 {
+	// after a collection on a goroutine of the runtime's, with a deadline
+	// no busy machine reaches.
+	for deadline := time.Now().Add(time.Minute); sluice.SharedGuards() >= before; runtime.Gosched() {
+		if time.Now().After(deadline) {
 			t.Fatalf("%d shared Guards after their Limiters went; want fewer than %d", sluice.SharedGuards(), before)
 		}
 		runtime.GC()
-		time.Sleep(time.Millisecond)
 	}
 	runtime.KeepAlive(local)
 }
