@@ -45,6 +45,14 @@ type rule struct {
 	concurrency int64
 }
 
+// of is r's limit: fixed_window r.limit per hour, or none.
+func (r rule) of() sluice.Limit {
+	if r.limit == 0 {
+		return sluice.Limit{}
+	}
+	return sluice.Limit{Algorithm: sluice.FixedWindow, Rate: r.limit, Period: time.Hour}
+}
+
 // door sends requests through one front door built of rules; key is the
 // request's X-Key ("" for none); hold keeps the request in flight (its
 // slots held) until the returned function is called.
@@ -54,11 +62,8 @@ func httpDoor(t *testing.T, rules []rule) door {
 	resolver, _ := clientip.RemoteAddr()
 	var policies []httplimit.Policy
 	for i, r := range rules {
-		p := httplimit.Policy{Name: "p" + string(rune('0'+i)), Key: httplimit.APIKey("X-Key"), Missing: r.missing, Shadow: r.shadow, Concurrency: r.concurrency}
-		if r.limit > 0 {
-			p.Limit = sluice.Limit{Algorithm: sluice.FixedWindow, Rate: r.limit, Period: time.Hour}
-		}
-		policies = append(policies, p)
+		policies = append(policies, httplimit.Policy{Name: "p" + string(rune('0'+i)), Key: httplimit.APIKey("X-Key"), Limit: r.of(),
+			Missing: r.missing, Shadow: r.shadow, Concurrency: r.concurrency})
 	}
 	var shadow bool // the last request's
 	m, err := httplimit.New(httplimit.Options{Store: memstore.New(memstore.Options{}), Policies: policies, ClientIP: resolver,
@@ -111,11 +116,8 @@ func httpDoor(t *testing.T, rules []rule) door {
 func grpcDoor(t *testing.T, rules []rule) door {
 	var policies []grpclimit.Policy
 	for i, r := range rules {
-		p := grpclimit.Policy{Name: "p" + string(rune('0'+i)), Key: grpclimit.Metadata("x-key"), Missing: r.missing, Shadow: r.shadow, Concurrency: r.concurrency}
-		if r.limit > 0 {
-			p.Limit = sluice.Limit{Algorithm: sluice.FixedWindow, Rate: r.limit, Period: time.Hour}
-		}
-		policies = append(policies, p)
+		policies = append(policies, grpclimit.Policy{Name: "p" + string(rune('0'+i)), Key: grpclimit.Metadata("x-key"), Limit: r.of(),
+			Missing: r.missing, Shadow: r.shadow, Concurrency: r.concurrency})
 	}
 	var shadow bool // the last request's
 	in, err := grpclimit.New(grpclimit.Options{Store: memstore.New(memstore.Options{}), Policies: policies,
