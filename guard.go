@@ -547,5 +547,5 @@ func IsInputError(err error) bool {
 	return false
 }
 
-var inputErrors = []error{ErrEmptyKey, ErrKeyTooLong, ErrCostExceedsBurst, ErrNegativeCost, ErrInvalidTime, ErrDuplicateRequest, ErrInvalidLimit,
+var inputErrors = []error{ErrEmptyKey, ErrKeyTooLong, ErrCostExceedsBurst, ErrNegativeCost, ErrInvalidTime, ErrDuplicateRequest, ErrRefundInBatch, ErrInvalidLimit,
 	ErrEmptyLease, ErrInvalidConcurrency}

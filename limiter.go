@@ -62,6 +62,10 @@ type LimiterOptions struct {
 //     sleeps each request's shaping Delay, which spaces the output at the
 //     rate; it returns ErrWouldExceedDeadline at once when the turn comes
 //     after ctx's deadline.
+//   - Reserve where the cost is known only once the work is done (tokens
+//     an answer reported, bytes sent, a login that counts only when it
+//     fails): it takes an estimate, and the Reservation's Settle charges
+//     the difference or gives it back; Cancel gives it all back.
 //   - Peek to show what is left (a quota page) without taking anything.
 //   - Reset to give a key its whole capacity back.
 //
@@ -156,30 +160,36 @@ func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(c
 // deadline.
 var ErrWouldExceedDeadline = errors.New("sluice: wait would exceed context deadline")
 
-// WaitN takes n events for key, blocking until they are allowed: for the
-// Delay of a shaping decision (leaky bucket), or until RetryAfter and then
-// again. It honours ctx, and returns ErrWouldExceedDeadline at once when
-// ctx's deadline is sooner than the wait. A leaky bucket's slot is taken
-// before its Delay is known, so a Wait that gives up then has spent it.
+// WaitN takes n events for key, blocking until they are allowed: until
+// RetryAfter and then again, and for the Delay of a shaping decision
+// (leaky bucket), which is a reservation: a Wait that gives up while it
+// waits out its Delay (ctx done) cancels it, giving the slot back. It
+// honours ctx, and returns ErrWouldExceedDeadline at once when ctx's
+// deadline is sooner than the wait.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
 	for {
-		d, err := l.AllowN(ctx, key, n)
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		r, err := l.Reserve(ctx, key, n)
 		if err != nil {
 			return err
 		}
-		wait := d.Delay
-		if !d.Allowed {
-			wait = d.RetryAfter
+		wait := r.Delay
+		if !r.Allowed {
+			wait = r.RetryAfter
 		}
 		if wait > 0 {
 			if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
+				r.Cancel(context.WithoutCancel(ctx))
 				return fmt.Errorf("%w: would wait %v", ErrWouldExceedDeadline, wait)
 			}
 			if err := sleep(ctx, wait); err != nil {
+				r.Cancel(context.WithoutCancel(ctx))
 				return err
 			}
 		}
-		if d.Allowed {
+		if r.Allowed {
 			return nil
 		}
 	}

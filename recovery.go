@@ -76,6 +76,21 @@ func (l *ledger) add(key string, limit Limit, cost int64) {
 	l.owed[k] += cost
 }
 
+// give takes cost off what key owes under limit: a refund decided while
+// the store failed.
+func (l *ledger) give(key string, limit Limit, cost int64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	k := owedKey{key, limit}
+	if owed, ok := l.owed[k]; ok {
+		if owed -= min(cost, owed); owed == 0 {
+			delete(l.owed, k)
+		} else {
+			l.owed[k] = owed
+		}
+	}
+}
+
 // take empties the ledger, returning what it held.
 func (l *ledger) take() (map[owedKey]int64, int64) {
 	l.mu.Lock()

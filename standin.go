@@ -173,7 +173,12 @@ func (s *standin) decide(ctx context.Context, c *Check, epoch uint64, ds []Decis
 	}
 	if admitted { // all or nothing: a denied batch took nothing
 		for _, i := range at {
-			s.ledger.add(c.Enforced[i].Key, c.Enforced[i].Limit, c.Enforced[i].Cost)
+			r := &c.Enforced[i]
+			if r.Refund.IsZero() {
+				s.ledger.add(r.Key, r.Limit, r.Cost)
+			} else {
+				s.ledger.give(r.Key, r.Limit, r.Cost) // owed no more
+			}
 		}
 	}
 	return nil

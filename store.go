@@ -40,6 +40,9 @@ var (
 	// ErrDuplicateRequest is returned by TakeAll for a batch in which two
 	// requests share key, algorithm and period, and so one state.
 	ErrDuplicateRequest = errors.New("sluice: two requests in one batch share key, algorithm and period")
+	// ErrRefundInBatch is returned by TakeAll for a batch of more than one
+	// request that holds a refund (Request.Refund): refunds go alone.
+	ErrRefundInBatch = errors.New("sluice: a refund in a batch of several requests; refunds are decided alone")
 	// ErrStoreUnavailable wraps a store failure in a Decision made by a
 	// fail-closed Limiter, so callers can tell it from a rate-limit denial.
 	ErrStoreUnavailable = errors.New("sluice: store unavailable")
@@ -74,6 +77,14 @@ type Request struct {
 	// clock (Redis TIME for the Redis store); an explicit Now is for replays
 	// and tests. Stores work in whole microseconds and truncate.
 	Now time.Time
+	// Refund, when not zero, gives Cost back instead of taking it: cost a
+	// request took at the time Refund holds and did not use (a Reservation
+	// settled for less, or cancelled). What the state still holds of it is
+	// given back, never past the capacity: a window that has moved on
+	// since holds none of it (algorithm.Refund says what each algorithm
+	// gives back). A refund is never denied, and it is decided alone: a
+	// batch (TakeAll) of more than one request must not hold one.
+	Refund time.Time
 }
 
 // Forced reports whether r's cost is recorded even when it does not fit:
@@ -95,11 +106,16 @@ func (r *Request) CheckKeyAndCost() error {
 	if err := checkKey(r.Key, r.Cost); err != nil {
 		return err
 	}
-	if !r.Now.IsZero() && (r.Now.Before(time.Unix(0, 0)) || r.Now.After(maxTime)) {
+	if !r.Now.IsZero() && outOfRange(r.Now) {
 		return fmt.Errorf("%w: %v is outside 1970..%v", ErrInvalidTime, r.Now, maxTime.Year())
+	}
+	if !r.Refund.IsZero() && outOfRange(r.Refund) {
+		return fmt.Errorf("%w: refund of a take at %v, outside 1970..%v", ErrInvalidTime, r.Refund, maxTime.Year())
 	}
 	return checkCost(r.Cost, r.Limit.Capacity())
 }
+
+func outOfRange(t time.Time) bool { return t.Before(time.Unix(0, 0)) || t.After(maxTime) }
 
 // checkKeyAndCost is CheckKeyAndCost for a Request without Now.
 func checkKeyAndCost(key string, cost, capacity int64) error {

@@ -160,8 +160,13 @@ func (s *Store) Close() error {
 // Dropped returns how many keys were forgotten with unsynced cost.
 func (s *Store) Dropped() int64 { return s.dropped.Load() }
 
-// Take decides req from the local view, without a round trip.
-func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Decision, error) {
+// Take decides req from the local view, without a round trip. A refund
+// (Request.Refund) gives back first what was admitted here and not pushed
+// yet, and sends the rest to the shared store as a refund of its own.
+func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	if !req.Refund.IsZero() {
+		return s.refund(ctx, req)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	d, e, err := s.decideLocked(&req)
@@ -169,6 +174,27 @@ func (s *Store) Take(_ context.Context, req sluice.Request) (sluice.Decision, er
 		e.pending += req.Cost
 	}
 	return d, err
+}
+
+func (s *Store) refund(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	if err := req.Validate(); err != nil {
+		return sluice.Decision{}, err
+	}
+	s.mu.Lock()
+	rest := req.Cost
+	d := sluice.Decision{Allowed: true, Limit: req.Limit, Remaining: req.Limit.Capacity()}
+	if e := s.entries[ident{req.Key, req.Limit.Algorithm.Resolved(), req.Limit.Period, req.Limit.Zone}]; e != nil {
+		give := min(rest, e.pending)
+		e.pending -= give
+		rest -= give
+		d.Remaining = max(e.remaining-e.pending-e.inflight, 0)
+	}
+	s.mu.Unlock()
+	if rest == 0 {
+		return d, nil
+	}
+	req.Cost = rest
+	return s.opts.Shared.Take(ctx, req)
 }
 
 // TakeAll decides reqs locally, all-or-nothing.
@@ -185,6 +211,9 @@ func (s *Store) TakeAll(_ context.Context, reqs []sluice.Request, dst []sluice.D
 			if reqs[j].Key == reqs[i].Key && reqs[j].Limit.SameState(reqs[i].Limit) {
 				return fmt.Errorf("%w: requests %d and %d", sluice.ErrDuplicateRequest, j, i)
 			}
+		}
+		if !reqs[i].Refund.IsZero() {
+			return fmt.Errorf("%w: request %d", sluice.ErrRefundInBatch, i)
 		}
 		var err error
 		if dst[i], entries[i], err = s.decideLocked(&reqs[i]); err != nil {

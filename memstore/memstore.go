@@ -207,6 +207,9 @@ func (s *Store) Take(_ context.Context, req sluice.Request) (d sluice.Decision, 
 	// The clock is read before any lock: the algorithms never admit more
 	// when a caller's time is behind the state's.
 	now := s.now(req.Now)
+	if !req.Refund.IsZero() {
+		return s.refund(&req, now)
+	}
 	h := s.hash(req.Key)
 	sh := &s.shards[h&s.mask]
 	if e, c := sh.lookup(&req, h); e != nil {
@@ -349,9 +352,17 @@ func (s *Store) TakeAll(_ context.Context, reqs []sluice.Request, dst []sluice.D
 	if len(dst) < len(reqs) {
 		return fmt.Errorf("memstore: TakeAll: %d decisions for %d requests", len(dst), len(reqs))
 	}
+	if len(reqs) == 1 && !reqs[0].Refund.IsZero() {
+		d, err := s.Take(context.Background(), reqs[0])
+		dst[0] = d
+		return err
+	}
 	for i := range reqs {
 		if err := reqs[i].Validate(); err != nil {
 			return fmt.Errorf("request %d: %w", i, err)
+		}
+		if !reqs[i].Refund.IsZero() {
+			return fmt.Errorf("%w: request %d", sluice.ErrRefundInBatch, i)
 		}
 		for j := range i {
 			if sameState(&reqs[i], &reqs[j]) {

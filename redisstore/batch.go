@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -261,6 +262,10 @@ func (s *Store) encode(now string, calls []*call) []string {
 		args = append(args, intArg(size), intArg(c.deadline))
 		for i := range c.reqs {
 			r := &c.reqs[i]
+			if !r.Refund.IsZero() {
+				args = append(args, intArg(int64(limitIndex(limits, r.Limit))), s.refundArg(now, r))
+				continue
+			}
 			cost := r.Cost
 			if r.Forced() && cost > 0 {
 				cost = -cost
@@ -269,6 +274,17 @@ func (s *Store) encode(now string, calls []*call) []string {
 		}
 	}
 	return args
+}
+
+// refundArg returns the cost argument of a refund: 'r' COST '@' TAKEN
+// (scripts/take.lua), TAKEN on Redis's clock when the call's now is
+// Redis's ("-1"): the refunded take was decided on it.
+func (s *Store) refundArg(now string, r *sluice.Request) string {
+	taken := r.Refund.UnixMicro()
+	if now == "-1" && s.clock.known.Load() {
+		taken += s.clock.offset.Load()
+	}
+	return "r" + strconv.FormatInt(r.Cost, 10) + "@" + strconv.FormatInt(taken, 10)
 }
 
 // limitIndex returns the 1-based index of l in limits, or 0. A call holds

@@ -343,6 +343,9 @@ func (s *Store) take(ctx context.Context, c *call) error {
 		if err := r.Validate(); err != nil {
 			return fmt.Errorf("request %d: %w", i, err)
 		}
+		if !r.Refund.IsZero() && len(reqs) > 1 {
+			return fmt.Errorf("%w: request %d", sluice.ErrRefundInBatch, i)
+		}
 		if !r.Now.Equal(reqs[0].Now) {
 			return fmt.Errorf("redisstore: request %d: every request of a batch must have the same Now", i)
 		}

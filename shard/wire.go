@@ -47,7 +47,14 @@ func appendCall(b *shardv1.Batch, reqs []sluice.Request, reset bool, call uint32
 		b.Rates = append(b.Rates, r.Limit.Rate)
 		b.PeriodsUs = append(b.PeriodsUs, r.Limit.Period.Microseconds())
 		b.Bursts = append(b.Bursts, r.Limit.Burst)
-		b.Costs = append(b.Costs, r.Cost)
+		// A refund travels as its cost negated, with the time of the take
+		// it refunds for its now: a peer without refunds refuses it
+		// (NEGATIVE_COST) rather than taking it.
+		cost, at := r.Cost, r.Now
+		if !r.Refund.IsZero() {
+			cost, at = -cost, r.Refund
+		}
+		b.Costs = append(b.Costs, cost)
 		flags := call
 		if r.Force {
 			flags |= uint32(shardv1.Flag_FLAG_FORCE)
@@ -57,8 +64,8 @@ func appendCall(b *shardv1.Batch, reqs []sluice.Request, reset bool, call uint32
 		}
 		b.Flags = append(b.Flags, flags)
 		var now int64
-		if !r.Now.IsZero() {
-			now = r.Now.UnixMicro()
+		if !at.IsZero() {
+			now = at.UnixMicro()
 		}
 		b.NowUnixUs = append(b.NowUnixUs, now)
 		if r.Limit.Zone != nil || len(b.ZoneIndex) > 0 {
@@ -150,7 +157,10 @@ func request(b *shardv1.Batch, j, off int) (sluice.Request, error) {
 			Burst: b.Bursts[j], CountAll: b.Flags[j]&uint32(shardv1.Flag_FLAG_COUNT_ALL) != 0},
 		Cost: b.Costs[j], Force: b.Flags[j]&uint32(shardv1.Flag_FLAG_FORCE) != 0,
 	}
-	if now := b.NowUnixUs[j]; now != 0 {
+	switch now := b.NowUnixUs[j]; {
+	case r.Cost < 0 && now != 0:
+		r.Cost, r.Refund = -r.Cost, time.UnixMicro(now) // decided on the owner's clock
+	case now != 0:
 		r.Now = time.UnixMicro(now)
 	}
 	if len(b.ZoneIndex) > 0 && b.ZoneIndex[j] > 0 {
@@ -185,6 +195,7 @@ var errorNames = map[string]error{
 	"NEGATIVE_COST":      sluice.ErrNegativeCost,
 	"INVALID_TIME":       sluice.ErrInvalidTime,
 	"DUPLICATE_REQUEST":  sluice.ErrDuplicateRequest,
+	"REFUND_IN_BATCH":    sluice.ErrRefundInBatch,
 	"INVALID_LIMIT":      sluice.ErrInvalidLimit,
 }
 

@@ -32,6 +32,7 @@ func RunProperties(t *testing.T, newStore NewStore) {
 			t.Run("batch atomic", func(t *testing.T) { batchAtomic(t, newStore(t), alg) })
 			t.Run("reset", func(t *testing.T) { reset(t, newStore(t), alg) })
 			t.Run("store clock", func(t *testing.T) { storeClock(t, newStore(t), alg) })
+			t.Run("reservations", func(t *testing.T) { reservations(t, newStore(t), alg) })
 			if alg == sluice.Calendar {
 				t.Run("next midnight", func(t *testing.T) { nextMidnight(t, newStore(t)) })
 			}
@@ -137,6 +138,75 @@ func matchesReference(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
 				t.Fatalf("step %d at %v, %s cost %d under %v:\n got %+v\nwant %+v",
 					i, now.Sub(Epoch), key, cost, reqs[j].Limit, got[j], want[j])
 			}
+		}
+	}
+}
+
+// reservations replays seeded random reservations: a take of an
+// estimate, then a settlement for an actual cost (the difference taken by
+// force when it is more, given back as a refund of the take when it is
+// less) or a cancellation (all of it given back), some long after their
+// take, and checks that every take is decided as the reference decides it.
+func reservations(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
+	ctx := context.Background()
+	rng := rand.New(rand.NewPCG(uint64(alg), 7))
+	limits := []sluice.Limit{{Algorithm: alg, Rate: 9, Period: time.Second, Burst: 6}}
+	if alg == sluice.SlidingLog || alg == sluice.SlidingWindow || alg == sluice.FixedWindow {
+		limits[0].Burst = 0
+	}
+	speed := calendarised(limits)
+	limit := limits[0]
+	capacity := limit.Capacity()
+	ref := newReference()
+	type held struct {
+		req   sluice.Request
+		taken time.Time
+	}
+	var open []held
+	now := Epoch.Add(time.Duration(rng.IntN(1000)) * time.Millisecond)
+	for i := range 2000 {
+		if rng.IntN(3) > 0 {
+			now = now.Add(time.Duration(rng.IntN(200_000)) * time.Microsecond * speed)
+		}
+		if op := rng.IntN(3); op == 0 || len(open) == 0 {
+			req := sluice.Request{Key: fmt.Sprintf("k%d", rng.IntN(3)), Limit: limit, Cost: 1 + rng.Int64N(capacity), Now: now}
+			want := ref.take([]sluice.Request{req}, now.UnixMicro())[0]
+			got, err := store.Take(ctx, req)
+			if err != nil {
+				t.Fatalf("step %d: %v", i, err)
+			}
+			if got != want {
+				t.Fatalf("step %d at %v: reserve %d of %s under %v:\n got %+v\nwant %+v", i, now.Sub(Epoch), req.Cost, req.Key, limit, got, want)
+			}
+			if got.Allowed {
+				open = append(open, held{req, now})
+			}
+			continue
+		}
+		j := rng.IntN(len(open))
+		h := open[j]
+		open = append(open[:j], open[j+1:]...)
+		actual := int64(0) // a cancellation
+		if rng.IntN(2) == 0 {
+			actual = rng.Int64N(2*capacity + 1)
+		}
+		req := sluice.Request{Key: h.req.Key, Limit: limit, Now: now}
+		switch d := actual - h.req.Cost; {
+		case d > 0:
+			req.Cost, req.Force = min(d, capacity), true
+			ref.force(req, now.UnixMicro())
+		case d < 0:
+			req.Cost, req.Refund = -d, h.taken
+			ref.refund(req, now.UnixMicro())
+		default:
+			continue
+		}
+		d, err := store.Take(ctx, req)
+		if err != nil {
+			t.Fatalf("step %d: settle %+v: %v", i, req, err)
+		}
+		if req.Refund.IsZero() == false && !d.Allowed {
+			t.Fatalf("step %d: a refund was denied: %+v", i, d)
 		}
 	}
 }

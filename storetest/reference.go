@@ -72,3 +72,33 @@ func (m *reference) take(reqs []sluice.Request, now int64) []sluice.Decision {
 func (m *reference) keyOf(r sluice.Request) refKey {
 	return refKey{r.Key, r.Limit.Algorithm.Resolved(), algorithm.ParamsOf(r.Limit).Period}
 }
+
+// force records r's cost at now whether or not it fits (Request.Force).
+func (m *reference) force(r sluice.Request, now int64) {
+	k, p := m.keyOf(r), algorithm.ParamsOf(r.Limit)
+	if k.alg == sluice.SlidingLog {
+		drop, _, at := algorithm.TakeLog(m.logs[k], &p, now, 0)
+		log := append([]algorithm.LogEntry(nil), m.logs[k][drop:]...)
+		if n := len(log); n > 0 && log[n-1].T == at {
+			log[n-1].Cost += r.Cost
+		} else {
+			log = append(log, algorithm.LogEntry{T: at, Cost: r.Cost})
+		}
+		m.logs[k] = log
+		return
+	}
+	m.states[k] = algorithm.Apply(k.alg, m.states[k], &p, now, r.Cost)
+}
+
+// refund gives r's cost back at now, as taken at r.Refund.
+func (m *reference) refund(r sluice.Request, now int64) {
+	k, p := m.keyOf(r), algorithm.ParamsOf(r.Limit)
+	taken := r.Refund.UnixMicro()
+	if k.alg == sluice.SlidingLog {
+		m.logs[k] = algorithm.RefundLog(m.logs[k], &p, now, taken, r.Cost)
+		return
+	}
+	if s, ok := m.states[k]; ok {
+		m.states[k] = algorithm.Refund(k.alg, s, &p, taken, r.Cost)
+	}
+}

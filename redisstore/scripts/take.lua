@@ -10,7 +10,8 @@
 -- an idempotency key, and its deadline in µs on Redis's clock (0 for none:
 -- a group that reaches Redis after it is not applied, for its caller has
 -- been answered already); then per request: its limit (1 to L) and its
--- cost, negated when forced (Force with cost 0 is no force). Few
+-- cost, negated when forced (Force with cost 0 is no force), or for a
+-- refund 'r' COST '@' TAKEN (see refund, below). Few
 -- arguments, because each costs Redis and Lua time: a lone request is
 -- seven, key included.
 -- Returns three values per request (each costs Redis a conversion and the
@@ -153,6 +154,126 @@ local function one(key, p, cost, now)
   return allowed, remaining, retry, reset, delay
 end
 
+-- Refunds: the twin of algorithm/refund.go. A refund's cost argument is
+-- 'r' COST '@' TAKEN: cost given back, as taken at TAKEN (µs). A refund
+-- is a group of its own, of one request with no idempotency key.
+
+local function is_refund(arg)
+  return string.byte(arg, 1) == 114 -- 'r'
+end
+
+-- refund_state is algorithm.Refund on an O(1) state.
+local function refund_state(alg, a, b, c, p, taken, cost)
+  if alg == 1 then
+    if floorwindow(taken, p.P) == a then
+      b = b - min(cost, b)
+    end
+  elseif alg == 7 then
+    if a <= taken and taken < c then
+      b = b - min(cost, b)
+    end
+  elseif alg == 3 then
+    local w = floorwindow(taken, p.P)
+    if w == a then
+      b = b - min(cost, b)
+    elseif w == a - p.P then
+      c = c - min(cost, c)
+    end
+  elseif alg == 4 then
+    a = a - min(cost, a)
+    if a == 0 then
+      c = 0
+    end
+  else
+    local tq, tr = tat_at(a, b, c, p, taken)
+    local iq, ir = muldiv(cost, p.P, p.R)
+    tq, tr = tq - iq, tr - ir
+    if tr < 0 then
+      tq, tr = tq - 1, tr + p.R
+    end
+    if tq < taken then
+      tq, tr = taken, 0
+    end
+    a, b, c = tq, tr, p.R
+  end
+  return a, b, c
+end
+
+-- refund_log is algorithm.RefundLog on key's log: the log is rewritten
+-- whole (a refund is rare beside takes), keeping its expiry. It returns
+-- nil, or an error.
+local function refund_log(key, p, now, taken, cost)
+  if taken <= now - p.P then
+    return nil
+  end
+  local log = open_log(key)
+  if log.err then
+    return log.err
+  end
+  if log.n == 0 or log.newest < taken then
+    return nil
+  end
+  local kept, sum = {}, 0
+  for i = 1, log.n do
+    local e = log_entry(log, i)
+    if log.err then
+      return log.err
+    end
+    local t, c = e[1], e[2]
+    if t >= taken and cost > 0 then
+      local give = min(cost, c)
+      c, cost = c - give, cost - give
+    end
+    if c > 0 then
+      kept[#kept + 1] = {t, c}
+      sum = sum + c
+    end
+  end
+  local ttl = rcall('PTTL', key)
+  rcall('DEL', key)
+  if #kept == 0 then
+    return nil
+  end
+  local last = kept[#kept]
+  rcall('RPUSH', key, 's:' .. fmt('%.0f', sum) .. ':' .. #kept .. ':' .. fmt('%.0f', last[1]) .. ':' .. fmt('%.0f', last[2]))
+  for _, e in ipairs(kept) do
+    rcall('RPUSH', key, fmt('%.0f', e[1]) .. ':' .. fmt('%.0f', e[2]))
+  end
+  if ttl > 0 then
+    rcall('PEXPIRE', key, ttl)
+  end
+  return nil
+end
+
+-- refund gives back what arg says on key under p at now, and returns the
+-- Result's five fields of the state after it (allowed), or nil and an
+-- error.
+local function refund(key, p, arg, now)
+  local cost, taken = string.match(arg, '^r(%d+)@(-?%d+)$')
+  if not cost then
+    return nil, 'sluice: malformed refund argument ' .. arg
+  end
+  cost, taken = num(cost), num(taken)
+  if p.alg == LOG then
+    local err = refund_log(key, p, now, taken, cost)
+    if err then
+      return nil, err
+    end
+    local _, _, _, remaining, _, reset = sliding_log(open_log(key), p, now, 0)
+    return true, remaining, 0, reset, 0
+  end
+  local a, b, c = load_state(key)
+  if not a then
+    return nil, b
+  end
+  local na, nb, nc = refund_state(p.alg, a, b, c, p, taken, cost)
+  local _, _, _, _, remaining, _, reset = ALGS[p.alg](na, nb, nc, p, now, 0)
+  if a ~= 0 or b ~= 0 or c ~= 0 then
+    rcall('SET', key, pack('<d<d<d', na, nb, nc), 'PX', ttl_ms(reset))
+  end
+  return true, remaining, 0, reset, 0
+end
+
 -- group decides the g requests starting at keys[ki] and argv[ai], of
 -- limits, appending five values per request to out, which holds n, and
 -- returns the new count. idkey, if set, makes it idempotent.
@@ -251,7 +372,7 @@ local function take_all(keys, argv)
   end
   nlimits = nl
   -- A call of one request (a caller alone): its reply in one constructor.
-  if nl == 1 and argv[4] == '1' and argv[8] == nil and limits[1].alg ~= LOG then
+  if nl == 1 and argv[4] == '1' and argv[8] == nil and limits[1].alg ~= LOG and not is_refund(argv[7]) then
     local dl = num(argv[5])
     if dl > 0 and now > dl then
       return {EXPIRED, 0, 0}
@@ -277,6 +398,13 @@ local function take_all(keys, argv)
     local p = limits[num(argv[ai + 2])]
     if dl > 0 and now > dl then
       n = fail(out, n, g, EXPIRED)
+    elseif g == 1 and not hasid and is_refund(argv[ai + 3]) then
+      local allowed, remaining, retry, reset, delay = refund(keys[ki], p, argv[ai + 3], now)
+      if allowed == nil then
+        n = fail(out, n, 1, remaining)
+      else
+        n = put(out, n, allowed, remaining, retry, reset, delay)
+      end
     elseif g == 1 and not hasid and p.alg ~= LOG then
       local allowed, remaining, retry, reset, delay = one(keys[ki], p, num(argv[ai + 3]), now)
       if allowed == nil then

@@ -1,0 +1,85 @@
+package algorithm
+
+import "github.com/sluicehq/sluice"
+
+// Refund returns the O(1) algorithm a's state after giving back cost that
+// was taken at the time taken, as far as the state still holds it: a
+// settlement's refund (sluice.Request.Refund). It never leaves a key with
+// more than its capacity, nor a window with a count below zero, and it is
+// never refused. What each gives back:
+//
+//   - FixedWindow and Calendar: cost from the window taken falls in, while
+//     it is the current one; nothing once the window has moved on, for its
+//     count is gone with it.
+//   - SlidingWindow: cost from the window taken falls in, the current one
+//     or the previous one (where it still weighs on the sliding window);
+//     nothing from older windows.
+//   - TokenBucket: cost tokens back into the bucket, up to full.
+//   - GCRA and LeakyBucket: cost emission intervals off the TAT, down to
+//     taken (full): the leaky bucket's queue is shorter by cost.
+//
+// A refund reads no clock: a state that a later request has not rolled
+// yet is the state of the window it was written in.
+func Refund(a sluice.Algorithm, s State, p *Params, taken, cost int64) State {
+	switch a.Resolved() {
+	case sluice.FixedWindow:
+		if floorWindow(taken, p.Period) == s.A {
+			s.B -= min(cost, s.B)
+		}
+	case sluice.Calendar:
+		if s.A <= taken && taken < s.C {
+			s.B -= min(cost, s.B)
+		}
+	case sluice.SlidingWindow:
+		switch floorWindow(taken, p.Period) {
+		case s.A:
+			s.B -= min(cost, s.B)
+		case s.A - p.Period:
+			s.C -= min(cost, s.C)
+		}
+	case sluice.TokenBucket:
+		if s.A -= min(cost, s.A); s.A == 0 {
+			s.C = 0 // full: no fraction of a token beyond it
+		}
+	case sluice.LeakyBucket, sluice.GCRA:
+		tq, tr := tatAt(s, p, taken)
+		iq, ir := mulDiv(cost, p.Period, p.Rate)
+		tq, tr = tq-iq, tr-ir
+		if tr < 0 {
+			tq, tr = tq-1, tr+p.Rate
+		}
+		if tq < taken {
+			tq, tr = taken, 0
+		}
+		s = State{A: tq, B: tr, C: p.Rate}
+	default:
+		panic("algorithm: Refund called with " + a.String())
+	}
+	return s
+}
+
+// RefundLog returns the sliding log at now after giving back cost taken
+// at the time taken: cost off the entries at or after taken, the oldest
+// of them first (the refunded request's own entry is the oldest there),
+// removing those it empties. Once taken has left the window, the
+// request's entry has too and nothing is given back. It does not modify
+// log.
+func RefundLog(log []LogEntry, p *Params, now, taken, cost int64) []LogEntry {
+	if taken <= now-p.Period {
+		return log
+	}
+	i := 0
+	for i < len(log) && log[i].T < taken {
+		i++
+	}
+	out := make([]LogEntry, 0, len(log))
+	out = append(out, log[:i]...)
+	for _, e := range log[i:] {
+		give := min(cost, e.Cost)
+		e.Cost, cost = e.Cost-give, cost-give
+		if e.Cost > 0 {
+			out = append(out, e)
+		}
+	}
+	return out
+}

@@ -1,0 +1,159 @@
+package sluice_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// reservationStores are the stores a Reservation is tried on: memory, and
+// a real redis-server.
+func reservationStores(t *testing.T) map[string]sluice.Store {
+	rs, err := redisstore.Open(redistest.Standalone(t).URL(), redisstore.Options{Prefix: redistest.UniquePrefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	return map[string]sluice.Store{"memory": memstore.New(memstore.Options{}), "redis": rs}
+}
+
+// A reservation settled for less gives the difference back, one settled
+// for more takes it, a cancelled one gives all back, and a second
+// settlement changes nothing: on every algorithm and store.
+func TestReservationSettlesToTheActualCost(t *testing.T) {
+	ctx := context.Background()
+	for name, store := range reservationStores(t) {
+		for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingLog, sluice.SlidingWindow, sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA} {
+			t.Run(name+"/"+alg.String(), func(t *testing.T) {
+				l, err := sluice.NewLimiter(store, sluice.Limit{Algorithm: alg, Rate: 100, Period: time.Hour}, sluice.LimiterOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				key := "k-" + alg.String()
+				left := func() int64 {
+					d, err := l.Peek(ctx, key)
+					if err != nil {
+						t.Fatal(err)
+					}
+					return d.Remaining
+				}
+				r, err := l.Reserve(ctx, key, 30)
+				if err != nil || !r.Allowed || r.Remaining != 70 {
+					t.Fatalf("reserve 30: %+v, %v", r.Decision, err)
+				}
+				if err := r.Settle(ctx, 12); err != nil {
+					t.Fatal(err)
+				}
+				if got := left(); got != 88 {
+					t.Fatalf("settled 30 to 12: %d left, want 88", got)
+				}
+				if err := r.Settle(ctx, 0); !errors.Is(err, sluice.ErrSettled) {
+					t.Fatalf("a second settlement: %v, want ErrSettled", err)
+				}
+				if got := left(); got != 88 {
+					t.Fatalf("after a second settlement: %d left, want 88", got)
+				}
+				r, _ = l.Reserve(ctx, key, 10)
+				if err := r.Settle(ctx, 50); err != nil {
+					t.Fatal(err)
+				}
+				if got := left(); got != 38 {
+					t.Fatalf("settled 10 to 50: %d left, want 38", got)
+				}
+				r, _ = l.Reserve(ctx, key, 20)
+				if err := r.Cancel(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if got := left(); got != 38 {
+					t.Fatalf("cancelled 20: %d left, want 38", got)
+				}
+				// Settled past what is left: never refused, the key is used up.
+				r, _ = l.Reserve(ctx, key, 1)
+				if err := r.Settle(ctx, 1000); err != nil {
+					t.Fatal(err)
+				}
+				if d, _ := l.Allow(ctx, key); d.Allowed {
+					t.Fatalf("allowed after a settlement past the capacity: %+v", d)
+				}
+				// A denied reservation took nothing: settling it does nothing.
+				r, _ = l.Reserve(ctx, key, 5)
+				if r.Allowed {
+					t.Fatalf("reserved on a used-up key: %+v", r.Decision)
+				}
+				if err := r.Settle(ctx, 5); err != nil {
+					t.Fatalf("settling a denied reservation: %v", err)
+				}
+			})
+		}
+	}
+}
+
+// A Wait that gives up during a leaky bucket's shaping delay gives its
+// slot back: the next request is shaped as if it had never come.
+func TestWaitGivesTheSlotBackWhenItGivesUp(t *testing.T) {
+	for name, store := range reservationStores(t) {
+		t.Run(name, func(t *testing.T) {
+			l, err := sluice.NewLimiter(store, sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 1, Period: time.Hour, Burst: 3}, sluice.LimiterOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx := context.Background()
+			if err := l.Wait(ctx, "k"); err != nil { // the first goes at once
+				t.Fatal(err)
+			}
+			before, _ := l.Peek(ctx, "k")
+			short, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			if err := l.Wait(short, "k"); !errors.Is(err, sluice.ErrWouldExceedDeadline) {
+				t.Fatalf("a wait of an hour in a minute: %v", err)
+			}
+			// A caller that goes away while its request waits its turn.
+			gone, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- l.Wait(gone, "k") }()
+			for {
+				if d, _ := l.Peek(ctx, "k"); d.Remaining < before.Remaining {
+					break // reserved: waiting out its delay
+				}
+				time.Sleep(time.Millisecond)
+			}
+			cancel()
+			if err := <-done; !errors.Is(err, context.Canceled) {
+				t.Fatalf("a wait whose caller went away: %v", err)
+			}
+			if after, _ := l.Peek(ctx, "k"); after.Remaining != before.Remaining {
+				t.Fatalf("%d left after two waits that gave up, %d before: their slots were kept", after.Remaining, before.Remaining)
+			}
+		})
+	}
+}
+
+// A refund goes alone: a batch of several requests that holds one is
+// refused, and changes nothing.
+func TestRefundInABatchIsRefused(t *testing.T) {
+	ctx := context.Background()
+	limit := sluice.Limit{Rate: 10, Period: time.Hour}
+	for name, store := range reservationStores(t) {
+		t.Run(name, func(t *testing.T) {
+			if _, err := store.Take(ctx, sluice.Request{Key: "a", Limit: limit, Cost: 4}); err != nil {
+				t.Fatal(err)
+			}
+			reqs := []sluice.Request{
+				{Key: "a", Limit: limit, Cost: 4, Refund: time.Now().Add(-time.Second)},
+				{Key: "b", Limit: limit, Cost: 1},
+			}
+			if err := store.TakeAll(ctx, reqs, make([]sluice.Decision, 2)); !errors.Is(err, sluice.ErrRefundInBatch) {
+				t.Fatalf("a refund in a batch of two: %v, want ErrRefundInBatch", err)
+			}
+			if d, _ := store.Take(ctx, sluice.Request{Key: "a", Limit: limit}); d.Remaining != 6 {
+				t.Fatalf("%d left after a refused batch, want 6", d.Remaining)
+			}
+		})
+	}
+}
