@@ -38,7 +38,7 @@ const clockSkew = time.Millisecond
 // LLM call limited in tokens, a download in bytes, a login attempt that
 // counts only when it fails.
 func (l *Limiter) Reserve(ctx context.Context, key string, estimate int64) (*Reservation, error) {
-	r := &Reservation{l: l, key: key, estimate: estimate, taken: time.Now().Add(-clockSkew)}
+	r := &Reservation{l: l, key: key, estimate: estimate, taken: time.Now()}
 	if err := checkKeyAndCost(key, estimate, l.limit.Capacity()); err != nil {
 		r.Decision = Decision{Limit: l.limit}
 		r.done.Store(true)
@@ -64,11 +64,13 @@ func (r *Reservation) Settle(ctx context.Context, actual int64) error {
 		}
 		return ErrSettled
 	}
-	switch d := max(actual, 0) - r.estimate; {
-	case d > 0:
-		return r.l.settle(ctx, Request{Key: r.key, Limit: r.l.limit, Cost: min(d, r.l.limit.Capacity()), Force: true})
-	case d < 0:
-		return r.l.settle(ctx, Request{Key: r.key, Limit: r.l.limit, Cost: -d, Refund: r.taken})
+	if r.l.denied != nil {
+		r.l.denied.forget(r.key)
+	}
+	v := r.l.guard.Settle(ctx, r.l.label, Request{Key: r.key, Limit: r.l.limit}, r.taken, r.estimate, actual, r.l.opts.FailMode)
+	switch v.Outcome {
+	case Invalid, FailedClosed:
+		return v.Err
 	}
 	return nil
 }
@@ -76,17 +78,22 @@ func (r *Reservation) Settle(ctx context.Context, actual int64) error {
 // Cancel gives the whole estimate back: Settle(ctx, 0).
 func (r *Reservation) Cancel(ctx context.Context) error { return r.Settle(ctx, 0) }
 
-// settle decides a settlement's request through the Guard: a failed store
-// decides it by the fail mode (the stand-in records it under FailLocal).
-func (l *Limiter) settle(ctx context.Context, req Request) error {
-	if l.denied != nil {
-		l.denied.forget(req.Key)
+// Settle moves what req's key and limit are charged from charged to
+// actual, for a request that took its cost at taken: more is taken by
+// force (never refused: the work is done; past the capacity, the
+// capacity), less given back as a refund of that take (Request.Refund).
+// The front doors settle a request as soon as its answer says what it
+// cost, and again if a later part of it says otherwise; req.Cost is not
+// read. A failed store decides it by mode, as Take does.
+func (g *Guard) Settle(ctx context.Context, label string, req Request, taken time.Time, charged, actual int64, mode FailMode) Verdict {
+	switch d := max(actual, 0) - charged; {
+	case d > 0:
+		req.Cost, req.Force = min(d, req.Limit.Capacity()), true
+	case d < 0:
+		req.Cost, req.Refund = min(-d, req.Limit.Capacity()), taken.Add(-clockSkew)
+	default:
+		return Verdict{}
 	}
-	var d Decision
-	v := l.guard.Take(ctx, l.label, req, l.opts.FailMode, &d)
-	switch v.Outcome {
-	case Invalid, FailedClosed:
-		return v.Err
-	}
-	return nil
+	var dec Decision
+	return g.Take(ctx, label, req, mode, &dec)
 }

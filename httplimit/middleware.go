@@ -44,6 +44,11 @@ type Options struct {
 	OnResult func(r *http.Request, res *Result)
 	// Logger receives sampled denial and failure logs. Default: none.
 	Logger *slog.Logger
+	// OnSettle, if set, sees the settled charge of every policy that
+	// charges by its answer (Policy.ChargeStatus, Policy.CostFrom), once
+	// the answer is complete: for metrics of estimates against actuals.
+	// It must be cheap and safe for concurrent use.
+	OnSettle func(r *http.Request, s Settlement)
 	// LogsPerSecond bounds denial lines per policy. Default 1.
 	LogsPerSecond int64
 	// Slots keeps the slots of policies with Concurrency. Default: the
@@ -97,6 +102,7 @@ type Middleware struct {
 	fallback KeyFunc // the identity of a request whose key is missing
 	log      *sampler
 	scratch  sync.Pool
+	charges  bool // a policy charges by its answer
 }
 
 // New validates opts and returns a Middleware.
@@ -154,6 +160,7 @@ func New(opts Options) (*Middleware, error) {
 			return nil, fmt.Errorf("httplimit: two policies named %q", p.Name)
 		}
 		seen[p.Name] = true
+		m.charges = m.charges || p.charges()
 		m.policies = append(m.policies, &p)
 	}
 	m.opts.Slots = opts.Slots
@@ -184,6 +191,9 @@ type scratch struct {
 	// is never overwritten; a full buffer is replaced, never reused.
 	keys []byte
 	hdr  headerBuf
+	// taken is when the check was decided, when a policy charges by its
+	// answer: the time its refunds give back from.
+	taken time.Time
 }
 
 // keyArena is the size of a scratch's key buffer.
@@ -195,9 +205,15 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 		s := m.scratch.Get().(*scratch)
 		defer m.scratch.Put(s)
 		defer s.batch.Release()
-		if m.decide(w, r, s) {
-			next.ServeHTTP(w, r)
+		if !m.decide(w, r, s) {
+			return
 		}
+		if st := m.settling(r, s); st != nil {
+			next.ServeHTTP(st.wrap(w), r)
+			st.finish()
+			return
+		}
+		next.ServeHTTP(w, r)
 	})
 }
 
@@ -266,6 +282,9 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 	if b.Labeled != nil {
 		res.Label, res.Identity = b.Labeled.Name, b.Key[len(b.Labeled.Name)+1:]
 	}
+	if m.charges {
+		s.taken = time.Now()
+	}
 	v, a := b.Decide(r.Context(), m.guard, ds, sds)
 	ds, sds = ds[:len(reqs)], sds[:len(sreqs)]
 	enforced := b.Enforced
@@ -306,6 +325,32 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 	}
 	m.report(r, res)
 	return m.shapeWait(r, enforced, ds)
+}
+
+// settling returns the charges of the request s allowed that its answer
+// settles, or nil for none.
+func (m *Middleware) settling(r *http.Request, s *scratch) *settling {
+	if !m.charges {
+		return nil
+	}
+	var st *settling
+	b := &s.batch
+	add := func(p *Policy, req sluice.Request) {
+		if !p.charges() || req.Cost == 0 {
+			return
+		}
+		if st == nil {
+			st = &settling{m: m, r: r, taken: s.taken}
+		}
+		st.items = append(st.items, charge{p: p, req: req, estimate: req.Cost, charged: req.Cost, mode: p.FailMode})
+	}
+	for i, p := range b.Enforced {
+		add(p, b.Check.Enforced[i])
+	}
+	for i, p := range b.Shadow {
+		add(p, b.Check.Shadow[i])
+	}
+	return st
 }
 
 // refuseSlot answers a request that p's concurrency refused (answer a of

@@ -61,6 +61,19 @@ type Policy struct {
 	// Shadow decides and records, but never blocks: for trying a limit on
 	// live traffic before enforcing it.
 	Shadow bool
+	// ChargeStatus, if set, charges a request only when its answer has one
+	// of these statuses: the cost is taken at the door (so a key that has
+	// used its limit is refused before the handler runs) and given back
+	// for any other answer. "5 failed logins per 15 minutes" charges 401
+	// and 403, so that logging in right costs nothing.
+	ChargeStatus []int
+	// CostFrom, if set, settles a request's cost to what its answer
+	// reports (CostFromJSON, CostFromHeader, CostFromBytes): the cost
+	// taken at the door (Cost or CostFunc) is the estimate, the difference
+	// is taken (never refused: the work is done) or given back as soon as
+	// the answer says, before the part that says it reaches the client.
+	// An answer that does not say keeps the estimate, logged sampled.
+	CostFrom CostSource
 	// Shape queues instead of rejecting: an allowed request waits its
 	// Decision.Delay before it proceeds, so the handler behind sees at most
 	// the rate (leaky bucket as a queue, nginx limit_req without nodelay);
@@ -102,6 +115,14 @@ func (p *Policy) prepare() error {
 	if p.Key == nil {
 		return fmt.Errorf("httplimit: policy %q: no Key", p.Name)
 	}
+	for _, code := range p.ChargeStatus {
+		if code < 200 || code > 599 {
+			return fmt.Errorf("httplimit: policy %q: charge status %d outside 200..599", p.Name, code)
+		}
+	}
+	if p.charges() && !p.rated() {
+		return fmt.Errorf("httplimit: policy %q: ChargeStatus and CostFrom need a rate limit", p.Name)
+	}
 	if p.Cost == 0 {
 		p.Cost = 1
 	}
@@ -132,6 +153,9 @@ func ValidatePattern(pattern string) (err error) {
 	http.NewServeMux().Handle(pattern, http.NotFoundHandler())
 	return nil
 }
+
+// charges reports whether p settles its requests' cost from their answer.
+func (p *Policy) charges() bool { return len(p.ChargeStatus) > 0 || p.CostFrom.kind != costNone }
 
 // rated reports whether p has a rate limit (not only a concurrency one).
 func (p *Policy) rated() bool { return p.Limit != (sluice.Limit{}) }

@@ -1,0 +1,295 @@
+package httplimit_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/redistest"
+	"github.com/sluicehq/sluice/memstore"
+	"github.com/sluicehq/sluice/redisstore"
+)
+
+// chargeStores are the stores the answer-charged policies are tried on:
+// memory, and a real redis-server.
+func chargeStores(t *testing.T) map[string]sluice.Store {
+	rs, err := redisstore.Open(redistest.Standalone(t).URL(), redisstore.Options{Prefix: redistest.UniquePrefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rs.Close() })
+	return map[string]sluice.Store{"memory": memstore.New(memstore.Options{}), "redis": rs}
+}
+
+func chargeServer(t *testing.T, store sluice.Store, p httplimit.Policy, h http.HandlerFunc, opts ...func(*httplimit.Options)) *httptest.Server {
+	t.Helper()
+	if p.Key == nil {
+		p.Key = httplimit.APIKey("X-User")
+	}
+	o := httplimit.Options{Store: store, Policies: []httplimit.Policy{p}}
+	for _, f := range opts {
+		f(&o)
+	}
+	m, err := httplimit.New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(m.Handler(h))
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+// "5 failed logins per 15 minutes": a user who logs in right is never
+// charged, and one who fails five times is refused the sixth attempt
+// before the handler sees it.
+func TestFailedLoginsOnlyAreCharged(t *testing.T) {
+	for name, store := range chargeStores(t) {
+		t.Run(name, func(t *testing.T) {
+			var tries atomic.Int64
+			login := func(w http.ResponseWriter, r *http.Request) {
+				tries.Add(1)
+				if r.Header.Get("X-Password") != "right" {
+					w.WriteHeader(http.StatusUnauthorized)
+					return
+				}
+				io.WriteString(w, "welcome")
+			}
+			srv := chargeServer(t, store, httplimit.Policy{Name: "failed-logins", Pattern: "POST /login",
+				Limit: sluice.Limit{Rate: 5, Period: 15 * time.Minute}, ChargeStatus: []int{401, 403}}, login)
+			try := func(password string) int {
+				req, _ := http.NewRequest("POST", srv.URL+"/login", nil)
+				req.Header.Set("X-User", "alice")
+				req.Header.Set("X-Password", password)
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+				return resp.StatusCode
+			}
+			for i := range 10 {
+				if got := try("right"); got != 200 {
+					t.Fatalf("right login %d: %d, want 200: logging in right must cost nothing", i+1, got)
+				}
+			}
+			for i := range 5 {
+				if got := try("wrong"); got != 401 {
+					t.Fatalf("failed login %d: %d, want 401", i+1, got)
+				}
+			}
+			before := tries.Load()
+			if got := try("right"); got != 429 {
+				t.Fatalf("after 5 failures: %d, want 429", got)
+			}
+			if tries.Load() != before {
+				t.Fatal("the refused attempt reached the handler")
+			}
+		})
+	}
+}
+
+// tokenPolicy is the LLM policy of the docs: 10000 tokens a minute, 500
+// taken before the answer, settled to the answer's usage.total_tokens.
+func tokenPolicy() httplimit.Policy {
+	return httplimit.Policy{Name: "tokens", Limit: sluice.Limit{Rate: 10000, Period: time.Minute}, Cost: 500,
+		CostFrom: httplimit.CostFromJSON("usage.total_tokens")}
+}
+
+func post(t *testing.T, url, user string) (*http.Response, string) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(`{"model":"m"}`))
+	req.Header.Set("X-User", user)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+// Every answer used 3000 tokens: requests 1 to 4 are served (the 4th
+// starts at 9000 used, with room for its estimate), the 5th is refused
+// with Retry-After; the same with the usage in the last event of a
+// stream.
+func TestTokensSettledFromTheAnswer(t *testing.T) {
+	answers := map[string]http.HandlerFunc{
+		"json": func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			io.WriteString(w, `{"id":"x","choices":[{"message":{"content":"hi"}}],"usage":{"prompt_tokens":1000,"completion_tokens":2000,"total_tokens":3000}}`)
+		},
+		"sse": func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			for _, ev := range []string{`{"choices":[{"delta":{"content":"h"}}],"usage":null}`, `{"choices":[{"delta":{"content":"i"}}],"usage":null}`,
+				`{"choices":[],"usage":{"prompt_tokens":1000,"completion_tokens":2000,"total_tokens":3000}}`, `[DONE]`} {
+				fmt.Fprintf(w, "data: %s\n\n", ev)
+				w.(http.Flusher).Flush()
+			}
+		},
+	}
+	for name, store := range chargeStores(t) {
+		for kind, h := range answers {
+			t.Run(name+"/"+kind, func(t *testing.T) {
+				var settled []httplimit.Settlement
+				var mu sync.Mutex
+				srv := chargeServer(t, store, tokenPolicy(), h, func(o *httplimit.Options) {
+					o.OnSettle = func(_ *http.Request, s httplimit.Settlement) { mu.Lock(); settled = append(settled, s); mu.Unlock() }
+				})
+				for i := range 4 {
+					if resp, body := post(t, srv.URL, kind); resp.StatusCode != 200 || !strings.Contains(body, "3000") {
+						t.Fatalf("request %d: %d %q, want 200 and the answer", i+1, resp.StatusCode, body)
+					}
+				}
+				resp, _ := post(t, srv.URL, kind)
+				if resp.StatusCode != 429 || resp.Header.Get("Retry-After") == "" {
+					t.Fatalf("request 5: %d, Retry-After %q; want 429 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for _, s := range settled {
+					if s.Estimate != 500 || s.Actual != 3000 || s.Err != nil {
+						t.Fatalf("settled %+v; want 500 settled to 3000", s)
+					}
+				}
+			})
+		}
+	}
+}
+
+// The stream is not held back while its cost is looked for: an event
+// reaches the client before the handler writes the next.
+func TestStreamedAnswerIsNotBuffered(t *testing.T) {
+	read := make(chan struct{})
+	h := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, "data: {\"n\":1}\n\n")
+		w.(http.Flusher).Flush()
+		select {
+		case <-read: // the client has the first event
+		case <-time.After(time.Minute):
+			return
+		}
+		io.WriteString(w, "data: {\"usage\":{\"total_tokens\":700}}\n\ndata: [DONE]\n\n")
+	}
+	srv := chargeServer(t, memstore.New(memstore.Options{}), tokenPolicy(), h)
+	req, _ := http.NewRequest("POST", srv.URL, nil)
+	req.Header.Set("X-User", "bob")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	line, err := bufio.NewReader(resp.Body).ReadString('\n')
+	if err != nil || line != "data: {\"n\":1}\n" {
+		t.Fatalf("first event: %q, %v", line, err)
+	}
+	close(read)
+}
+
+// The writer the handler gets keeps the interfaces of the one beneath:
+// a handler that flushes or hijacks (a websocket upgrade) still can.
+func TestChargedWriterKeepsItsInterfaces(t *testing.T) {
+	var flusher, hijacker, readerFrom bool
+	h := func(w http.ResponseWriter, _ *http.Request) {
+		_, flusher = w.(http.Flusher)
+		_, hijacker = w.(http.Hijacker)
+		_, readerFrom = w.(io.ReaderFrom)
+		w.Header().Set("X-Cost", "3")
+		io.Copy(w, strings.NewReader("abc")) // through ReadFrom
+	}
+	store := memstore.New(memstore.Options{})
+	p := httplimit.Policy{Name: "bytes", Limit: sluice.Limit{Rate: 100, Period: time.Hour}, Cost: 10, CostFrom: httplimit.CostFromBytes()}
+	srv := chargeServer(t, store, p, h)
+	get(t, srv.URL, "X-User", "carol")
+	if !flusher || !hijacker || !readerFrom {
+		t.Fatalf("flusher %v, hijacker %v, reader from %v; want all", flusher, hijacker, readerFrom)
+	}
+	l, _ := sluice.NewLimiter(store, p.Limit, sluice.LimiterOptions{})
+	if d, _ := l.Peek(t.Context(), "bytes\x00carol"); d.Remaining != 97 {
+		t.Fatalf("%d left after a 3-byte answer estimated at 10; want 97", d.Remaining)
+	}
+}
+
+// An answer whose cost cannot be read keeps the estimate, and says why,
+// logged and to OnSettle: the field missing, not a number, negative, past
+// 2^53, a body that is not JSON; a header missing or not a number.
+func TestUnreadableCostKeepsTheEstimate(t *testing.T) {
+	cases := []struct {
+		name   string
+		source httplimit.CostSource
+		header string
+		body   string
+		why    string
+	}{
+		{"missing", httplimit.CostFromJSON("usage.total_tokens"), "", `{"usage":{}}`, "does not report"},
+		{"not a number", httplimit.CostFromJSON("usage.total_tokens"), "", `{"usage":{"total_tokens":"many"}}`, "not a number"},
+		{"negative", httplimit.CostFromJSON("usage.total_tokens"), "", `{"usage":{"total_tokens":-5}}`, "negative"},
+		{"past 2^53", httplimit.CostFromJSON("usage.total_tokens"), "", `{"usage":{"total_tokens":18014398509481985}}`, "past 2^53"},
+		{"fraction", httplimit.CostFromJSON("usage.total_tokens"), "", `{"usage":{"total_tokens":1.5}}`, "not a whole number"},
+		{"not json", httplimit.CostFromJSON("usage.total_tokens"), "", `<html>` + strings.Repeat("x", 2<<20) + `</html>`, "first MiB"},
+		{"no header", httplimit.CostFromHeader("X-Cost"), "", "ok", "does not report"},
+		{"bad header", httplimit.CostFromHeader("X-Cost"), "lots", "ok", "not a whole number"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var logs bytes.Buffer
+			var got httplimit.Settlement
+			h := func(w http.ResponseWriter, _ *http.Request) {
+				if c.header != "" {
+					w.Header().Set("X-Cost", c.header)
+				}
+				io.WriteString(w, c.body)
+			}
+			p := httplimit.Policy{Name: "p", Limit: sluice.Limit{Rate: 1000, Period: time.Hour}, Cost: 40, CostFrom: c.source}
+			srv := chargeServer(t, memstore.New(memstore.Options{}), p, h, func(o *httplimit.Options) {
+				o.Logger = slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+				o.OnSettle = func(_ *http.Request, s httplimit.Settlement) { got = s }
+			})
+			get(t, srv.URL, "X-User", "dan")
+			if got.Actual != 40 || got.Err == nil || !strings.Contains(got.Err.Error(), c.why) {
+				t.Fatalf("settled %+v; want the estimate 40 kept, because %q", got, c.why)
+			}
+			if !strings.Contains(logs.String(), "the estimate stands") {
+				t.Fatalf("not logged: %q", logs.String())
+			}
+		})
+	}
+}
+
+// syncWriter serialises writes to w.
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(b)
+}
+
+func TestParseCostSource(t *testing.T) {
+	for _, spec := range []string{"json:usage.total_tokens", "header:X-Tokens", "bytes"} {
+		c, err := httplimit.ParseCostSource(spec)
+		if err != nil || c.String() != spec && c.String() != "header:X-Tokens" {
+			t.Errorf("%q: %v, %v", spec, c, err)
+		}
+	}
+	for _, spec := range []string{"", "json:", "json:a..b", "header:", "bytes:1", "body"} {
+		if _, err := httplimit.ParseCostSource(spec); err == nil {
+			t.Errorf("%q accepted", spec)
+		}
+	}
+}
