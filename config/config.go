@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -219,12 +220,18 @@ type Admin struct {
 // Policy is a named set of limits, checked by name over the APIs and
 // applied by pattern in the proxy.
 type Policy struct {
-	Name     string
-	Limits   []sluice.Limit
-	Key      string // the proxy's key spec, such as "client_ip" or "header:X-API-Key"
-	Match    string // the proxy's ServeMux pattern; "" matches every request
-	Cost     int64  // default cost of a check
-	FailMode sluice.FailMode
+	Name   string
+	Limits []sluice.Limit
+	Key    string // the proxy's key spec, such as "client_ip" or "header:X-API-Key"
+	Match  string // the proxy's ServeMux pattern; "" matches every request
+	Cost   int64  // default cost of a check; with CostFrom, the estimate
+	// CostFrom is where the proxy reads what a request really cost, from
+	// its answer: the zero source for none.
+	CostFrom httplimit.CostSource
+	// ChargeStatus are the only answers the proxy charges for; none means
+	// every answer.
+	ChargeStatus []int
+	FailMode     sluice.FailMode
 	// Missing decides the proxy's requests whose key cannot be built.
 	Missing sluice.MissingKey
 	Shadow  bool
@@ -512,7 +519,7 @@ type policyYAML struct {
 	Limits   []sluice.Limit  `yaml:"limits"`
 	Key      string          `yaml:"key"`
 	Match    string          `yaml:"match"`
-	Cost     int64           `yaml:"cost"`
+	Cost     costYAML        `yaml:"cost"`
 	FailMode sluice.FailMode `yaml:"fail_mode"`
 	Missing  string          `yaml:"missing"`
 	Shadow   bool            `yaml:"shadow"`
@@ -520,10 +527,26 @@ type policyYAML struct {
 
 	Concurrency     int64         `yaml:"concurrency"`
 	ConcurrencyWait time.Duration `yaml:"concurrency_wait"`
+	ChargeStatus    []int         `yaml:"charge_status"`
 
 	Overrides []*yaml.Node `yaml:"overrides"`
 	Plans     *yaml.Node   `yaml:"plans"`
 	PlanFrom  string       `yaml:"plan_from"`
+}
+
+// costYAML is a policy's cost: a number (what each request takes), or
+// {estimate, from}: the estimate taken before the answer, settled to
+// what the answer reports (httplimit.ParseCostSource).
+type costYAML struct {
+	Estimate int64  `yaml:"estimate"`
+	From     string `yaml:"from"`
+}
+
+func (c costYAML) String() string {
+	if c.From == "" {
+		return strconv.FormatInt(c.Estimate, 10)
+	}
+	return fmt.Sprintf("{estimate: %d, from: %s}", c.Estimate, c.From)
 }
 
 type overrideYAML struct {
@@ -806,8 +829,23 @@ func (c *checker) policies(nodes []*yaml.Node, cfg *Config) {
 		field := fmt.Sprintf("policies[%d]", i)
 		y := defaults.policy
 		m := c.decodeInto(pn, field, &y)
-		p := &Policy{Name: y.Name, Key: y.Key, Match: y.Match, Cost: y.Cost, FailMode: y.FailMode, Shadow: y.Shadow, Shape: y.Shape,
-			Concurrency: y.Concurrency, ConcurrencyWait: y.ConcurrencyWait}
+		p := &Policy{Name: y.Name, Key: y.Key, Match: y.Match, Cost: y.Cost.Estimate, FailMode: y.FailMode, Shadow: y.Shadow, Shape: y.Shape,
+			Concurrency: y.Concurrency, ConcurrencyWait: y.ConcurrencyWait, ChargeStatus: y.ChargeStatus}
+		if y.Cost.From != "" {
+			src, err := httplimit.ParseCostSource(y.Cost.From)
+			if err != nil {
+				c.add(cmp.Or(m["cost"], pn), field+".cost.from", "%v", err)
+			}
+			p.CostFrom = src
+		}
+		for j, code := range y.ChargeStatus {
+			if code < 200 || code > 599 {
+				c.add(cmp.Or(m["charge_status"], pn), fmt.Sprintf("%s.charge_status[%d]", field, j), "%d is not a status of an answer: want 200 to 599", code)
+			}
+		}
+		if (p.CostFrom.String() != "" || len(p.ChargeStatus) > 0) && len(p.Limits) == 0 && y.Limit == nil && len(y.Limits) == 0 {
+			c.add(pn, field+".cost", "charging by the answer needs a limit to charge")
+		}
 		switch {
 		case p.Name == "":
 			c.add(pn, field+".name", "required")

@@ -88,6 +88,12 @@ func TestBadFiles(t *testing.T) {
 		"bad unit":     "policies: [{name: a, limit: {algorithm: calendar, rate: 5, unit: fortnight}}]",
 		"zone map":     "policies: [{name: a, limit: {algorithm: calendar, rate: 5, unit: day, tz: Moon/Base}}]",
 		"unit no cal":  "policies: [{name: a, limit: {rate: 5, period: 1s, unit: day}}]",
+		"cost source":  "policies: [{name: a, limit: 100/1m, cost: {estimate: 5, from: body}}]",
+		"cost no from": "policies: [{name: a, limit: 100/1m, cost: {estimate: 5}}]",
+		"cost word":    "policies: [{name: a, limit: 100/1m, cost: lots}]",
+		"estimate big": "policies: [{name: a, limit: 100/1m, cost: {estimate: 500, from: bytes}}]",
+		"status 99":    "policies: [{name: a, limit: 100/1m, charge_status: [99]}]",
+		"charge alone": "policies: [{name: a, concurrency: 5, charge_status: [401]}]",
 	} {
 		if _, err := config.Parse("f.yaml", []byte(src)); err == nil || !strings.HasPrefix(err.Error(), "f.yaml:") {
 			t.Errorf("%s: %v; want a file:line error", name, err)
@@ -291,5 +297,39 @@ func TestCalendarLimits(t *testing.T) {
 	_, err = config.Parse("c.yaml", []byte("policies:\n  - name: a\n    limit: {algorithm: calendar, rate: 5, unit: fortnight}\n"))
 	if err == nil || !strings.Contains(err.Error(), "c.yaml:3:") || !strings.Contains(err.Error(), "policies[0].limit.unit") {
 		t.Errorf("unknown unit: %v; want an error at policies[0].limit.unit", err)
+	}
+}
+
+// A policy charged by its answer: an estimate settled to what the answer
+// reports, or charged only for some statuses.
+func TestCostFromTheAnswer(t *testing.T) {
+	src := `policies:
+  - name: tokens
+    limit: 100000/1m
+    key: header:Authorization
+    match: "POST /v1/chat/completions"
+    cost:
+      estimate: 1000
+      from: json:usage.total_tokens
+  - name: failed-logins
+    limit: 5/15m
+    match: "POST /login"
+    charge_status: [401, 403]
+  - name: plain
+    limit: 10/s
+    cost: 2
+`
+	c, err := config.Parse("p.yaml", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := c.Policy("tokens"); p.Cost != 1000 || p.CostFrom.String() != "json:usage.total_tokens" {
+		t.Fatalf("tokens: cost %d from %q", p.Cost, p.CostFrom)
+	}
+	if p := c.Policy("failed-logins"); p.Cost != 1 || len(p.ChargeStatus) != 2 || p.ChargeStatus[1] != 403 {
+		t.Fatalf("failed-logins: cost %d, charge_status %v", p.Cost, p.ChargeStatus)
+	}
+	if p := c.Policy("plain"); p.Cost != 2 || p.CostFrom.String() != "" {
+		t.Fatalf("plain: cost %d from %q", p.Cost, p.CostFrom)
 	}
 }

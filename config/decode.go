@@ -23,6 +23,7 @@ var (
 	durationType = reflect.TypeFor[time.Duration]()
 	bytesType    = reflect.TypeFor[byteSize]()
 	limitType    = reflect.TypeFor[sluice.Limit]()
+	costType     = reflect.TypeFor[costYAML]()
 	failModeType = reflect.TypeFor[sluice.FailMode]()
 	nodeType     = reflect.TypeFor[*yaml.Node]()
 )
@@ -82,6 +83,23 @@ func (c *checker) value(n *yaml.Node, field string, v reflect.Value) {
 		return
 	case limitType:
 		v.Set(reflect.ValueOf(c.limit(n, field)))
+		return
+	case costType:
+		cost := costYAML{Estimate: 1}
+		if n.Kind == yaml.MappingNode {
+			c.decodeInto(n, field, &cost)
+			if cost.From == "" {
+				c.add(n, field+".from", "required in the mapping form: header:NAME, bytes or json:PATH; a cost that the answer does not settle is a number")
+			}
+		} else if s, ok := c.scalar(n, field); ok {
+			i, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				c.add(n, field, "%q: want a whole number, or {estimate, from}", s)
+				return
+			}
+			cost.Estimate = i
+		}
+		v.Set(reflect.ValueOf(cost))
 		return
 	case failModeType:
 		if s, ok := c.scalar(n, field); ok {

@@ -74,7 +74,7 @@ var defaults = struct {
 	},
 	policy: policyYAML{
 		Key:      "client_ip",
-		Cost:     1,
+		Cost:     costYAML{Estimate: 1},
 		FailMode: sluice.FailLocal,
 	},
 }

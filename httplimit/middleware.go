@@ -209,8 +209,10 @@ func (m *Middleware) Handler(next http.Handler) http.Handler {
 			return
 		}
 		if st := m.settling(r, s); st != nil {
+			// Settled also when the handler aborts: ReverseProxy panics
+			// with http.ErrAbortHandler when the client leaves mid-answer.
+			defer st.finish()
 			next.ServeHTTP(st.wrap(w), r)
-			st.finish()
 			return
 		}
 		next.ServeHTTP(w, r)

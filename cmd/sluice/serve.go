@@ -179,7 +179,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 	var handler atomic.Pointer[http.Handler]
 	var srv *server.Server
 	build := func(cfg *config.Config) error {
-		h, err := proxy.New(cfg, proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides(), Count: srv.CountCheck}, u, log)
+		h, err := proxy.New(cfg, proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides(), Count: srv.CountCheck, Settled: srv.CountSettled}, u, log)
 		if err != nil {
 			return err
 		}

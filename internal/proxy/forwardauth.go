@@ -31,7 +31,7 @@ import (
 // request that describes no original request, or a malformed one, is
 // answered 400 and charges nothing. No body is read.
 func ForwardAuth(cfg *config.Config, deps Deps, log *slog.Logger) (http.Handler, error) {
-	d, err := newDecider(cfg, deps, log, denied)
+	d, err := newDecider(cfg, deps, log, denied, false)
 	if err != nil {
 		return nil, err
 	}

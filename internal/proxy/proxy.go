@@ -39,13 +39,16 @@ type Deps struct {
 	// limit (nil for none): the server's CountCheck, so that the proxy's
 	// checks are in its metrics and status page.
 	Count func(policy string, o sluice.Outcome, identity string, closest *sluice.Decision, at time.Time)
+	// Settled, if set, counts the settled charge of a request whose
+	// policy charges by its answer: the server's CountSettled.
+	Settled func(policy string, estimate, actual int64, unread bool)
 }
 
 // New returns a handler that limits by cfg's policies and forwards what it
 // allows to upstream. Streaming responses are flushed as they come and
 // websocket upgrades pass through (httputil.ReverseProxy).
 func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (http.Handler, error) {
-	d, err := newDecider(cfg, deps, log, nil)
+	d, err := newDecider(cfg, deps, log, nil, true)
 	if err != nil {
 		return nil, err
 	}
@@ -77,8 +80,11 @@ type decider struct {
 }
 
 // newDecider builds cfg's decider; onDenied, if set, answers refusals
-// instead of httplimit's 429 and 503.
-func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(http.ResponseWriter, *http.Request, *httplimit.Result)) (*decider, error) {
+// instead of httplimit's 429 and 503. With answers, the policies that
+// charge by the upstream's answer (cost.from, charge_status) settle from
+// it; without (forward-auth, where the gateway never shows sluice the
+// answer), they charge their estimate, as the log says once.
+func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(http.ResponseWriter, *http.Request, *httplimit.Result), answers bool) (*decider, error) {
 	resolver, err := clientip.RemoteAddr()
 	if err != nil {
 		return nil, err
@@ -99,13 +105,18 @@ func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(h
 			return nil, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
 		hp := httplimit.Policy{
-			Name: p.Name, Pattern: p.Match, Key: key, Cost: p.Cost,
+			Name: p.Name, Pattern: p.Match, Key: key, Cost: p.Cost, CostFrom: p.CostFrom, ChargeStatus: p.ChargeStatus,
 			FailMode: p.FailMode, Missing: p.Missing, Shadow: p.Shadow, Shape: p.Shape,
 			Concurrency: p.Concurrency, ConcurrencyWait: p.ConcurrencyWait,
 			Limits: limitsFor(p, deps.Overrides),
 		}
 		if len(p.Limits) > 0 {
 			hp.Limit = p.Limits[0]
+		}
+		if !answers && (len(hp.ChargeStatus) > 0 || hp.CostFrom.String() != "") {
+			log.Warn("forward-auth never sees the upstream's answer: this policy charges its estimate, cost, per request, not by the answer",
+				"policy", p.Name, "cost", p.Cost, "cost_from", hp.CostFrom.String(), "charge_status", hp.ChargeStatus)
+			hp.ChargeStatus, hp.CostFrom = nil, httplimit.CostSource{}
 		}
 		policies = append(policies, hp)
 	}
@@ -120,6 +131,11 @@ func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(h
 				closest = &res.Decisions[res.Closest]
 			}
 			count(res.Label, res.Outcome, res.Identity, closest, time.Now())
+		}
+	}
+	if settled := deps.Settled; settled != nil {
+		opts.OnSettle = func(_ *http.Request, s httplimit.Settlement) {
+			settled(s.Policy.Name, s.Estimate, s.Actual, s.Err != nil)
 		}
 	}
 	if len(policies) == 0 {

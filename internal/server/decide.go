@@ -72,6 +72,18 @@ func (s *Server) CountCheck(policy string, o sluice.Outcome, identity string, cl
 	s.count(subject{name: policy}, o, identity, closest, start)
 }
 
+// CountSettled counts the settled charge of a request of policy that
+// charges by its answer: its estimate, what it was charged, and whether
+// the answer's cost could not be read.
+func (s *Server) CountSettled(policy string, estimate, actual int64, unread bool) {
+	m := s.metrics
+	m.estimated.WithLabelValues(policy).Add(float64(estimate))
+	m.charged.WithLabelValues(policy).Add(float64(actual))
+	if unread {
+		m.unread.WithLabelValues(policy).Inc()
+	}
+}
+
 // outcome is the decision for one check or descriptor: every limit's
 // decision and the one closest to its limit.
 type outcome struct {

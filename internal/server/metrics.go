@@ -26,6 +26,9 @@ type metrics struct {
 	reloadOK     prometheus.Gauge
 	descriptors  *prometheus.CounterVec
 	refused      *prometheus.CounterVec
+	estimated    *prometheus.CounterVec
+	charged      *prometheus.CounterVec
+	unread       *prometheus.CounterVec
 	detailed     seriesCap
 }
 
@@ -96,6 +99,18 @@ func newMetrics() *metrics {
 			Name: "sluice_grpc_refused_total",
 			Help: "gRPC calls and connections the listener cut, by reason: receive_timeout (a call whose request did not arrive within listeners.read_timeout), too_many_resets (a connection that reset streams faster than the rapid-reset guard allows, sent a GOAWAY).",
 		}, []string{"reason"}),
+		estimated: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_cost_estimated_total",
+			Help: "Cost taken before the answer by the policies that charge by their answer (cost.from, charge_status), by policy: compare with sluice_cost_charged_total to tune cost.estimate.",
+		}, []string{"policy"}),
+		charged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_cost_charged_total",
+			Help: "Cost charged once the answer settled it, by policy: what the answers reported (the estimate where they did not say, 0 for a status charge_status does not charge).",
+		}, []string{"policy"}),
+		unread: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_cost_unread_total",
+			Help: "Answers whose cost could not be read (missing, not a whole number, negative, past 2^53), so their estimate stood, by policy.",
+		}, []string{"policy"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_config_reloads_total",
 			Help: "Config reloads by result: success or failure.",
@@ -108,7 +123,7 @@ func newMetrics() *metrics {
 	info.WithLabelValues(build.Version, build.Revision, strconv.FormatBool(build.Modified), build.Go).Set(1)
 	m.lastReload.SetToCurrentTime()
 	m.reloadOK.Set(1)
-	m.reg.MustRegister(info, m.checks, m.nearLimit, m.latency, m.storeLatency, m.storeCalls, m.reloads, m.lastReload, m.reloadOK, m.descriptors, m.refused,
+	m.reg.MustRegister(info, m.checks, m.nearLimit, m.latency, m.storeLatency, m.storeCalls, m.reloads, m.lastReload, m.reloadOK, m.descriptors, m.refused, m.estimated, m.charged, m.unread,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
