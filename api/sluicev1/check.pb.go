@@ -13,6 +13,7 @@ import (
 	protoreflect "google.golang.org/protobuf/reflect/protoreflect"
 	protoimpl "google.golang.org/protobuf/runtime/protoimpl"
 	durationpb "google.golang.org/protobuf/types/known/durationpb"
+	timestamppb "google.golang.org/protobuf/types/known/timestamppb"
 	reflect "reflect"
 	sync "sync"
 	unsafe "unsafe"
@@ -78,7 +79,10 @@ type Check struct {
 	// The plan whose limits apply, among the policy's plans; unset, or
 	// unknown, means the policy's own limits. An override of the key comes
 	// first.
-	Plan          string `protobuf:"bytes,4,opt,name=plan,proto3" json:"plan,omitempty"`
+	Plan string `protobuf:"bytes,4,opt,name=plan,proto3" json:"plan,omitempty"`
+	// Take cost as an estimate to settle later: an allowed check's result
+	// carries the reservation.
+	Reserve       bool `protobuf:"varint,5,opt,name=reserve,proto3" json:"reserve,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -139,6 +143,13 @@ func (x *Check) GetPlan() string {
 		return x.Plan
 	}
 	return ""
+}
+
+func (x *Check) GetReserve() bool {
+	if x != nil {
+		return x.Reserve
+	}
+	return false
 }
 
 type CheckResponse struct {
@@ -207,9 +218,13 @@ type CheckResult struct {
 	// The store failed and the policy's fail mode allowed without deciding.
 	FailedOpen bool `protobuf:"varint,6,opt,name=failed_open,json=failedOpen,proto3" json:"failed_open,omitempty"`
 	// The store failed and the policy fails closed.
-	Error         string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Error string `protobuf:"bytes,7,opt,name=error,proto3" json:"error,omitempty"`
+	// For an allowed check that reserved: the reservation that settles it,
+	// and when it expires unsettled, keeping its estimate.
+	Reservation        string                 `protobuf:"bytes,8,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	ReservationExpires *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=reservation_expires,json=reservationExpires,proto3" json:"reservation_expires,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *CheckResult) Reset() {
@@ -291,6 +306,157 @@ func (x *CheckResult) GetError() string {
 	return ""
 }
 
+func (x *CheckResult) GetReservation() string {
+	if x != nil {
+		return x.Reservation
+	}
+	return ""
+}
+
+func (x *CheckResult) GetReservationExpires() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ReservationExpires
+	}
+	return nil
+}
+
+type SettleRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Reservation string                 `protobuf:"bytes,1,opt,name=reservation,proto3" json:"reservation,omitempty"`
+	Policy      string                 `protobuf:"bytes,2,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key         string                 `protobuf:"bytes,3,opt,name=key,proto3" json:"key,omitempty"`
+	// The request's actual cost; Cancel takes none.
+	Cost          int64 `protobuf:"varint,4,opt,name=cost,proto3" json:"cost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleRequest) Reset() {
+	*x = SettleRequest{}
+	mi := &file_check_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleRequest) ProtoMessage() {}
+
+func (x *SettleRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_check_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleRequest.ProtoReflect.Descriptor instead.
+func (*SettleRequest) Descriptor() ([]byte, []int) {
+	return file_check_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SettleRequest) GetReservation() string {
+	if x != nil {
+		return x.Reservation
+	}
+	return ""
+}
+
+func (x *SettleRequest) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *SettleRequest) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SettleRequest) GetCost() int64 {
+	if x != nil {
+		return x.Cost
+	}
+	return 0
+}
+
+type SettleResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Policy        string                 `protobuf:"bytes,1,opt,name=policy,proto3" json:"policy,omitempty"`
+	Key           string                 `protobuf:"bytes,2,opt,name=key,proto3" json:"key,omitempty"`
+	Estimate      int64                  `protobuf:"varint,3,opt,name=estimate,proto3" json:"estimate,omitempty"`
+	Charged       int64                  `protobuf:"varint,4,opt,name=charged,proto3" json:"charged,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SettleResponse) Reset() {
+	*x = SettleResponse{}
+	mi := &file_check_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SettleResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SettleResponse) ProtoMessage() {}
+
+func (x *SettleResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_check_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SettleResponse.ProtoReflect.Descriptor instead.
+func (*SettleResponse) Descriptor() ([]byte, []int) {
+	return file_check_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SettleResponse) GetPolicy() string {
+	if x != nil {
+		return x.Policy
+	}
+	return ""
+}
+
+func (x *SettleResponse) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *SettleResponse) GetEstimate() int64 {
+	if x != nil {
+		return x.Estimate
+	}
+	return 0
+}
+
+func (x *SettleResponse) GetCharged() int64 {
+	if x != nil {
+		return x.Charged
+	}
+	return 0
+}
+
 type Decision struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Allowed       bool                   `protobuf:"varint,1,opt,name=allowed,proto3" json:"allowed,omitempty"`
@@ -305,7 +471,7 @@ type Decision struct {
 
 func (x *Decision) Reset() {
 	*x = Decision{}
-	mi := &file_check_proto_msgTypes[4]
+	mi := &file_check_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -317,7 +483,7 @@ func (x *Decision) String() string {
 func (*Decision) ProtoMessage() {}
 
 func (x *Decision) ProtoReflect() protoreflect.Message {
-	mi := &file_check_proto_msgTypes[4]
+	mi := &file_check_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -330,7 +496,7 @@ func (x *Decision) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Decision.ProtoReflect.Descriptor instead.
 func (*Decision) Descriptor() ([]byte, []int) {
-	return file_check_proto_rawDescGZIP(), []int{4}
+	return file_check_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Decision) GetAllowed() bool {
@@ -379,18 +545,19 @@ var File_check_proto protoreflect.FileDescriptor
 
 const file_check_proto_rawDesc = "" +
 	"\n" +
-	"\vcheck.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\"8\n" +
+	"\vcheck.proto\x12\tsluice.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"8\n" +
 	"\fCheckRequest\x12(\n" +
-	"\x06checks\x18\x01 \x03(\v2\x10.sluice.v1.CheckR\x06checks\"g\n" +
+	"\x06checks\x18\x01 \x03(\v2\x10.sluice.v1.CheckR\x06checks\"\x81\x01\n" +
 	"\x05Check\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12\x17\n" +
 	"\x04cost\x18\x03 \x01(\x03H\x00R\x04cost\x88\x01\x01\x12\x12\n" +
-	"\x04plan\x18\x04 \x01(\tR\x04planB\a\n" +
+	"\x04plan\x18\x04 \x01(\tR\x04plan\x12\x18\n" +
+	"\areserve\x18\x05 \x01(\bR\areserveB\a\n" +
 	"\x05_cost\"[\n" +
 	"\rCheckResponse\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x120\n" +
-	"\aresults\x18\x02 \x03(\v2\x16.sluice.v1.CheckResultR\aresults\"\xe4\x01\n" +
+	"\aresults\x18\x02 \x03(\v2\x16.sluice.v1.CheckResultR\aresults\"\xd3\x02\n" +
 	"\vCheckResult\x12\x16\n" +
 	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
 	"\x03key\x18\x02 \x01(\tR\x03key\x12/\n" +
@@ -399,7 +566,19 @@ const file_check_proto_rawDesc = "" +
 	"\x06shadow\x18\x05 \x01(\bR\x06shadow\x12\x1f\n" +
 	"\vfailed_open\x18\x06 \x01(\bR\n" +
 	"failedOpen\x12\x14\n" +
-	"\x05error\x18\a \x01(\tR\x05error\"\x81\x02\n" +
+	"\x05error\x18\a \x01(\tR\x05error\x12 \n" +
+	"\vreservation\x18\b \x01(\tR\vreservation\x12K\n" +
+	"\x13reservation_expires\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\x12reservationExpires\"o\n" +
+	"\rSettleRequest\x12 \n" +
+	"\vreservation\x18\x01 \x01(\tR\vreservation\x12\x16\n" +
+	"\x06policy\x18\x02 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x03 \x01(\tR\x03key\x12\x12\n" +
+	"\x04cost\x18\x04 \x01(\x03R\x04cost\"p\n" +
+	"\x0eSettleResponse\x12\x16\n" +
+	"\x06policy\x18\x01 \x01(\tR\x06policy\x12\x10\n" +
+	"\x03key\x18\x02 \x01(\tR\x03key\x12\x1a\n" +
+	"\bestimate\x18\x03 \x01(\x03R\bestimate\x12\x18\n" +
+	"\acharged\x18\x04 \x01(\x03R\acharged\"\x81\x02\n" +
 	"\bDecision\x12\x18\n" +
 	"\aallowed\x18\x01 \x01(\bR\aallowed\x12\x14\n" +
 	"\x05limit\x18\x02 \x01(\tR\x05limit\x12\x1c\n" +
@@ -408,9 +587,11 @@ const file_check_proto_rawDesc = "" +
 	"retryAfter\x12:\n" +
 	"\vreset_after\x18\x05 \x01(\v2\x19.google.protobuf.DurationR\n" +
 	"resetAfter\x12/\n" +
-	"\x05delay\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x05delay2J\n" +
+	"\x05delay\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x05delay2\xc8\x01\n" +
 	"\fCheckService\x12:\n" +
-	"\x05Check\x12\x17.sluice.v1.CheckRequest\x1a\x18.sluice.v1.CheckResponseB)Z'github.com/sluicehq/sluice/api/sluicev1b\x06proto3"
+	"\x05Check\x12\x17.sluice.v1.CheckRequest\x1a\x18.sluice.v1.CheckResponse\x12=\n" +
+	"\x06Settle\x12\x18.sluice.v1.SettleRequest\x1a\x19.sluice.v1.SettleResponse\x12=\n" +
+	"\x06Cancel\x12\x18.sluice.v1.SettleRequest\x1a\x19.sluice.v1.SettleResponseB)Z'github.com/sluicehq/sluice/api/sluicev1b\x06proto3"
 
 var (
 	file_check_proto_rawDescOnce sync.Once
@@ -424,30 +605,38 @@ func file_check_proto_rawDescGZIP() []byte {
 	return file_check_proto_rawDescData
 }
 
-var file_check_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_check_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_check_proto_goTypes = []any{
-	(*CheckRequest)(nil),        // 0: sluice.v1.CheckRequest
-	(*Check)(nil),               // 1: sluice.v1.Check
-	(*CheckResponse)(nil),       // 2: sluice.v1.CheckResponse
-	(*CheckResult)(nil),         // 3: sluice.v1.CheckResult
-	(*Decision)(nil),            // 4: sluice.v1.Decision
-	(*durationpb.Duration)(nil), // 5: google.protobuf.Duration
+	(*CheckRequest)(nil),          // 0: sluice.v1.CheckRequest
+	(*Check)(nil),                 // 1: sluice.v1.Check
+	(*CheckResponse)(nil),         // 2: sluice.v1.CheckResponse
+	(*CheckResult)(nil),           // 3: sluice.v1.CheckResult
+	(*SettleRequest)(nil),         // 4: sluice.v1.SettleRequest
+	(*SettleResponse)(nil),        // 5: sluice.v1.SettleResponse
+	(*Decision)(nil),              // 6: sluice.v1.Decision
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 8: google.protobuf.Duration
 }
 var file_check_proto_depIdxs = []int32{
-	1, // 0: sluice.v1.CheckRequest.checks:type_name -> sluice.v1.Check
-	3, // 1: sluice.v1.CheckResponse.results:type_name -> sluice.v1.CheckResult
-	4, // 2: sluice.v1.CheckResult.decision:type_name -> sluice.v1.Decision
-	4, // 3: sluice.v1.CheckResult.limits:type_name -> sluice.v1.Decision
-	5, // 4: sluice.v1.Decision.retry_after:type_name -> google.protobuf.Duration
-	5, // 5: sluice.v1.Decision.reset_after:type_name -> google.protobuf.Duration
-	5, // 6: sluice.v1.Decision.delay:type_name -> google.protobuf.Duration
-	0, // 7: sluice.v1.CheckService.Check:input_type -> sluice.v1.CheckRequest
-	2, // 8: sluice.v1.CheckService.Check:output_type -> sluice.v1.CheckResponse
-	8, // [8:9] is the sub-list for method output_type
-	7, // [7:8] is the sub-list for method input_type
-	7, // [7:7] is the sub-list for extension type_name
-	7, // [7:7] is the sub-list for extension extendee
-	0, // [0:7] is the sub-list for field type_name
+	1,  // 0: sluice.v1.CheckRequest.checks:type_name -> sluice.v1.Check
+	3,  // 1: sluice.v1.CheckResponse.results:type_name -> sluice.v1.CheckResult
+	6,  // 2: sluice.v1.CheckResult.decision:type_name -> sluice.v1.Decision
+	6,  // 3: sluice.v1.CheckResult.limits:type_name -> sluice.v1.Decision
+	7,  // 4: sluice.v1.CheckResult.reservation_expires:type_name -> google.protobuf.Timestamp
+	8,  // 5: sluice.v1.Decision.retry_after:type_name -> google.protobuf.Duration
+	8,  // 6: sluice.v1.Decision.reset_after:type_name -> google.protobuf.Duration
+	8,  // 7: sluice.v1.Decision.delay:type_name -> google.protobuf.Duration
+	0,  // 8: sluice.v1.CheckService.Check:input_type -> sluice.v1.CheckRequest
+	4,  // 9: sluice.v1.CheckService.Settle:input_type -> sluice.v1.SettleRequest
+	4,  // 10: sluice.v1.CheckService.Cancel:input_type -> sluice.v1.SettleRequest
+	2,  // 11: sluice.v1.CheckService.Check:output_type -> sluice.v1.CheckResponse
+	5,  // 12: sluice.v1.CheckService.Settle:output_type -> sluice.v1.SettleResponse
+	5,  // 13: sluice.v1.CheckService.Cancel:output_type -> sluice.v1.SettleResponse
+	11, // [11:14] is the sub-list for method output_type
+	8,  // [8:11] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_check_proto_init() }
@@ -462,7 +651,7 @@ func file_check_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_check_proto_rawDesc), len(file_check_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

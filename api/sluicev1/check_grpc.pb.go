@@ -22,7 +22,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	CheckService_Check_FullMethodName = "/sluice.v1.CheckService/Check"
+	CheckService_Check_FullMethodName  = "/sluice.v1.CheckService/Check"
+	CheckService_Settle_FullMethodName = "/sluice.v1.CheckService/Settle"
+	CheckService_Cancel_FullMethodName = "/sluice.v1.CheckService/Cancel"
 )
 
 // CheckServiceClient is the client API for CheckService service.
@@ -33,6 +35,13 @@ type CheckServiceClient interface {
 	// all-or-nothing within the check. Bad input is INVALID_ARGUMENT naming
 	// the field.
 	Check(ctx context.Context, in *CheckRequest, opts ...grpc.CallOption) (*CheckResponse, error)
+	// Settle settles a reservation (a check with reserve) to the request's
+	// actual cost: the difference is taken, or given back. An unknown,
+	// expired or settled reservation is NOT_FOUND; one of another policy or
+	// key FAILED_PRECONDITION; neither changes anything.
+	Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleResponse, error)
+	// Cancel gives a reservation's whole estimate back: Settle to 0.
+	Cancel(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleResponse, error)
 }
 
 type checkServiceClient struct {
@@ -53,6 +62,26 @@ func (c *checkServiceClient) Check(ctx context.Context, in *CheckRequest, opts .
 	return out, nil
 }
 
+func (c *checkServiceClient) Settle(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SettleResponse)
+	err := c.cc.Invoke(ctx, CheckService_Settle_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *checkServiceClient) Cancel(ctx context.Context, in *SettleRequest, opts ...grpc.CallOption) (*SettleResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SettleResponse)
+	err := c.cc.Invoke(ctx, CheckService_Cancel_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // CheckServiceServer is the server API for CheckService service.
 // All implementations must embed UnimplementedCheckServiceServer
 // for forward compatibility.
@@ -61,6 +90,13 @@ type CheckServiceServer interface {
 	// all-or-nothing within the check. Bad input is INVALID_ARGUMENT naming
 	// the field.
 	Check(context.Context, *CheckRequest) (*CheckResponse, error)
+	// Settle settles a reservation (a check with reserve) to the request's
+	// actual cost: the difference is taken, or given back. An unknown,
+	// expired or settled reservation is NOT_FOUND; one of another policy or
+	// key FAILED_PRECONDITION; neither changes anything.
+	Settle(context.Context, *SettleRequest) (*SettleResponse, error)
+	// Cancel gives a reservation's whole estimate back: Settle to 0.
+	Cancel(context.Context, *SettleRequest) (*SettleResponse, error)
 	mustEmbedUnimplementedCheckServiceServer()
 }
 
@@ -73,6 +109,12 @@ type UnimplementedCheckServiceServer struct{}
 
 func (UnimplementedCheckServiceServer) Check(context.Context, *CheckRequest) (*CheckResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Check not implemented")
+}
+func (UnimplementedCheckServiceServer) Settle(context.Context, *SettleRequest) (*SettleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Settle not implemented")
+}
+func (UnimplementedCheckServiceServer) Cancel(context.Context, *SettleRequest) (*SettleResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Cancel not implemented")
 }
 func (UnimplementedCheckServiceServer) mustEmbedUnimplementedCheckServiceServer() {}
 func (UnimplementedCheckServiceServer) testEmbeddedByValue()                      {}
@@ -113,6 +155,42 @@ func _CheckService_Check_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _CheckService_Settle_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SettleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CheckServiceServer).Settle(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CheckService_Settle_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CheckServiceServer).Settle(ctx, req.(*SettleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _CheckService_Cancel_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SettleRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(CheckServiceServer).Cancel(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: CheckService_Cancel_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(CheckServiceServer).Cancel(ctx, req.(*SettleRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // CheckService_ServiceDesc is the grpc.ServiceDesc for CheckService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -123,6 +201,14 @@ var CheckService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Check",
 			Handler:    _CheckService_Check_Handler,
+		},
+		{
+			MethodName: "Settle",
+			Handler:    _CheckService_Settle_Handler,
+		},
+		{
+			MethodName: "Cancel",
+			Handler:    _CheckService_Cancel_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -234,6 +234,28 @@ func TestServeDefault(t *testing.T) {
 	if _, err := nc.Check(context.Background(), &sluicev1.CheckRequest{Checks: []*sluicev1.Check{{Policy: "nope", Key: "k"}}}); status.Code(err) != codes.InvalidArgument {
 		t.Errorf("native check of an unknown policy: %v", err)
 	}
+	// A reservation over gRPC: 3 reserved, settled to 1, then refused a
+	// second time; one of another key changes nothing.
+	three := int64(3)
+	rresp, err := nc.Check(context.Background(), &sluicev1.CheckRequest{Checks: []*sluicev1.Check{{Policy: "api", Key: "grpc-reserver", Cost: &three, Reserve: true}}})
+	// Read on the hour's limit: the second's moves on with the clock.
+	if err != nil || rresp.Results[0].Reservation == "" || rresp.Results[0].ReservationExpires == nil || rresp.Results[0].Limits[1].Remaining != 997 {
+		t.Fatalf("native reserve: %v, %v", rresp, err)
+	}
+	id := rresp.Results[0].Reservation
+	if _, err := nc.Settle(context.Background(), &sluicev1.SettleRequest{Reservation: id, Policy: "api", Key: "someone-else", Cost: 1}); status.Code(err) != codes.FailedPrecondition {
+		t.Errorf("settle of another key's reservation: %v", err)
+	}
+	if s, err := nc.Settle(context.Background(), &sluicev1.SettleRequest{Reservation: id, Policy: "api", Key: "grpc-reserver", Cost: 1}); err != nil || s.Charged != 1 || s.Estimate != 3 {
+		t.Errorf("native settle: %v, %v", s, err)
+	}
+	if _, err := nc.Cancel(context.Background(), &sluicev1.SettleRequest{Reservation: id, Policy: "api", Key: "grpc-reserver"}); status.Code(err) != codes.NotFound {
+		t.Errorf("cancel of a settled reservation: %v", err)
+	}
+	zero := int64(0)
+	if peek, err := nc.Check(context.Background(), &sluicev1.CheckRequest{Checks: []*sluicev1.Check{{Policy: "api", Key: "grpc-reserver", Cost: &zero}}}); err != nil || peek.Results[0].Limits[1].Remaining != 999 {
+		t.Errorf("after settling 3 to 1: %v, %v; want 999 of the hour's left", peek, err)
+	}
 	out, err := exec.Command(binary, "check", "-addr", p.http, "-policy", "login", "-key", "10.0.0.1").CombinedOutput()
 	if err != nil || !strings.Contains(string(out), `"remaining": 4`) {
 		t.Errorf("sluice check: %v\n%s", err, out)

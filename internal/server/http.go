@@ -24,6 +24,8 @@ import (
 func (s *Server) httpHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/check", s.handleCheck)
+	mux.HandleFunc("POST /v1/settle", s.handleSettle)
+	mux.HandleFunc("POST /v1/cancel", s.handleCancel)
 	mux.HandleFunc("POST /json", s.handleEnvoyJSON)
 	mux.HandleFunc("/v1/forward-auth", s.handleForwardAuth)
 	s.ops(mux)
@@ -61,6 +63,9 @@ type Check struct {
 	// Plan chooses among the policy's plans; none, or an unknown one,
 	// means its own limits. An override of the key comes first.
 	Plan string `json:"plan,omitempty"`
+	// Reserve takes Cost as an estimate to settle later (POST /v1/settle,
+	// /v1/cancel): an allowed check's result carries the reservation.
+	Reserve bool `json:"reserve,omitempty"`
 }
 
 // CheckResponse answers a CheckRequest, one result per check.
@@ -87,6 +92,11 @@ type CheckResult struct {
 	Local  bool           `json:"local,omitempty"`
 	Limits []DecisionJSON `json:"limits"`
 	Error  string         `json:"error,omitempty"`
+	// Reservation, for an allowed check that asked to reserve, is the id
+	// that settles it, until ReservationExpires (RFC 3339): a reservation
+	// not settled by then keeps its estimate.
+	Reservation        string `json:"reservation,omitempty"`
+	ReservationExpires string `json:"reservation_expires,omitempty"`
 
 	decisions []sluice.Decision // for the gRPC form
 }
@@ -110,29 +120,44 @@ func decisionJSON(d sluice.Decision) DecisionJSON {
 	}
 }
 
-func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+// decodeJSON reads r's body, one JSON object of v's fields and nothing
+// after it, into v, answering a problem itself when it cannot.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any) bool {
 	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
 		problem(w, http.StatusUnsupportedMediaType, "Content-Type must be application/json", "")
-		return
+		return false
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBodyBytes))
 	if err != nil {
 		problem(w, http.StatusBadRequest, "body: "+err.Error(), "")
-		return
+		return false
 	}
 	if !utf8.Valid(body) {
 		problem(w, http.StatusBadRequest, "body is not valid UTF-8", "")
-		return
+		return false
 	}
-	var req CheckRequest
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := dec.Decode(v); err != nil {
 		problem(w, http.StatusBadRequest, "malformed JSON body: "+err.Error(), "")
-		return
+		return false
 	}
 	if _, err := dec.Token(); err != io.EOF {
 		problem(w, http.StatusBadRequest, "malformed JSON body: one JSON object, with nothing after it", "")
+		return false
+	}
+	return true
+}
+
+// writeJSON answers v as JSON.
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	json.NewEncoder(w).Encode(v)
+}
+
+func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
+	var req CheckRequest
+	if !decodeJSON(w, r, &req) {
 		return
 	}
 	defer s.track()()
@@ -148,8 +173,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusServiceUnavailable, "the rate limiter's store is unavailable and the policy fails closed; retry shortly", "")
 		return
 	}
-	w.Header().Set("Content-Type", "application/json")
-	json.NewEncoder(w).Encode(resp)
+	writeJSON(w, resp)
 }
 
 // runChecks decides checks for POST /v1/check and the native gRPC
@@ -168,9 +192,22 @@ func (s *Server) runChecks(ctx context.Context, checks []Check) (CheckResponse, 
 		if err := checkIdentity(c.Key); err != nil {
 			return CheckResponse{}, field + ".key", fmt.Errorf("%s.key: %v", field, err)
 		}
+		taken := time.Now()
 		out := s.checkPolicy(ctx, cfg, c)
 		if errors.Is(out.Err, errInput) {
 			return CheckResponse{}, field, fmt.Errorf("%s: %v", field, out.Err)
+		}
+		var reserved *reservation
+		if c.Reserve && out.Err == nil && out.Decisions[out.Closest].Allowed {
+			p := cfg.Policy(c.Policy)
+			reserved = &reservation{policy: c.Policy, key: c.Key, storeKey: p.Name + "\x00" + c.Key,
+				estimate: p.Cost, mode: p.FailMode, taken: taken}
+			for _, d := range out.Decisions {
+				reserved.limits = append(reserved.limits, d.Limit) // the limits that decided it
+			}
+			if c.Cost != nil {
+				reserved.estimate = *c.Cost
+			}
 		}
 		res := CheckResult{Policy: c.Policy, Key: c.Key, Shadow: out.Shadow, FailedOpen: out.Result == sluice.FailedOpen,
 			Local: out.Result == sluice.LocalAllowed || out.Result == sluice.LocalDenied}
@@ -186,6 +223,10 @@ func (s *Server) runChecks(ctx context.Context, checks []Check) (CheckResponse, 
 				res.Limits = append(res.Limits, decisionJSON(d))
 			}
 			res.Allowed = res.Allowed || out.Shadow
+		}
+		if reserved != nil {
+			res.Reservation = s.reserved.open(reserved, taken)
+			res.ReservationExpires = reserved.expires.UTC().Format(time.RFC3339)
 		}
 		resp.Allowed = resp.Allowed && res.Allowed
 		resp.Results[i] = res

@@ -101,6 +101,7 @@ type Server struct {
 	redis     *redisstore.Store // the Redis store, if any, for /readyz
 	preflight *preflight        // its preflight's last report, for /readyz
 	overrides *overrides.Registry
+	reserved  reservations // the API's open reservations
 }
 
 // state is one loaded config.

@@ -1,0 +1,132 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicehq/sluice/internal/redistest"
+)
+
+const reserveConfig = `policies:
+  - name: tokens
+    limit: 10000/1m
+    cost: 500
+`
+
+// post posts body to path and returns the status and the answer.
+func (r *running) post(t *testing.T, path, body string) (int, map[string]any) {
+	t.Helper()
+	resp, err := client.Post(r.base+path, "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(resp.Body)
+	var out map[string]any
+	json.Unmarshal(data, &out)
+	return resp.StatusCode, out
+}
+
+func (r *running) reserve(t *testing.T, key string, cost int64) (string, float64) {
+	t.Helper()
+	body, _ := json.Marshal(CheckRequest{Checks: []Check{{Policy: "tokens", Key: key, Cost: &cost, Reserve: true}}})
+	resp, err := client.Post(r.base+"/v1/check", "application/json", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var out CheckResponse
+	json.NewDecoder(resp.Body).Decode(&out)
+	res := out.Results[0]
+	if res.Allowed && (res.Reservation == "" || res.ReservationExpires == "") {
+		t.Fatalf("an allowed reservation without its id or expiry: %+v", res)
+	}
+	return res.Reservation, float64(res.Remaining)
+}
+
+// /v1/check reserves, /v1/settle settles to the actual cost and
+// /v1/cancel gives it back; an unknown id, one settled already, or one of
+// another key or policy is refused and changes nothing: on memory and on
+// Redis.
+func TestReservationsOverTheAPI(t *testing.T) {
+	for name, url := range map[string]string{"memory": "", "redis": redistest.Standalone(t).URL()} {
+		t.Run(name, func(t *testing.T) {
+			r := start(t, reserveConfig, url)
+			key := "alice-" + name
+			left := func() float64 {
+				cost := int64(0)
+				body, _ := json.Marshal(CheckRequest{Checks: []Check{{Policy: "tokens", Key: key, Cost: &cost}}})
+				resp, err := client.Post(r.base+"/v1/check", "application/json", bytes.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				var out CheckResponse
+				json.NewDecoder(resp.Body).Decode(&out)
+				return float64(out.Results[0].Remaining)
+			}
+			id, remaining := r.reserve(t, key, 500)
+			if remaining != 9500 {
+				t.Fatalf("reserved 500: %v left", remaining)
+			}
+			code, out := r.post(t, "/v1/settle", fmt.Sprintf(`{"reservation":%q,"policy":"tokens","key":%q,"cost":3000}`, id, key))
+			if code != 200 || out["charged"] != 3000.0 || out["estimate"] != 500.0 {
+				t.Fatalf("settle: %d %v", code, out)
+			}
+			if got := left(); got != 7000 {
+				t.Fatalf("settled 500 to 3000: %v left, want 7000", got)
+			}
+			for _, c := range []struct {
+				body string
+				want int
+			}{
+				{fmt.Sprintf(`{"reservation":%q,"policy":"tokens","key":%q,"cost":0}`, id, key), 404}, // settled already
+				{`{"reservation":"00ff","policy":"tokens","key":"alice","cost":0}`, 404},              // unknown
+				{`{"policy":"tokens","key":"alice","cost":0}`, 400},                                   // no id
+				{fmt.Sprintf(`{"reservation":%q,"policy":"tokens","key":%q}`, id, key), 400},          // no cost
+			} {
+				if code, out := r.post(t, "/v1/settle", c.body); code != c.want {
+					t.Fatalf("%s: %d %v, want %d", c.body, code, out, c.want)
+				}
+			}
+			id, _ = r.reserve(t, key, 2000)
+			if code, _ := r.post(t, "/v1/cancel", fmt.Sprintf(`{"reservation":%q,"policy":"tokens","key":"mallory"}`, id)); code != 409 {
+				t.Fatalf("a cancel for another key: %d, want 409", code)
+			}
+			if got := left(); got != 5000 {
+				t.Fatalf("after a refused cancel: %v left, want 5000", got)
+			}
+			if code, out := r.post(t, "/v1/cancel", fmt.Sprintf(`{"reservation":%q,"policy":"tokens","key":%q}`, id, key)); code != 200 || out["charged"] != 0.0 {
+				t.Fatalf("cancel: %d %v", code, out)
+			}
+			if got := left(); got != 7000 {
+				t.Fatalf("cancelled 2000: %v left, want 7000", got)
+			}
+			metrics := r.metrics(t)
+			for _, want := range []string{`sluice_cost_estimated_total{policy="tokens"} 2500`, `sluice_cost_charged_total{policy="tokens"} 3000`} {
+				if !strings.Contains(metrics, want) {
+					t.Errorf("metrics lack %s", want)
+				}
+			}
+		})
+	}
+}
+
+// A reservation never settled expires and keeps its estimate.
+func TestReservationExpires(t *testing.T) {
+	var rs reservations
+	now := time.Now()
+	id := rs.open(&reservation{policy: "p", key: "k", estimate: 5}, now)
+	if _, err := rs.take(id, "p", "k", now.Add(reservationTTL)); err != errNoReservation {
+		t.Fatalf("a reservation past its expiry: %v, want errNoReservation", err)
+	}
+	id = rs.open(&reservation{policy: "p", key: "k"}, now)
+	if _, err := rs.take(id, "p", "k", now.Add(reservationTTL-time.Microsecond)); err != nil {
+		t.Fatalf("a reservation before its expiry: %v", err)
+	}
+}
