@@ -86,6 +86,11 @@ type rateLimitYAML struct {
 	Replaces        []replaceYAML `yaml:"replaces"`
 	Algorithm       string        `yaml:"algorithm"` // sluice: the algorithm, default GCRA
 	Burst           int64         `yaml:"burst"`     // sluice: the burst
+	// sluice: "all" records every hit, over the limit or not (as
+	// envoyproxy/ratelimit counts), so that hits sent once the answer is
+	// known (apply_on_stream_done) are charged; "admitted", the default,
+	// only what was allowed.
+	Count string `yaml:"count"`
 }
 
 type replaceYAML struct {
@@ -193,6 +198,13 @@ func (c *checker) rateLimit(n *yaml.Node, field string, d *Descriptor) {
 			c.add(cmp.Or(m["algorithm"], n), field+".algorithm", "%v", strings.TrimPrefix(err.Error(), "sluice: "))
 		}
 		r.Limit.Algorithm = a
+	}
+	switch y.Count {
+	case "", "admitted":
+	case "all":
+		r.Limit.CountAll = true
+	default:
+		c.add(cmp.Or(m["count"], n), field+".count", "%q: want all or admitted", y.Count)
 	}
 	if ok && y.RequestsPerUnit != nil {
 		if err := r.Limit.Validate(); err != nil {

@@ -207,7 +207,16 @@ func BenchmarkProxyFirstEvent(b *testing.B) {
 		w.(http.Flusher).Flush()
 		io.WriteString(w, "data: {\"choices\":[],\"usage\":{\"total_tokens\":1}}\n\ndata: [DONE]\n\n")
 	})
-	srv := gatewayTo(b, strings.Replace(tokensYAML, "10000/1m", "1000000000/1s", 1), memstore.New(memstore.Options{}), upstream, Deps{})
+	for name, yaml := range map[string]string{
+		"cost=stream": strings.Replace(tokensYAML, "10000/1m", "1000000000/1s", 1),
+		"cost=fixed":  "policies: [{name: tokens, limit: 1000000000/1s, key: \"header:Authorization\", cost: 500}]",
+	} {
+		b.Run(name, func(b *testing.B) { firstEvent(b, yaml, upstream, sent) })
+	}
+}
+
+func firstEvent(b *testing.B, yaml string, upstream http.Handler, sent chan time.Time) {
+	srv := gatewayTo(b, yaml, memstore.New(memstore.Options{}), upstream, Deps{})
 	var total time.Duration
 	for b.Loop() {
 		req, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(`{"stream":true}`))

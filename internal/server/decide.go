@@ -273,17 +273,24 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 			return nil, inputError("descriptor %d: its entries make a key of %d bytes; at most %d", i, len(key), sluice.MaxKeyLen)
 		}
 		limits := make([]sluice.Limit, len(o.Limits))
-		over := false
+		over, h := false, hits[i]
 		for j, l := range o.Limits {
 			limits[j] = l.Limit
-			over = over || l.Block || hits[i] > l.Limit.Capacity()
+			switch c := l.Limit.Capacity(); {
+			case l.Block:
+				over = true
+			case h > c && l.Limit.CountAll:
+				h = c // counted whole: past the capacity, the capacity
+			case h > c:
+				over = true
+			}
 		}
 		shadow := o.Node.Shadow && overrides[i] == nil
 		if over {
 			o.outcome = s.overLimit(subject{name: domain, domain: true}, key, limits, shadow)
 			continue
 		}
-		o.outcome = s.decide(ctx, subject{name: domain, domain: true}, key, limits, hits[i], shadow, cfg.Store.FailMode)
+		o.outcome = s.decide(ctx, subject{name: domain, domain: true}, key, limits, h, shadow, cfg.Store.FailMode)
 	}
 	return outs, nil
 }

@@ -9,6 +9,11 @@ import (
 	"testing"
 	"time"
 
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -128,5 +133,42 @@ func TestReservationExpires(t *testing.T) {
 	id = rs.open(&reservation{policy: "p", key: "k"}, now)
 	if _, err := rs.take(id, "p", "k", now.Add(reservationTTL-time.Microsecond)); err != nil {
 		t.Fatalf("a reservation before its expiry: %v", err)
+	}
+}
+
+// Envoy's pattern for costs known at the end of a stream: the request
+// path checks one hit, and the same descriptor gets the answer's tokens
+// as hits_addend once the stream is done (apply_on_stream_done), with
+// count: all so that they are charged even past the limit. 10000 tokens
+// a minute, 3000 an answer: requests 1 to 4 are OK, the 5th OVER_LIMIT.
+func TestEnvoyHitsOnStreamDone(t *testing.T) {
+	r := start(t, `domains:
+  - domain: llm
+    descriptors:
+      - key: user
+        rate_limit: {unit: minute, requests_per_unit: 10000, count: all}
+`, "")
+	conn, err := grpc.NewClient(r.Addrs().GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rl := rlspb.NewRateLimitServiceClient(conn)
+	ask := func(hits uint32) rlspb.RateLimitResponse_Code {
+		resp, err := rl.ShouldRateLimit(t.Context(), &rlspb.RateLimitRequest{Domain: "llm", HitsAddend: hits,
+			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "ann"}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.OverallCode
+	}
+	for i := range 4 {
+		if got := ask(1); got != rlspb.RateLimitResponse_OK {
+			t.Fatalf("request %d: %v, want OK", i+1, got)
+		}
+		ask(3000) // on stream done: its answer is not enforced
+	}
+	if got := ask(1); got != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("request 5: %v, want OVER_LIMIT: the 4th answer's tokens were charged past the limit", got)
 	}
 }
