@@ -28,6 +28,36 @@ const (
 type labelActivity struct {
 	slots [historySeconds]second
 	top   atomic.Pointer[topk.Sketch] // nil while keys are not kept
+	// The costs settled by the answer since start: the estimates taken,
+	// what was charged, the settlements whose answer did not say.
+	settles, estimated, charged, unread atomic.Int64
+}
+
+// settled counts a settlement of label: its estimate, what it charged,
+// and whether the answer's cost could not be read.
+func (a *activity) settled(label string, estimate, actual int64, unread bool) {
+	l := a.label(label)
+	if l == nil {
+		return
+	}
+	l.settles.Add(1)
+	l.estimated.Add(estimate)
+	l.charged.Add(actual)
+	if unread {
+		l.unread.Add(1)
+	}
+}
+
+// Settled is a label's settlements since start, for the status page.
+type Settled struct{ Settles, Estimated, Charged, Unread int64 }
+
+func (a *activity) settledOf(label string) Settled {
+	v, ok := a.labels.Load(label)
+	if !ok {
+		return Settled{}
+	}
+	l := v.(*labelActivity)
+	return Settled{l.settles.Load(), l.estimated.Load(), l.charged.Load(), l.unread.Load()}
 }
 
 // second counts one second's checks by kind.

@@ -82,6 +82,7 @@ func (s *Server) CountSettled(policy string, estimate, actual int64, unread bool
 	if unread {
 		m.unread.WithLabelValues(policy).Inc()
 	}
+	s.activity.settled(policy, estimate, actual, unread)
 }
 
 // outcome is the decision for one check or descriptor: every limit's

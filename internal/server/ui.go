@@ -278,6 +278,9 @@ func (u *ui) policy(w http.ResponseWriter, r *http.Request, name string, page ma
 	page["IsPolicy"], page["KeysOff"] = p != nil, cfg.UI.TopKeys == 0
 	if p != nil {
 		page["Limits"] = limitsText(p.Limits)
+		if st := u.s.activity.settledOf(name); st.Settles > 0 || p.CostFrom.String() != "" || len(p.ChargeStatus) > 0 {
+			page["Settled"] = st
+		}
 	} else {
 		page["Limits"] = "Envoy domain"
 	}

@@ -235,3 +235,25 @@ func TestCountCheckFromAnotherFrontDoor(t *testing.T) {
 		t.Fatalf("the denied client is not on the policy's page:\n%s", body)
 	}
 }
+
+// A policy charged by its answer shows what it estimated and what it
+// charged on its page, and in /metrics: what the proxy's settlements
+// counted (CountSettled), as an operator tunes cost.estimate by them.
+func TestStatusPageShowsEstimatesAndCharges(t *testing.T) {
+	r, admin := startUI(t, "policies: [{name: tokens, limit: 100000/1m, cost: {estimate: 500, from: \"json:usage.total_tokens\"}}]\n")
+	r.CountSettled("tokens", 500, 3000, false)
+	r.CountSettled("tokens", 500, 2000, false)
+	r.CountSettled("tokens", 500, 500, true)
+	m := r.metrics(t)
+	for _, want := range []string{`sluice_cost_estimated_total{policy="tokens"} 1500`, `sluice_cost_charged_total{policy="tokens"} 5500`, `sluice_cost_unread_total{policy="tokens"} 1`} {
+		if !strings.Contains(m, want) {
+			t.Errorf("no %s in /metrics", want)
+		}
+	}
+	b := browser()
+	fetch(t, b, "POST", admin+"/ui/login", url.Values{"token": {"s3cret"}})
+	_, body, _ := fetch(t, b, "GET", admin+"/ui/policy/tokens", nil)
+	if !strings.Contains(body, `<table id="settled">`) || !strings.Contains(body, "<td>3</td><td>1500</td><td>5500</td><td>1</td>") {
+		t.Fatalf("the policy's page lacks its settlements:\n%s", body)
+	}
+}
