@@ -205,7 +205,7 @@ func reservations(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
 		if err != nil {
 			t.Fatalf("step %d: settle %+v: %v", i, req, err)
 		}
-		if req.Refund.IsZero() == false && !d.Allowed {
+		if !req.Refund.IsZero() && !d.Allowed {
 			t.Fatalf("step %d: a refund was denied: %+v", i, d)
 		}
 	}
