@@ -31,7 +31,8 @@ func TestReservationSettlesToTheActualCost(t *testing.T) {
 	for name, store := range reservationStores(t) {
 		for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingLog, sluice.SlidingWindow, sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA} {
 			t.Run(name+"/"+alg.String(), func(t *testing.T) {
-				l, err := sluice.NewLimiter(store, sluice.Limit{Algorithm: alg, Rate: 100, Period: time.Hour}, sluice.LimiterOptions{})
+				// A day: a bucket refills one in 864 s, nothing within the test.
+				l, err := sluice.NewLimiter(store, sluice.Limit{Algorithm: alg, Rate: 100, Period: 24 * time.Hour}, sluice.LimiterOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -210,7 +210,7 @@ func TestChargedWriterKeepsItsInterfaces(t *testing.T) {
 		io.Copy(w, strings.NewReader("abc")) // through ReadFrom
 	}
 	store := memstore.New(memstore.Options{})
-	p := httplimit.Policy{Name: "bytes", Limit: sluice.Limit{Rate: 100, Period: time.Hour}, Cost: 10, CostFrom: httplimit.CostFromBytes()}
+	p := httplimit.Policy{Name: "bytes", Limit: sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 100, Period: time.Hour}, Cost: 10, CostFrom: httplimit.CostFromBytes()}
 	srv := chargeServer(t, store, p, h)
 	get(t, srv.URL, "X-User", "carol")
 	if !flusher || !hijacker || !readerFrom {

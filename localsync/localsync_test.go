@@ -167,3 +167,40 @@ func TestKeysCopied(t *testing.T) {
 		return s
 	}, sluice.FixedWindow, sluice.SlidingLog, sluice.SlidingWindow, sluice.TokenBucket, sluice.GCRA)
 }
+
+// A refund gives back first what was admitted here and not pushed yet,
+// and sends the rest to the shared store: the key ends where one store
+// would have it.
+func TestRefundLocalThenShared(t *testing.T) {
+	shared := memstore.New(memstore.Options{})
+	s, err := localsync.New(localsync.Options{Shared: shared, Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	l := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Hour}
+	taken := time.Now().Add(-time.Millisecond)
+	if d, err := s.Take(ctx, sluice.Request{Key: "k", Limit: l, Cost: 6}); err != nil || !d.Allowed {
+		t.Fatalf("take 6: %+v, %v", d, err)
+	}
+	if err := s.Sync(ctx); err != nil { // the 6 pushed
+		t.Fatal(err)
+	}
+	if d, err := s.Take(ctx, sluice.Request{Key: "k", Limit: l, Cost: 3}); err != nil || !d.Allowed {
+		t.Fatalf("take 3: %+v, %v", d, err)
+	}
+	// 5 back: the 3 not pushed yet here, 2 from the shared store.
+	if _, err := s.Take(ctx, sluice.Request{Key: "k", Limit: l, Cost: 5, Refund: taken}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if d, _ := shared.Take(ctx, sluice.Request{Key: "k", Limit: l}); d.Remaining != 6 {
+		t.Fatalf("shared after the refund: %d remaining, want 6 (9 taken, 5 given back)", d.Remaining)
+	}
+	if err := s.TakeAll(ctx, []sluice.Request{{Key: "k", Limit: l, Cost: 1, Refund: taken}, {Key: "j", Limit: l, Cost: 1}}, make([]sluice.Decision, 2)); !errors.Is(err, sluice.ErrRefundInBatch) {
+		t.Fatalf("a refund in a batch: %v", err)
+	}
+}

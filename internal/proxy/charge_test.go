@@ -17,7 +17,7 @@ import (
 
 const tokensYAML = `policies:
   - name: tokens
-    limit: 10000/1m
+    limit: sliding_log 10000/1m # exact, and nothing comes back within a test
     key: header:Authorization
     match: "POST /v1/chat/completions"
     cost:
@@ -186,7 +186,7 @@ func TestProxyStreamsAndChargesAClientThatLeaves(t *testing.T) {
 			if s := <-settled; s != [2]int64{500, 2200} {
 				t.Fatalf("settled %v; want the reported 2200", s)
 			}
-			l, _ := sluice.NewLimiter(store, sluice.Limit{Rate: 10000, Period: time.Minute}, sluice.LimiterOptions{})
+			l, _ := sluice.NewLimiter(store, sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 10000, Period: time.Minute}, sluice.LimiterOptions{})
 			if d, _ := l.Peek(t.Context(), "tokens\x00Bearer leaver"); d.Remaining != 10000-2200 {
 				t.Fatalf("%d left; want %d", d.Remaining, 10000-2200)
 			}
@@ -208,7 +208,7 @@ func BenchmarkProxyFirstEvent(b *testing.B) {
 		io.WriteString(w, "data: {\"choices\":[],\"usage\":{\"total_tokens\":1}}\n\ndata: [DONE]\n\n")
 	})
 	for name, yaml := range map[string]string{
-		"cost=stream": strings.Replace(tokensYAML, "10000/1m", "1000000000/1s", 1),
+		"cost=stream": strings.Replace(tokensYAML, "sliding_log 10000/1m", "1000000000/1s", 1),
 		"cost=fixed":  "policies: [{name: tokens, limit: 1000000000/1s, key: \"header:Authorization\", cost: 500}]",
 	} {
 		b.Run(name, func(b *testing.B) { firstEvent(b, yaml, upstream, sent) })
