@@ -64,7 +64,7 @@ func (d *discard) WriteHeader(code int)        { d.code = code }
 // call alone, so the middleware's own overhead is the difference.
 func BenchmarkHTTPMiddleware(b *testing.B) {
 	b.Run("sluice", func(b *testing.B) {
-		ip, _ := clientip.RemoteAddr()
+		ip, _ := clientip.RemoteAddr(clientip.Options{})
 		m, err := sluicehttp.New(sluicehttp.Options{
 			Store: memstore.New(memstore.Options{}),
 			Policies: []sluicehttp.Policy{{

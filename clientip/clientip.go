@@ -14,6 +14,7 @@
 package clientip
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"net"
@@ -44,30 +45,28 @@ type Resolver struct {
 	v4Bits   int
 }
 
-// Option configures a Resolver.
-type Option func(*Resolver)
+// Options configures a Resolver: how addresses are grouped into keys.
+// The zero value is the default.
+type Options struct {
+	// IPv6Prefix groups IPv6 addresses by their first bits. Default 64:
+	// one key per /64, what one customer is usually given.
+	IPv6Prefix int
+	// IPv4Prefix groups IPv4 addresses likewise. Default 32: one key per
+	// address.
+	IPv4Prefix int
+}
 
-// IPv6Prefix groups IPv6 addresses by their first bits bits (default 64).
-func IPv6Prefix(bits int) Option { return func(r *Resolver) { r.v6Bits = bits } }
-
-// IPv4Prefix groups IPv4 addresses by their first bits bits (default 32:
-// one key per address).
-func IPv4Prefix(bits int) Option { return func(r *Resolver) { r.v4Bits = bits } }
-
-func newResolver(s realclientip.Strategy, header string, opts []Option) (*Resolver, error) {
-	r := &Resolver{strategy: s, header: header, v6Bits: 64, v4Bits: 32}
-	for _, o := range opts {
-		o(r)
-	}
+func newResolver(s realclientip.Strategy, header string, opts Options) (*Resolver, error) {
+	r := &Resolver{strategy: s, header: header, v6Bits: cmp.Or(opts.IPv6Prefix, 64), v4Bits: cmp.Or(opts.IPv4Prefix, 32)}
 	if r.v6Bits < 1 || r.v6Bits > 128 || r.v4Bits < 1 || r.v4Bits > 32 {
-		return nil, fmt.Errorf("clientip: prefix lengths %d (IPv6) and %d (IPv4) out of range", r.v6Bits, r.v4Bits)
+		return nil, fmt.Errorf("clientip: prefix lengths %d (IPv6) and %d (IPv4) out of range: want 1..128 and 1..32", r.v6Bits, r.v4Bits)
 	}
 	return r, nil
 }
 
 // RemoteAddr uses the connection's peer address: right when clients connect
 // directly, wrong behind any proxy (every client would share its address).
-func RemoteAddr(opts ...Option) (*Resolver, error) {
+func RemoteAddr(opts Options) (*Resolver, error) {
 	return newResolver(realclientip.RemoteAddrStrategy{}, "", opts)
 }
 
@@ -77,7 +76,7 @@ func RemoteAddr(opts ...Option) (*Resolver, error) {
 // not in trusted (CIDRs or addresses of your proxies and load balancers).
 // A peer that is not a trusted proxy is the client, whatever it wrote in the
 // header.
-func RightmostUntrusted(header string, trusted []string, opts ...Option) (*Resolver, error) {
+func RightmostUntrusted(header string, trusted []string, opts Options) (*Resolver, error) {
 	nets, err := realclientip.AddressesAndRangesToIPNets(trusted...)
 	if err != nil {
 		return nil, fmt.Errorf("clientip: trusted proxies: %w", err)
@@ -104,7 +103,7 @@ func RightmostUntrusted(header string, trusted []string, opts ...Option) (*Resol
 // TrustedHops reads header from the right and returns the address hops
 // entries from the end: right when exactly hops proxies you control each
 // append one entry (hops 1: one load balancer).
-func TrustedHops(header string, hops int, opts ...Option) (*Resolver, error) {
+func TrustedHops(header string, hops int, opts Options) (*Resolver, error) {
 	s, err := realclientip.NewRightmostTrustedCountStrategy(header, hops)
 	if err != nil {
 		return nil, fmt.Errorf("clientip: %w", err)
@@ -115,7 +114,7 @@ func TrustedHops(header string, hops int, opts ...Option) (*Resolver, error) {
 // Header reads a single address from header, such as X-Real-IP or
 // CF-Connecting-IP: right only when a trusted proxy always sets (and
 // overwrites) it.
-func Header(header string, opts ...Option) (*Resolver, error) {
+func Header(header string, opts Options) (*Resolver, error) {
 	s, err := realclientip.NewSingleIPHeaderStrategy(header)
 	if err != nil {
 		return nil, fmt.Errorf("clientip: %w", err)

@@ -27,11 +27,11 @@ func must(r *clientip.Resolver, err error) *clientip.Resolver {
 
 func TestStrategies(t *testing.T) {
 	lb := []string{"10.0.0.0/8", "192.168.1.1"}
-	xff := must(clientip.RightmostUntrusted("X-Forwarded-For", lb))
-	fwd := must(clientip.RightmostUntrusted("Forwarded", lb))
-	hops := must(clientip.TrustedHops("X-Forwarded-For", 1))
-	real := must(clientip.Header("X-Real-IP"))
-	remote := must(clientip.RemoteAddr())
+	xff := must(clientip.RightmostUntrusted("X-Forwarded-For", lb, clientip.Options{}))
+	fwd := must(clientip.RightmostUntrusted("Forwarded", lb, clientip.Options{}))
+	hops := must(clientip.TrustedHops("X-Forwarded-For", 1, clientip.Options{}))
+	real := must(clientip.Header("X-Real-IP", clientip.Options{}))
+	remote := must(clientip.RemoteAddr(clientip.Options{}))
 	tests := []struct {
 		name string
 		r    *clientip.Resolver
@@ -66,36 +66,43 @@ func TestStrategies(t *testing.T) {
 }
 
 func TestFallbackChain(t *testing.T) {
-	r := must(clientip.RightmostUntrusted("X-Forwarded-For", []string{"10.0.0.0/8"})).Or(must(clientip.RemoteAddr()))
+	r := must(clientip.RightmostUntrusted("X-Forwarded-For", []string{"10.0.0.0/8"}, clientip.Options{})).Or(must(clientip.RemoteAddr(clientip.Options{})))
 	if ip, err := r.ClientIP(request("203.0.113.1:1")); err != nil || ip.String() != "203.0.113.1" {
 		t.Fatalf("no header: %v, %v; want the remote address", ip, err)
 	}
 }
 
 func TestIPv6Grouping(t *testing.T) {
-	r := must(clientip.RemoteAddr())
+	r := must(clientip.RemoteAddr(clientip.Options{}))
 	a, _ := r.Key(request("[2001:db8:1:2:aaaa::1]:1"))
 	b, _ := r.Key(request("[2001:db8:1:2:bbbb::9]:1"))
 	c, _ := r.Key(request("[2001:db8:1:3::1]:1"))
 	if a != b || a != "2001:db8:1:2::/64" || a == c {
 		t.Fatalf("keys %q %q %q: one /64 must share a key, another must not", a, b, c)
 	}
-	r48 := must(clientip.RemoteAddr(clientip.IPv6Prefix(48)))
+	r48 := must(clientip.RemoteAddr(clientip.Options{IPv6Prefix: 48}))
 	if k, _ := r48.Key(request("[2001:db8:1:3::1]:1")); k != "2001:db8:1::/48" {
 		t.Fatalf("/48 key %q", k)
 	}
 	if k, _ := r.Key(request("203.0.113.7:1")); k != "203.0.113.7" {
 		t.Fatalf("IPv4 key %q", k)
 	}
-	if _, err := clientip.RemoteAddr(clientip.IPv6Prefix(129)); err == nil {
+	if _, err := clientip.RemoteAddr(clientip.Options{IPv6Prefix: 129}); err == nil {
 		t.Fatal("prefix 129 accepted")
+	}
+	r24 := must(clientip.RemoteAddr(clientip.Options{IPv4Prefix: 24}))
+	if k, _ := r24.Key(request("203.0.113.7:1")); k != "203.0.113.0/24" {
+		t.Fatalf("IPv4 /24 key %q", k)
+	}
+	if _, err := clientip.RemoteAddr(clientip.Options{IPv4Prefix: 33}); err == nil {
+		t.Fatal("IPv4 prefix 33 accepted")
 	}
 }
 
 // A chain of thousands of entries is cut to its tail, not parsed whole, and
 // still resolves from the right.
 func TestOversizedHeader(t *testing.T) {
-	r := must(clientip.RightmostUntrusted("X-Forwarded-For", []string{"10.0.0.0/8"}))
+	r := must(clientip.RightmostUntrusted("X-Forwarded-For", []string{"10.0.0.0/8"}, clientip.Options{}))
 	long := strings.Repeat("6.6.6.6, ", 100_000) + "203.0.113.7, 10.0.0.2"
 	ip, err := r.ClientIP(request("10.0.0.1:1", "X-Forwarded-For", long))
 	if err != nil || ip.String() != "203.0.113.7" {
@@ -107,7 +114,7 @@ func FuzzXForwardedFor(f *testing.F) {
 	f.Add("1.2.3.4, 10.0.0.1", "10.0.0.9:80")
 	f.Add(`"[::1]"`, "[::1]:1")
 	f.Add(strings.Repeat(",", 5000), "bad")
-	r := must(clientip.RightmostUntrusted("X-Forwarded-For", []string{"10.0.0.0/8"}))
+	r := must(clientip.RightmostUntrusted("X-Forwarded-For", []string{"10.0.0.0/8"}, clientip.Options{}))
 	f.Fuzz(func(t *testing.T, xff, remote string) {
 		ip, err := r.ClientIP(request(remote, "X-Forwarded-For", xff))
 		if err == nil && (!ip.IsValid() || ip.Zone() != "" || ip.Is4In6()) {
@@ -123,7 +130,7 @@ func FuzzForwarded(f *testing.F) {
 	f.Add(`for=192.0.2.60;proto=http;by=203.0.113.43`, "10.0.0.9:80")
 	f.Add(`for="[2001:db8:cafe::17]:4711"`, "10.0.0.9:80")
 	f.Add(`for="unbalanced`, "10.0.0.9:80")
-	r := must(clientip.RightmostUntrusted("Forwarded", []string{"10.0.0.0/8"}))
+	r := must(clientip.RightmostUntrusted("Forwarded", []string{"10.0.0.0/8"}, clientip.Options{}))
 	f.Fuzz(func(t *testing.T, fwd, remote string) {
 		ip, err := r.ClientIP(request(remote, "Forwarded", fwd))
 		if err == nil && (!ip.IsValid() || ip.Zone() != "") {

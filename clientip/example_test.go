@@ -11,7 +11,7 @@ import (
 // address of X-Forwarded-For that is not one of yours: never the leftmost,
 // which any client can write.
 func ExampleRightmostUntrusted() {
-	r, err := clientip.RightmostUntrusted("X-Forwarded-For", []string{"10.0.0.0/8"})
+	r, err := clientip.RightmostUntrusted("X-Forwarded-For", []string{"10.0.0.0/8"}, clientip.Options{})
 	if err != nil {
 		panic(err)
 	}

@@ -19,15 +19,15 @@ func FuzzClientIP(f *testing.F) {
 	f.Add("::ffff:10.0.0.9, fe80::1%eth0", `for="_hidden"`, "[::1]:80")
 	f.Add("", "", "10.0.0.1")
 	trusted := netip.MustParsePrefix("10.0.0.0/8")
-	xff, err := clientip.RightmostUntrusted("X-Forwarded-For", []string{trusted.String()})
+	xff, err := clientip.RightmostUntrusted("X-Forwarded-For", []string{trusted.String()}, clientip.Options{})
 	if err != nil {
 		f.Fatal(err)
 	}
-	fwd, err := clientip.RightmostUntrusted("Forwarded", []string{trusted.String()})
+	fwd, err := clientip.RightmostUntrusted("Forwarded", []string{trusted.String()}, clientip.Options{})
 	if err != nil {
 		f.Fatal(err)
 	}
-	hops, err := clientip.TrustedHops("X-Forwarded-For", 1)
+	hops, err := clientip.TrustedHops("X-Forwarded-For", 1, clientip.Options{})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -592,7 +592,7 @@ func Parse(file string, data []byte) (*Config, error) {
 		for i, n := range f.TrustedProxies {
 			field := fmt.Sprintf("trusted_proxies[%d]", i)
 			v, _ := c.scalar(n, field)
-			if _, err := clientip.RightmostUntrusted("X-Forwarded-For", []string{v}); err != nil {
+			if _, err := clientip.RightmostUntrusted("X-Forwarded-For", []string{v}, clientip.Options{}); err != nil {
 				c.add(n, field, "%q is not an address or CIDR", v)
 			}
 			cfg.TrustedProxies = append(cfg.TrustedProxies, v)

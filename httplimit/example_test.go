@@ -15,7 +15,7 @@ import (
 // Per-route limits keyed by the real client address behind a load balancer
 // in 10.0.0.0/8.
 func Example() {
-	ip, _ := clientip.RightmostUntrusted("X-Forwarded-For", []string{"10.0.0.0/8"})
+	ip, _ := clientip.RightmostUntrusted("X-Forwarded-For", []string{"10.0.0.0/8"}, clientip.Options{})
 	m, err := httplimit.New(httplimit.Options{
 		Store: memstore.New(memstore.Options{}),
 		Policies: []httplimit.Policy{

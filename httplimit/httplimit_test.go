@@ -50,7 +50,7 @@ func get(t *testing.T, url string, headers ...string) *http.Response {
 }
 
 func resolver(t *testing.T, trusted ...string) *clientip.Resolver {
-	r, err := clientip.RightmostUntrusted("X-Forwarded-For", trusted)
+	r, err := clientip.RightmostUntrusted("X-Forwarded-For", trusted, clientip.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func resolver(t *testing.T, trusted ...string) *clientip.Resolver {
 // A client that is not a trusted proxy cannot change its key by writing
 // X-Forwarded-For.
 func TestSpoofedForwardedForDoesNotChangeTheKey(t *testing.T) {
-	ip := resolver(t, "10.0.0.0/8").Or(must(clientip.RemoteAddr()))
+	ip := resolver(t, "10.0.0.0/8").Or(must(clientip.RemoteAddr(clientip.Options{})))
 	srv := server(t, httplimit.Options{Store: memstore.New(memstore.Options{}), Policies: []httplimit.Policy{
 		{Name: "ip", Limit: sluice.PerMinute(5), Key: httplimit.ClientIP(ip)},
 	}})
@@ -106,8 +106,8 @@ func TestNATSharesOneKeyAPIKeysDoNot(t *testing.T) {
 
 func TestRoutesAreLimitedIndependently(t *testing.T) {
 	srv := server(t, httplimit.Options{Store: memstore.New(memstore.Options{}), Policies: []httplimit.Policy{
-		{Name: "search", Pattern: "GET /search", Limit: sluice.PerMinute(2), Key: httplimit.ClientIP(must(clientip.RemoteAddr()))},
-		{Name: "items", Pattern: "GET /items/{id}", Limit: sluice.PerMinute(4), Key: httplimit.ClientIP(must(clientip.RemoteAddr()))},
+		{Name: "search", Pattern: "GET /search", Limit: sluice.PerMinute(2), Key: httplimit.ClientIP(must(clientip.RemoteAddr(clientip.Options{})))},
+		{Name: "items", Pattern: "GET /items/{id}", Limit: sluice.PerMinute(4), Key: httplimit.ClientIP(must(clientip.RemoteAddr(clientip.Options{})))},
 	}})
 	count := func(path string) (n int) {
 		for range 10 {
@@ -133,7 +133,7 @@ func TestShadowNeverBlocksButCounts(t *testing.T) {
 	srv := server(t, httplimit.Options{
 		Store: memstore.New(memstore.Options{}),
 		Policies: []httplimit.Policy{
-			{Name: "trial", Limit: sluice.PerMinute(3), Key: httplimit.ClientIP(must(clientip.RemoteAddr())), Shadow: true},
+			{Name: "trial", Limit: sluice.PerMinute(3), Key: httplimit.ClientIP(must(clientip.RemoteAddr(clientip.Options{}))), Shadow: true},
 		},
 		OnResult: func(_ *http.Request, res *httplimit.Result) {
 			if res.ShadowDenied {
@@ -160,7 +160,7 @@ func TestFailModes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer down.Close()
-	key := httplimit.ClientIP(must(clientip.RemoteAddr()))
+	key := httplimit.ClientIP(must(clientip.RemoteAddr(clientip.Options{})))
 	srv := server(t, httplimit.Options{Store: down, Policies: []httplimit.Policy{
 		{Name: "open", Pattern: "/open", Limit: sluice.PerMinute(1), Key: key, FailMode: sluice.FailOpen},
 		{Name: "closed", Pattern: "/closed", Limit: sluice.PerMinute(1), Key: key, FailMode: sluice.FailClosed},

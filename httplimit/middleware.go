@@ -117,7 +117,7 @@ func New(opts Options) (*Middleware, error) {
 		opts.LogsPerSecond = 1
 	}
 	if opts.ClientIP == nil {
-		opts.ClientIP, _ = clientip.RemoteAddr()
+		opts.ClientIP, _ = clientip.RemoteAddr(clientip.Options{})
 	}
 	m := &Middleware{opts: opts, guard: opts.Guard, base: time.Now(), log: newSampler(opts.Logger, opts.LogsPerSecond),
 		fallback: ClientIP(opts.ClientIP)}

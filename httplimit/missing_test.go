@@ -77,6 +77,6 @@ func TestMissingKey(t *testing.T) {
 }
 
 func httplimitClientIP() (httplimit.KeyFunc, error) {
-	r, err := clientip.RemoteAddr()
+	r, err := clientip.RemoteAddr(clientip.Options{})
 	return httplimit.ClientIP(r), err
 }

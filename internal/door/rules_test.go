@@ -59,7 +59,7 @@ func (r rule) of() sluice.Limit {
 type door func(key string, hold bool) (answer, func())
 
 func httpDoor(t *testing.T, rules []rule) door {
-	resolver, _ := clientip.RemoteAddr()
+	resolver, _ := clientip.RemoteAddr(clientip.Options{})
 	var policies []httplimit.Policy
 	for i, r := range rules {
 		policies = append(policies, httplimit.Policy{Name: "p" + string(rune('0'+i)), Key: httplimit.APIKey("X-Key"), Limit: r.of(),

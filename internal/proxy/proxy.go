@@ -85,12 +85,12 @@ type decider struct {
 // it; without (forward-auth, where the gateway never shows sluice the
 // answer), they charge their estimate, as the log says once.
 func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(http.ResponseWriter, *http.Request, *httplimit.Result), answers bool) (*decider, error) {
-	resolver, err := clientip.RemoteAddr()
+	resolver, err := clientip.RemoteAddr(clientip.Options{})
 	if err != nil {
 		return nil, err
 	}
 	if len(cfg.TrustedProxies) > 0 {
-		r, err := clientip.RightmostUntrusted("X-Forwarded-For", cfg.TrustedProxies)
+		r, err := clientip.RightmostUntrusted("X-Forwarded-For", cfg.TrustedProxies, clientip.Options{})
 		if err != nil {
 			return nil, err
 		}
