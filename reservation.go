@@ -23,7 +23,8 @@ type Reservation struct {
 	key      string
 	estimate int64
 	taken    time.Time
-	done     atomic.Bool
+	held     bool        // allowed: the reservation is to settle
+	done     atomic.Bool // settled
 }
 
 // clockSkew is how much earlier than the call a reservation records its
@@ -41,13 +42,10 @@ func (l *Limiter) Reserve(ctx context.Context, key string, estimate int64) (*Res
 	r := &Reservation{l: l, key: key, estimate: estimate, taken: time.Now()}
 	if err := checkKeyAndCost(key, estimate, l.limit.Capacity()); err != nil {
 		r.Decision = Decision{Limit: l.limit}
-		r.done.Store(true)
 		return r, err
 	}
 	err := l.take(ctx, key, estimate, &r.Decision)
-	if err != nil || !r.Allowed || estimate == 0 {
-		r.done.Store(true) // nothing taken, nothing to settle
-	}
+	r.held = err == nil && r.Allowed // an estimate of 0 settles its whole cost later
 	return r, err
 }
 
@@ -58,10 +56,10 @@ func (l *Limiter) Reserve(ctx context.Context, key string, estimate int64) (*Res
 // window that has moved on since holds none of it: see Request.Refund).
 // A second call returns ErrSettled and changes nothing.
 func (r *Reservation) Settle(ctx context.Context, actual int64) error {
+	if !r.held {
+		return nil // denied or refused: it took nothing, and owes nothing
+	}
 	if !r.done.CompareAndSwap(false, true) {
-		if r.l == nil || !r.Allowed || r.estimate == 0 {
-			return nil // took nothing
-		}
 		return ErrSettled
 	}
 	if r.l.denied != nil {

@@ -74,6 +74,18 @@ func TestReservationSettlesToTheActualCost(t *testing.T) {
 				if got := left(); got != 38 {
 					t.Fatalf("cancelled 20: %d left, want 38", got)
 				}
+				// An estimate of 0 takes nothing now and its whole cost later.
+				r, _ = l.Reserve(ctx, key, 0)
+				if !r.Allowed {
+					t.Fatalf("an estimate of 0 with room left: %+v", r.Decision)
+				}
+				before := left()
+				if err := r.Settle(ctx, 4); err != nil {
+					t.Fatal(err)
+				}
+				if got := left(); got != before-4 {
+					t.Fatalf("estimate 0 settled to 4: %d left, want %d", got, before-4)
+				}
 				// Settled past what is left: never refused, the key is used up.
 				r, _ = l.Reserve(ctx, key, 1)
 				if err := r.Settle(ctx, 1000); err != nil {
@@ -118,11 +130,15 @@ func TestWaitGivesTheSlotBackWhenItGivesUp(t *testing.T) {
 			gone, cancel := context.WithCancel(ctx)
 			done := make(chan error, 1)
 			go func() { done <- l.Wait(gone, "k") }()
-			for {
+			// Polled until the wait has reserved (it then waits out its
+			// delay of an hour), within a deadline no machine reaches.
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
 				if d, _ := l.Peek(ctx, "k"); d.Remaining < before.Remaining {
-					break // reserved: waiting out its delay
+					break
 				}
-				time.Sleep(time.Millisecond)
+				if time.Now().After(deadline) {
+					t.Fatal("the wait never reserved its slot")
+				}
 			}
 			cancel()
 			if err := <-done; !errors.Is(err, context.Canceled) {

@@ -113,6 +113,7 @@ var errNoCost = errors.New("the answer does not report its cost")
 type settling struct {
 	m     *Middleware
 	r     *http.Request
+	h     http.Header // the answer's, as the handler sets it
 	taken time.Time
 	items []charge
 	// What the answer has shown so far.
@@ -138,6 +139,7 @@ func (s *settling) wrap(w http.ResponseWriter) http.ResponseWriter {
 			s.scan.path = c.p.CostFrom.path
 		}
 	}
+	s.h = w.Header()
 	return httpsnoop.Wrap(w, httpsnoop.Hooks{
 		WriteHeader: func(next httpsnoop.WriteHeaderFunc) httpsnoop.WriteHeaderFunc {
 			return func(code int) {
@@ -182,7 +184,7 @@ func (f writerFunc) Write(b []byte) (int, error) { return f(b) }
 // policy does not charge gives its whole cost back, and a header source
 // settles to the header's number.
 func (s *settling) header(h http.Header, code int) {
-	if s.status != 0 || code < 200 && code != 0 {
+	if s.status != 0 || code < 200 {
 		return // written already, or an informational answer
 	}
 	s.status = code
@@ -210,7 +212,7 @@ func (s *settling) body(h http.Header, b []byte) {
 	if s.scan.path == nil {
 		return
 	}
-	v, err, ok := s.scan.write(h, b)
+	v, ok, err := s.scan.write(h, b)
 	if !ok {
 		return
 	}
@@ -229,7 +231,7 @@ func (s *settling) body(h http.Header, b []byte) {
 // finish settles what only the answer's end says (bytes), and reports
 // each charge.
 func (s *settling) finish() {
-	s.header(nil, http.StatusOK) // a handler that wrote nothing answered 200
+	s.header(s.h, http.StatusOK) // a handler that wrote nothing answers 200, with the headers it set
 	for i := range s.items {
 		c := &s.items[i]
 		switch {
@@ -289,31 +291,31 @@ type usageScanner struct {
 // write looks at b. It reports ok when it found the field (or found it
 // bad: err), which it does at most once per event, or once for a JSON
 // document, when the document is complete.
-func (u *usageScanner) write(h http.Header, b []byte) (v int64, err error, ok bool) {
+func (u *usageScanner) write(h http.Header, b []byte) (v int64, ok bool, err error) {
 	if strings.HasPrefix(h.Get("Content-Type"), "text/event-stream") {
 		return u.events(b)
 	}
 	if u.over || u.found {
-		return 0, nil, false
+		return 0, false, nil
 	}
 	if len(u.buf)+len(b) > maxScan {
 		u.over, u.buf = true, nil
-		return 0, fmt.Errorf("json %s: %w in the first MiB", strings.Join(u.path, "."), errNoCost), true
+		return 0, true, fmt.Errorf("json %s: %w in the first MiB", strings.Join(u.path, "."), errNoCost)
 	}
 	u.buf = append(u.buf, b...)
 	t := bytes.TrimRight(u.buf, " \t\r\n")
 	if len(t) == 0 || t[len(t)-1] != '}' || !json.Valid(t) {
-		return 0, nil, false // not a whole document yet
+		return 0, false, nil // not a whole document yet
 	}
 	u.found = true
 	v, err = u.field(t)
 	u.buf = nil
-	return v, err, true
+	return v, true, err
 }
 
 // events looks at the events b completes; a value in the last of them
 // that carries the field is reported.
-func (u *usageScanner) events(b []byte) (v int64, err error, ok bool) {
+func (u *usageScanner) events(b []byte) (v int64, ok bool, err error) {
 	u.buf = append(u.buf, b...)
 	for {
 		end, skip := eventEnd(u.buf)
@@ -321,7 +323,7 @@ func (u *usageScanner) events(b []byte) (v int64, err error, ok bool) {
 			if len(u.buf) > maxScan {
 				u.buf = u.buf[:0] // an event past maxScan is not looked at
 			}
-			return v, err, ok
+			return v, ok, err
 		}
 		data := eventData(u.buf[:end])
 		u.buf = u.buf[:copy(u.buf, u.buf[end+skip:])]
@@ -329,7 +331,7 @@ func (u *usageScanner) events(b []byte) (v int64, err error, ok bool) {
 			continue
 		}
 		if fv, ferr := u.field(data); !errors.Is(ferr, errNoCost) {
-			v, err, ok, u.found = fv, ferr, true, true
+			v, ok, err, u.found = fv, true, ferr, true
 		}
 	}
 }

@@ -293,3 +293,18 @@ func TestParseCostSource(t *testing.T) {
 		}
 	}
 }
+
+// A handler that sets its cost's header and writes nothing is settled
+// from that header: the answer is a 200 with the headers it set.
+func TestCostHeaderOfAnAnswerWithNoBody(t *testing.T) {
+	var got httplimit.Settlement
+	h := func(w http.ResponseWriter, _ *http.Request) { w.Header().Set("X-Cost", "7") }
+	p := httplimit.Policy{Name: "p", Limit: sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 100, Period: time.Hour}, Cost: 1, CostFrom: httplimit.CostFromHeader("X-Cost")}
+	srv := chargeServer(t, memstore.New(memstore.Options{}), p, h, func(o *httplimit.Options) {
+		o.OnSettle = func(_ *http.Request, s httplimit.Settlement) { got = s }
+	})
+	get(t, srv.URL, "X-User", "fay")
+	if got.Actual != 7 || got.Err != nil {
+		t.Fatalf("settled %+v; want 7 from the header", got)
+	}
+}

@@ -192,7 +192,10 @@ func (s *Server) runChecks(ctx context.Context, checks []Check) (CheckResponse, 
 		if err := checkIdentity(c.Key); err != nil {
 			return CheckResponse{}, field + ".key", fmt.Errorf("%s.key: %v", field, err)
 		}
-		taken := time.Now()
+		var taken time.Time // what a reservation's refunds give back from
+		if c.Reserve {
+			taken = time.Now()
+		}
 		out := s.checkPolicy(ctx, cfg, c)
 		if errors.Is(out.Err, errInput) {
 			return CheckResponse{}, field, fmt.Errorf("%s: %v", field, out.Err)

@@ -91,12 +91,8 @@ func (rs *reservations) take(id, policy, key string, now time.Time) (*reservatio
 
 // expire drops the reservations past their expiry. The caller holds mu.
 func (rs *reservations) expire(now time.Time) {
-	for e := rs.order.Front(); e != nil; e = rs.order.Front() {
-		if r := e.Value.(*reservation); now.Before(r.expires) {
-			return
-		} else {
-			rs.drop(r)
-		}
+	for e := rs.order.Front(); e != nil && !now.Before(e.Value.(*reservation).expires); e = rs.order.Front() {
+		rs.drop(e.Value.(*reservation))
 	}
 }
 
