@@ -278,11 +278,13 @@ func (s *Store) encode(now string, calls []*call) []string {
 
 // refundArg returns the cost argument of a refund: 'r' COST '@' TAKEN
 // (scripts/take.lua), TAKEN on Redis's clock when the call's now is
-// Redis's ("-1"): the refunded take was decided on it.
+// Redis's ("-1"): the refunded take was decided on it. The offset is as
+// exact as half the round trip it was measured over, so TAKEN is put
+// that much earlier: the take's own entry is then at or after it.
 func (s *Store) refundArg(now string, r *sluice.Request) string {
 	taken := r.Refund.UnixMicro()
 	if now == "-1" && s.clock.known.Load() {
-		taken += s.clock.offset.Load()
+		taken += s.clock.offset.Load() - s.clock.spread.Load()
 	}
 	return "r" + strconv.FormatInt(r.Cost, 10) + "@" + strconv.FormatInt(taken, 10)
 }

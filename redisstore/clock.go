@@ -18,6 +18,7 @@ import (
 // calls carry no deadline.
 type clock struct {
 	offset   atomic.Int64 // Redis µs minus local µs
+	spread   atomic.Int64 // half the round trip it was measured over (µs): how far off it may be
 	known    atomic.Bool
 	next     atomic.Int64 // local Unix ns of the next measurement
 	measures atomic.Bool  // a measurement is running
@@ -72,5 +73,6 @@ func (c *clock) measure(client rueidis.Client) {
 	redisNow := vals[0]*1_000_000 + vals[1]
 	mid := sent.Add(got.Sub(sent) / 2).UnixMicro()
 	c.offset.Store(redisNow - mid)
+	c.spread.Store(got.Sub(sent).Microseconds()/2 + 1)
 	c.known.Store(true)
 }
