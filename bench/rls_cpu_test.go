@@ -16,6 +16,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 
+	"github.com/sluicehq/sluice/bench/internal/proc"
 	"github.com/sluicehq/sluice/internal/server"
 )
 
@@ -76,19 +77,13 @@ func startRLSChild(b *testing.B, kind string) rlsChild {
 	return rlsChild{pid: cmd.Process.Pid, addr: strings.TrimSpace(line)}
 }
 
-// cpu returns the user and system CPU time the child has used, from
-// /proc/PID/stat (fields 14 and 15, in clock ticks of 10ms).
+// cpu returns the CPU time the child has used.
 func (c rlsChild) cpu(b *testing.B) time.Duration {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", c.pid))
+	d, err := proc.CPU(c.pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := string(stat)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // after "pid (comm) "
-	var utime, stime int64
-	fmt.Sscan(fields[11], &utime) // field 14 of the whole line
-	fmt.Sscan(fields[12], &stime)
-	return time.Duration(utime+stime) * 10 * time.Millisecond
+	return d
 }
 
 // BenchmarkRLSServerCPU measures the CPU a server process spends per
