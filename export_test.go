@@ -9,3 +9,11 @@ func SharedGuards() int {
 	sharedGuards.Range(func(any, any) bool { n++; return true })
 	return n
 }
+
+// SeenSlots is the size of the stand-in's record of g, 0 without one.
+func SeenSlots(g *Guard) int {
+	if g.standin == nil {
+		return 0
+	}
+	return len(g.standin.seen.Load().slots)
+}

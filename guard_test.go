@@ -306,6 +306,18 @@ func TestStandinRecordGrowsWithKeys(t *testing.T) {
 			t.Fatalf("healthy: %v", v.Outcome)
 		}
 	}
+	// The same keys seen again and again do not grow it further: two keys
+	// that share a slot overwrite each other every time, however large.
+	slots := sluice.SeenSlots(c.guard)
+	for range 2 {
+		for i := range keys {
+			c.take(t, fmt.Sprint("k", i), limit, sluice.FailLocal, answered)
+		}
+	}
+	if got := sluice.SeenSlots(c.guard); got != slots || got > 16*keys {
+		t.Fatalf("the record holds %d slots for %d keys after they were seen twice more (%d before); want %d, at most %d", got, keys, slots, slots, 16*keys)
+	}
+
 	c.proxy.Refuse(true)
 	c.proxy.Reset()
 	remembered := 0

@@ -19,9 +19,9 @@ import (
 // stores and no lock; two keys that share a slot overwrite each other, and
 // the one that lost its record is treated as never seen. That is the
 // price of a record that costs the healthy path almost nothing. The table
-// starts small (minSeen slots, 24 KiB) and doubles, up to maxSeen, as
-// records overwrite others (see clashShare): it grows with the keys seen,
-// so a Limiter that sees few keys holds a small one.
+// starts small (minSeen slots, 24 KiB) and doubles, up to maxSeen, as the
+// slots in use pass 1/loadShare of it: it grows with the keys seen, so a
+// Limiter that sees few keys holds a small one.
 //
 // An outage (a number from the breaker) starts afresh: the stand-in's keys
 // carry the outage's number, so what it counted in an earlier outage is
@@ -34,7 +34,7 @@ type standin struct {
 	hseed     maphash.Seed
 	base      time.Time // resetAt is nanoseconds since base
 	seen      atomic.Pointer[seenTable]
-	clashes   atomic.Int64 // records that overwrote another key's since the table last grew
+	used      atomic.Int64 // slots of seen that hold a record
 	growMu    sync.Mutex
 
 	mu     sync.Mutex
@@ -61,13 +61,15 @@ func newSeenTable(n int) *seenTable {
 }
 
 // The record's sizes: from 1 Ki slots of 24 bytes (24 KiB) to 1 Mi (24 MiB).
-// It doubles when the records that overwrote another key's reach
-// 1/clashShare of its slots, which keeps it about ten times the keys seen
-// lately: each is then remembered with a chance of about 95%.
+// It doubles when the slots in use pass 1/loadShare of it, which keeps it
+// 8 to 16 times the keys seen: a key's record is then overwritten by
+// another key's with a chance of at most about 1 in 8. (Growing on the
+// records overwritten instead grows without end: keys that share a slot
+// overwrite each other on every request, however large the table.)
 const (
-	minSeen    = 1 << 10
-	maxSeen    = 1 << 20
-	clashShare = 256
+	minSeen   = 1 << 10
+	maxSeen   = 1 << 20
+	loadShare = 8
 )
 
 // maxSeeded bounds the keys seeded in one outage; past it, new keys start
@@ -91,17 +93,21 @@ func (s *standin) grow(t *seenTable) {
 		return
 	}
 	nt := newSeenTable(2 * len(t.slots))
+	var used int64
 	for i := range t.slots {
 		from := &t.slots[i]
 		if h := from.sum.Load(); h != 0 {
 			to := &nt.slots[h&nt.mask]
+			if to.sum.Load() == 0 {
+				used++
+			}
 			to.sum.Store(h)
 			to.remaining.Store(from.remaining.Load())
 			to.resetAt.Store(from.resetAt.Load())
 		}
 	}
+	s.used.Store(used)
 	s.seen.Store(nt)
-	s.clashes.Store(0)
 }
 
 func (s *standin) sum(r *Request) uint64 {
@@ -125,7 +131,7 @@ func (s *standin) record1(r *Request, d *Decision) {
 	slot := &t.slots[h&t.mask]
 	if old := slot.sum.Load(); old != h {
 		slot.sum.Store(h)
-		if old != 0 && s.clashes.Add(1) > int64(len(t.slots)/clashShare) {
+		if old == 0 && s.used.Add(1) > int64(len(t.slots)/loadShare) {
 			s.grow(t)
 		}
 	}

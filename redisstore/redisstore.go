@@ -130,6 +130,7 @@ func Open(rawURL string, opts Options) (*Store, error) {
 	if opts.Prefix == "" {
 		opts.Prefix = prefix
 	}
+	opt.ReadBufferEachConn, opt.WriteBufferEachConn = connBuffer, connBuffer
 	s := newStore(opts)
 	s.owned, s.opt = true, opt
 	s.watchDials(opts.OnConnect)
@@ -138,6 +139,11 @@ func Open(rawURL string, opts Options) (*Store, error) {
 	s.mu.Unlock()
 	return s, nil
 }
+
+// connBuffer is each connection's read and write buffer. A check's
+// command and answer are a few hundred bytes, so 64 KiB holds hundreds in
+// flight; rueidis's default, 0.5 MiB each, costs a megabyte a connection.
+const connBuffer = 64 << 10
 
 // parseURL reads raw, with t and the URL's tls_* parameters as its TLS,
 // and returns its prefix parameter.

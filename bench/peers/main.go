@@ -9,7 +9,8 @@
 // build ./cmd/gubernator` in gubernator-io/gubernator's). sluice is built
 // from this tree. redis-server must be on PATH.
 //
-// Envoy RLS v3: envoyproxy/ratelimit on Redis, sluice on its memory store
+// Envoy RLS v3: envoyproxy/ratelimit on Redis, an empty handler served
+// by grpc-go (what the transport alone costs), sluice on its memory store
 // and on the same Redis, every check one descriptor (remote_address) of
 // 10,000 values under one envoy-format limit that never denies. With
 // -gubernator, a second table compares gubernator's HTTP API
@@ -52,7 +53,15 @@ import (
 	"github.com/sluicehq/sluice/bench/internal/proc"
 )
 
+// emptyChild is the environment variable that makes this program serve an
+// empty RLS handler on the address it holds: grpc-go's own cost per check.
+const emptyChild = "SLUICE_PEERS_EMPTY_RLS"
+
 func main() {
+	if addr := os.Getenv(emptyChild); addr != "" {
+		serveEmpty(addr)
+		return
+	}
 	envoyRL := flag.String("envoy-rl", "", "envoyproxy/ratelimit binary (required)")
 	guber := flag.String("gubernator", "", "gubernator binary: adds the HTTP table")
 	sluiceBin := flag.String("sluice", "", "sluice binary; empty: built from this tree")
@@ -161,6 +170,15 @@ func (r *run) main(envoyRL, guber, sluiceBin string, rounds int, levels []int) e
 		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+port(envoyGRPC),
 		"DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+port(freeAddr()))
 	if err != nil {
+		return err
+	}
+	grpcSystems = append(grpcSystems, s)
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	emptyAddr := freeAddr()
+	if s, err = r.start("empty grpc-go handler", emptyAddr, r.rls, self, nil, emptyChild+"="+emptyAddr); err != nil {
 		return err
 	}
 	grpcSystems = append(grpcSystems, s)
@@ -385,6 +403,26 @@ func (r *run) rls(addr string, conns int) (func(context.Context, string) error, 
 		}
 		return nil
 	}, nil
+}
+
+// emptyRLS answers OK at once.
+type emptyRLS struct {
+	rlspb.UnimplementedRateLimitServiceServer
+}
+
+func (emptyRLS) ShouldRateLimit(context.Context, *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
+	return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}, nil
+}
+
+// serveEmpty serves emptyRLS on addr with grpc-go's defaults until killed.
+func serveEmpty(addr string) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		log.Fatal(err)
+	}
+	s := grpc.NewServer()
+	rlspb.RegisterRateLimitServiceServer(s, emptyRLS{})
+	log.Fatal(s.Serve(l))
 }
 
 // httpClient is shared by the HTTP checks: keep-alive connections enough
