@@ -85,6 +85,12 @@ func (s *Store) change(old, r *Ring, tell []string) {
 	}
 	s.moving.Store(m) // before the ring: a check that sees r sees the move
 	s.ring.Store(r)
+	// The checks being decided here on the old ring finish first: a
+	// key extracted before one of them is decided would be decided again
+	// from nothing, and admit what its state would have denied.
+	s.gate.Lock()
+	//lint:ignore SA2001 a barrier: it waits for the readers, and holds nothing
+	s.gate.Unlock()
 	// A second pass takes the keys that checks in flight at the swap, on
 	// the old ring, made again meanwhile.
 	reqs := s.extract(r)
@@ -290,25 +296,62 @@ func (s *Store) HandedOff() (handed, failed int64) { return s.handed.Load(), s.l
 // owner returns where a check of key that this instance was asked goes:
 // itself, or the member to forward it to with flags. It waits while key
 // moves away. While this instance settles, a key whose state is still at
-// its previous owner goes there (FLAG_HOP).
+// its previous owner goes there (FLAG_HOP). When it returns this instance,
+// it holds s.gate for reading, and the caller releases it once Local has
+// decided.
 func (s *Store) owner(ctx context.Context, key string) (string, uint32, error) {
-	if err := s.waitMove(ctx, key); err != nil {
-		return "", 0, err
+	to, flags, err := s.ownerFor(ctx, key, func() (string, uint32) {
+		if w, ok := s.settled(key); !ok {
+			return w, hopFlags
+		}
+		return "", 0
+	})
+	if to == "" && err == nil {
+		return s.opts.Self, 0, nil
 	}
-	owner := s.ring.Load().Owner(key)
-	if owner != s.opts.Self && owner != "" {
-		return owner, 0, nil
+	return to, flags, err
+}
+
+// ownerFor is owner for a key of this ring with here deciding where a key
+// that this instance owns goes instead ("" for nowhere: it is decided
+// here). It returns "" holding s.gate for reading.
+func (s *Store) ownerFor(ctx context.Context, key string, here func() (string, uint32)) (string, uint32, error) {
+	for {
+		if err := s.waitMove(ctx, key); err != nil {
+			return "", 0, err
+		}
+		s.gate.RLock()
+		if s.movingAway(key) != nil {
+			s.gate.RUnlock() // a hand-off of key began meanwhile: wait for it
+			continue
+		}
+		owner := s.ring.Load().Owner(key)
+		if owner != s.opts.Self && owner != "" {
+			s.gate.RUnlock()
+			return owner, 0, nil
+		}
+		if to, flags := here(); to != "" {
+			s.gate.RUnlock()
+			return to, flags, nil
+		}
+		return "", 0, nil
 	}
-	if w, ok := s.settled(key); !ok {
-		return w, hopFlags, nil
+}
+
+// movingAway returns the hand-off in progress if it takes key away from
+// this instance, or nil.
+func (s *Store) movingAway(key string) *move {
+	m := s.moving.Load()
+	if m == nil || m.old.Owner(key) != s.opts.Self || m.new.Owner(key) == s.opts.Self {
+		return nil
 	}
-	return s.opts.Self, 0, nil
+	return m
 }
 
 // waitMove waits while key is leaving this instance in a hand-off.
 func (s *Store) waitMove(ctx context.Context, key string) error {
-	m := s.moving.Load()
-	if m == nil || m.old.Owner(key) != s.opts.Self || m.new.Owner(key) == s.opts.Self {
+	m := s.movingAway(key)
+	if m == nil {
 		return nil
 	}
 	select {
@@ -385,18 +428,18 @@ func (s *Store) Register(srv *grpc.Server) {
 func (sv *service) serve(ctx context.Context, reqs []sluice.Request, reset bool, flags uint32, ds []sluice.Decision) ([]sluice.Decision, error) {
 	if s := sv.route; s != nil && flags&(handoffFlags|failoverFlags) == 0 {
 		key := reqs[0].Key
-		if err := s.waitMove(ctx, key); err != nil {
-			return ds, err
-		}
 		n := passes(flags)
-		to := ""
-		if owner := s.ring.Load().Owner(key); owner != s.opts.Self && owner != "" {
-			to = owner
-		} else if w, ok := s.settled(key); !ok && n < 2 {
-			to = w // a call the previous owner passed back is decided here
-		}
+		to, _, err := s.ownerFor(ctx, key, func() (string, uint32) {
+			if w, ok := s.settled(key); !ok && n < 2 {
+				return w, 0 // a call the previous owner passed back is decided here
+			}
+			return "", 0
+		})
 		switch {
+		case err != nil:
+			return ds, err
 		case to == "":
+			defer s.gate.RUnlock()
 		case n >= maxPasses:
 			return ds, status.Errorf(codes.Unavailable, "shard: members disagree on the owner of key %q; passed on %d times", key, n)
 		default:

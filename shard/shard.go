@@ -73,8 +73,13 @@ type Store struct {
 	// moving is the hand-off in progress, nil for none; joining is this
 	// instance's settling after it joined, nil when it is not; handedBy
 	// are the members that have handed it their keys (see handoff.go).
-	moving   atomic.Pointer[move]
-	joining  atomic.Pointer[join]
+	moving  atomic.Pointer[move]
+	joining atomic.Pointer[join]
+	// gate is held for reading while a check is decided here, from
+	// reading the ring to Local's answer; a hand-off takes it for writing
+	// once it has swapped the ring, so that it extracts the keys only
+	// after the decisions made on the old ring (see owner).
+	gate     sync.RWMutex
 	hmu      sync.Mutex
 	handedBy map[string]bool
 	gone     map[string]time.Time // members that announced they left, until when they stay out; guarded by hmu
@@ -246,6 +251,7 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Decision, 
 		return sluice.Decision{}, err
 	}
 	if owner == s.opts.Self {
+		defer s.gate.RUnlock()
 		return s.opts.Local.Take(ctx, req)
 	}
 	if err := req.Validate(); err != nil {
@@ -340,6 +346,7 @@ func (s *Store) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice
 		return err
 	}
 	if owner == s.opts.Self {
+		defer s.gate.RUnlock()
 		return s.opts.Local.TakeAll(ctx, reqs, dst)
 	}
 	for i := range reqs {
@@ -357,6 +364,7 @@ func (s *Store) Reset(ctx context.Context, key string, limit sluice.Limit) error
 		return err
 	}
 	if owner == s.opts.Self {
+		defer s.gate.RUnlock()
 		return s.opts.Local.Reset(ctx, key, limit)
 	}
 	return s.call(ctx, owner, flags, []sluice.Request{{Key: key, Limit: limit}}, true, nil)
