@@ -54,3 +54,18 @@ func Admitted(a sluice.Algorithm, s, next State, p *Params, now int64) (remainin
 	}
 	return remaining, resetAfter, delay
 }
+
+// Denied returns the Result of a request that Admit denied from s, next
+// being the state Admit returned: Remaining, RetryAfter and ResetAfter
+// (Allowed is false, Delay 0). For the GCRA and the leaky bucket it does
+// not decide again; the other algorithms' denials are reported by Status.
+// It returns scalars, as Admitted does.
+func Denied(a sluice.Algorithm, s, next State, p *Params, now, cost int64) (remaining, retryAfter, resetAfter int64) {
+	switch a.Resolved() {
+	case sluice.LeakyBucket, sluice.GCRA:
+		tq, tr := tatAt(s, p, now)
+		return tatRemaining(tq, tr, now, p), overBurst(next.A, next.B, now, p), tatDelay(tq, tr, now)
+	}
+	_, r := Status(a, s, p, now, cost)
+	return r.Remaining, r.RetryAfter, r.ResetAfter
+}

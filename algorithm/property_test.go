@@ -282,11 +282,12 @@ func TestApplyRecordsDebt(t *testing.T) {
 }
 
 // (h) Admit and Admitted, which a store uses to hold its lock (or keep its
-// compare-and-swap window) for the admission alone, say exactly what the
+// compare-and-swap window) for the admission alone, and Denied, with which
+// it reports a denial without deciding it again, say exactly what the
 // algorithm says, for every O(1) algorithm, across the whole range of
 // limits, on states the algorithm reached and with the clock on either side
 // of them.
-func TestAdmitThenAdmittedMatchesStatus(t *testing.T) {
+func TestAdmitThenAdmittedOrDeniedMatchesStatus(t *testing.T) {
 	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingWindow, sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA} {
 		t.Run(alg.String(), func(t *testing.T) {
 			rapid.Check(t, func(t *rapid.T) {
@@ -315,6 +316,10 @@ func TestAdmitThenAdmittedMatchesStatus(t *testing.T) {
 					t.Fatalf("Admit says %v, the algorithm %+v", ok, res)
 				}
 				if !ok {
+					remaining, retry, reset := algorithm.Denied(alg, s, next, &p, now, cost)
+					if got := (algorithm.Result{Remaining: remaining, RetryAfter: retry, ResetAfter: reset}); got != res {
+						t.Fatalf("Denied %+v, the algorithm %+v", got, res)
+					}
 					return
 				}
 				if next != want {

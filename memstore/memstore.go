@@ -261,6 +261,10 @@ func admitted(remaining, reset, delay int64) outcome {
 	return outcome{true, remaining, delay, reset}
 }
 
+func denied(remaining, retry, reset int64) outcome {
+	return outcome{false, remaining, retry, reset}
+}
+
 // fill sets every field of d, one by one.
 func (o outcome) fill(d *sluice.Decision, l sluice.Limit) {
 	var retry, delay int64
@@ -301,7 +305,7 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64) (outcome,
 		next, ok := algorithm.Admit(alg, old, &c.params, now, req.Cost)
 		if !ok && !req.Forced() {
 			// A denial writes nothing: reported on the state it saw.
-			return outcomeOf(report(alg, req, &c.params, now, old)), true
+			return denied(algorithm.Denied(alg, old, next, &c.params, now, req.Cost)), true
 		}
 		w, fits := word(next)
 		if !ok || !fits {
@@ -325,7 +329,7 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64) (outcome,
 		}
 		if !req.Forced() {
 			e.unlock(st, swaps)
-			return outcomeOf(report(alg, req, &c.params, now, st)), true // the denial's, on the state it saw
+			return denied(algorithm.Denied(alg, st, next, &c.params, now, req.Cost)), true // on the state it saw
 		}
 	}
 	p := pending{old: st}
