@@ -231,6 +231,63 @@ func BenchmarkRedis(b *testing.B) {
 	srv.Do("FLUSHALL")
 }
 
+// BenchmarkRedisOneCaller compares one caller's round trip, the latency a
+// request waits for its check when nothing else is in flight: sluice's
+// GCRA through rueidis and go-redis/redis_rate's GCRA through go-redis,
+// on one redis-server, in five rounds of b.N checks each that alternate
+// between the two. It reports each one's p50 (the median over rounds) and
+// the median of the rounds' ratios of sluice's p50 to redis_rate's.
+//
+//	cd bench && go test -run '^$' -bench RedisOneCaller -benchtime 5000x -count 3 .
+func BenchmarkRedisOneCaller(b *testing.B) {
+	srv := redistest.Standalone(b)
+	rc := rueidisClient(b, srv.Addr)
+	gr := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
+	defer gr.Close()
+	store := redisstore.New(rc, redisstore.Options{Prefix: "bench:one:"})
+	rl := redis_rate.NewLimiter(gr)
+	ctx := context.Background()
+	limit := benchLimit
+	limit.Algorithm = sluice.GCRA
+	rrLimit := redis_rate.Limit{Rate: 1000, Burst: 100_000_000, Period: time.Hour}
+	ops := []func(key string) error{
+		func(key string) error {
+			d, err := store.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 1})
+			if err == nil && !d.Allowed {
+				err = fmt.Errorf("denied: %+v", d)
+			}
+			return err
+		},
+		func(key string) error {
+			res, err := rl.Allow(ctx, key, rrLimit)
+			if err == nil && res.Allowed == 0 {
+				err = fmt.Errorf("denied: %+v", res)
+			}
+			return err
+		},
+	}
+	const rounds = 5
+	p50 := make([][]float64, len(ops))
+	var ratios []float64
+	b.ResetTimer()
+	for range rounds {
+		for i, op := range ops {
+			_, all, err := load(1, b.N, op)
+			if err != nil {
+				b.Fatal(err)
+			}
+			p50[i] = append(p50[i], float64(all[len(all)/2].Nanoseconds())/1e3)
+		}
+		ratios = append(ratios, p50[0][len(p50[0])-1]/p50[1][len(p50[1])-1])
+	}
+	b.StopTimer()
+	median := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
+	b.ReportMetric(median(p50[0]), "sluice-p50-µs")
+	b.ReportMetric(median(p50[1]), "redis_rate-p50-µs")
+	b.ReportMetric(median(ratios), "sluice-vs-redis_rate")
+	b.ReportMetric(0, "ns/op")
+}
+
 var (
 	rpsLine = regexp.MustCompile(`([0-9.]+) requests per second`)
 	p50Line = regexp.MustCompile(`p50=([0-9.]+) msec`)
