@@ -25,6 +25,9 @@ func TestMain(m *testing.M) {
 		fillAndReport(keys)
 		return
 	}
+	if os.Getenv(spinChild) != "" {
+		spin()
+	}
 	if kind := os.Getenv(rlsServerChild); kind != "" {
 		serveRLSChild(kind)
 		return

@@ -1,0 +1,181 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"runtime"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sethvargo/go-limiter/memorystore"
+	"golang.org/x/time/rate"
+
+	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/memstore"
+)
+
+// spinChild is the environment variable that makes the test binary burn
+// one CPU until killed (see BenchmarkBusyHost).
+const spinChild = "SLUICE_BENCH_SPIN"
+
+func spin() {
+	runtime.GOMAXPROCS(1)
+	for x := uint64(1); ; x = x*6364136223846793005 + 1 {
+	}
+}
+
+// hogs are CPU-bound processes, stopped (SIGSTOP) until busy is called.
+type hogs []*exec.Cmd
+
+func startHogs(b *testing.B, n int) hogs {
+	var h hogs
+	for range n {
+		cmd := exec.Command(os.Args[0])
+		cmd.Env = append(os.Environ(), spinChild+"=1")
+		if err := cmd.Start(); err != nil {
+			b.Fatal(err)
+		}
+		cmd.Process.Signal(syscall.SIGSTOP)
+		h = append(h, cmd)
+	}
+	b.Cleanup(func() {
+		for _, c := range h {
+			c.Process.Kill()
+			c.Wait()
+		}
+	})
+	return h
+}
+
+// busy runs (on) or stops the hogs.
+func (h hogs) busy(on bool) {
+	sig := syscall.SIGSTOP
+	if on {
+		sig = syscall.SIGCONT
+	}
+	for _, c := range h {
+		c.Process.Signal(sig)
+	}
+}
+
+// BenchmarkBusyHost prices a decision on the memory store's two-word path
+// (a limit of 10^9 a second: its emission interval is not a whole number
+// of µs, and its rate is above what packs beside the TAT in one word)
+// against x/time/rate and go-limiter, from GOMAXPROCS goroutines on one
+// hot key and on 10k keys, quiet and beside two CPU-bound processes. Each
+// round runs every library quiet and then busy; it reports each one's
+// wall ns per decision, quiet and busy (medians of the rounds), busy ÷
+// quiet, and busy ÷ quiet of the CPU this process spent per decision.
+//
+//	cd bench && go test -run '^$' -bench BusyHost -cpu 2 -count 3 .
+func BenchmarkBusyHost(b *testing.B) {
+	const perRound = 2_000_000
+	h := startHogs(b, 2)
+	ctx := context.Background()
+	limit := sluice.Limit{Rate: 1_000_000_000, Period: time.Second}
+	for _, ks := range keySets[:2] {
+		libs := []struct {
+			name string
+			take func(key string) bool
+		}{
+			{"sluice", func() func(string) bool {
+				s := memstore.New(memstore.Options{})
+				return func(key string) bool {
+					d, err := s.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 1})
+					return err == nil && d.Allowed
+				}
+			}()},
+			{"x-time-rate", func() func(string) bool {
+				var mu sync.Mutex
+				m := make(map[string]*rate.Limiter)
+				return func(key string) bool {
+					mu.Lock()
+					l, ok := m[key]
+					if !ok {
+						l = rate.NewLimiter(rate.Limit(limit.Rate), int(limit.Rate))
+						m[key] = l
+					}
+					mu.Unlock()
+					return l.Allow()
+				}
+			}()},
+			{"go-limiter", func() func(string) bool {
+				store, err := memorystore.New(&memorystore.Config{Tokens: uint64(limit.Rate), Interval: limit.Period, SweepInterval: time.Hour})
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { store.Close(ctx) })
+				return func(key string) bool {
+					_, _, _, ok, _ := store.Take(ctx, key)
+					return ok
+				}
+			}()},
+		}
+		b.Run(ks.name, func(b *testing.B) {
+			quiet, busy := make([][]float64, len(libs)), make([][]float64, len(libs))
+			quietCPU, busyCPU := make([][]float64, len(libs)), make([][]float64, len(libs))
+			for _, lib := range libs {
+				for _, k := range ks.keys {
+					lib.take(k)
+				}
+			}
+			b.ResetTimer()
+			for range b.N {
+				for i, lib := range libs {
+					w, c := perDecision(ks.keys, perRound, lib.take)
+					quiet[i], quietCPU[i] = append(quiet[i], w), append(quietCPU[i], c)
+					h.busy(true)
+					w, c = perDecision(ks.keys, perRound, lib.take)
+					busy[i], busyCPU[i] = append(busy[i], w), append(busyCPU[i], c)
+					h.busy(false)
+				}
+			}
+			b.StopTimer()
+			for i, lib := range libs {
+				q, bz := median(quiet[i]), median(busy[i])
+				b.ReportMetric(q, lib.name+"-quiet-ns")
+				b.ReportMetric(bz, lib.name+"-busy-ns")
+				b.ReportMetric(bz/q, lib.name+"-busy÷quiet")
+				b.ReportMetric(median(busyCPU[i])/median(quietCPU[i]), lib.name+"-cpu-busy÷quiet")
+			}
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// perDecision runs n decisions of take over keys from GOMAXPROCS
+// goroutines and returns the wall time and the CPU time (this process's,
+// user and system) per decision in ns.
+func perDecision(keys []string, n int, take func(string) bool) (wall, cpu float64) {
+	procs := runtime.GOMAXPROCS(0)
+	var wg sync.WaitGroup
+	cpu0 := cpuTime()
+	start := time.Now()
+	for g := range procs {
+		wg.Go(func() {
+			for i := g * 7919; i < g*7919+n/procs; i++ {
+				take(keys[i%len(keys)])
+			}
+		})
+	}
+	wg.Wait()
+	wall = float64(time.Since(start).Nanoseconds()) / float64(n)
+	return wall, float64((cpuTime() - cpu0).Nanoseconds()) / float64(n)
+}
+
+// cpuTime is the CPU time this process has used.
+func cpuTime() time.Duration {
+	var ru syscall.Rusage
+	syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func median(v []float64) float64 {
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[len(v)/2]
+}
