@@ -2,6 +2,7 @@ package shard
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -443,8 +444,15 @@ func (sv *service) serve(ctx context.Context, reqs []sluice.Request, reset bool,
 		case n >= maxPasses:
 			return ds, status.Errorf(codes.Unavailable, "shard: members disagree on the owner of key %q; passed on %d times", key, n)
 		default:
-			ds = append(ds, make([]sluice.Decision, len(reqs))...)
-			return ds, s.pass(ctx, to, reqs, reset, passFlags(n+1), ds)
+			out := append(ds, make([]sluice.Decision, len(reqs))...)
+			err := s.pass(ctx, to, reqs, reset, passFlags(n+1), out)
+			if err == nil || !errors.Is(err, ErrPeer) || ctx.Err() != nil || !s.succeeds(to, key) {
+				return out, err
+			}
+			// to cannot be reached and this instance owns the key
+			// without it: decided here, as the caller's own failover
+			// would be, so that a caller whose ring has dropped to
+			// before this one has still reaches one decider.
 		}
 	}
 	return serveCall(ctx, sv.local, reqs, reset, ds)

@@ -309,6 +309,12 @@ func (s *Store) decideLocal(ctx context.Context, reqs []sluice.Request, reset bo
 	return s.opts.Local.TakeAll(ctx, reqs, dst)
 }
 
+// succeeds reports whether this instance owns key in the ring without
+// member m: where a call for m's key goes when m cannot be reached.
+func (s *Store) succeeds(m, key string) bool {
+	return s.successors(m).Owner(key) == s.opts.Self
+}
+
 // successors returns the ring without member m, cached for the ring now.
 func (s *Store) successors(m string) *Ring {
 	r := s.ring.Load()

@@ -449,3 +449,65 @@ func TestRefundForwarded(t *testing.T) {
 		}
 	}
 }
+
+// A member dies and the survivors see it at different times: one has
+// dropped it from its ring, the other still holds it. Every check of a
+// key the dead member owned, from either survivor, is decided by the one
+// member that owns the key without it, so the survivors admit the limit
+// once between them, and none fails.
+func TestDeadOwnerHasOneDeciderWhileRingsDisagree(t *testing.T) {
+	var addrs []string
+	var lis []net.Listener
+	for range 3 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lis, addrs = append(lis, l), append(addrs, l.Addr().String())
+	}
+	dead := addrs[2]
+	lis[2].Close() // killed: its address refuses connections
+	views := []fixedMembers{{addrs[0], addrs[1]}, {addrs[0], addrs[1], dead}}
+	var stores []*shard.Store
+	for i := range 2 {
+		srv := grpc.NewServer()
+		s, err := shard.New(shard.Options{Self: addrs[i], Local: memstore.New(memstore.Options{}), Members: views[i], Interval: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Register(srv)
+		go srv.Serve(lis[i])
+		t.Cleanup(func() { s.Close(); srv.Stop() })
+		stores = append(stores, s)
+	}
+	// A key of the dead member's whose owner without it is the second
+	// survivor, the one that has not seen the death: the first sends it
+	// its checks, and it would pass them to the dead member.
+	var key string
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprint("k", i); stores[1].Owner(k) == dead && stores[0].Owner(k) == addrs[1] {
+			key = k
+		}
+	}
+	limit := sluice.Limit{Rate: 50, Period: time.Hour}
+	var admitted, failed atomic.Int64
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Go(func() {
+			for i := range 20 {
+				d, err := stores[(w+i)%2].Take(context.Background(), sluice.Request{Key: key, Limit: limit, Cost: 1})
+				switch {
+				case err != nil:
+					failed.Add(1)
+					t.Logf("check %d: %v", i, err)
+				case d.Allowed:
+					admitted.Add(1)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if admitted.Load() != 50 || failed.Load() != 0 {
+		t.Fatalf("admitted %d of 320 checks (%d failed) on a limit of 50; want exactly 50 and none failed", admitted.Load(), failed.Load())
+	}
+}
