@@ -112,9 +112,9 @@ func (sh *shard) addTable(l *sluice.Limit) *table {
 func swaps(alg sluice.Algorithm) bool { return alg == sluice.GCRA || alg == sluice.LeakyBucket }
 
 // config returns t's cached config for l, or nil.
-func (t *table) config(l sluice.Limit) *config {
+func (t *table) config(l *sluice.Limit) *config {
 	for i := range t.configs {
-		if c := t.configs[i].Load(); c != nil && c.limit.Equal(l) {
+		if c := t.configs[i].Load(); c != nil && (c.limit == *l || c.limit.Equal(*l)) {
 			return c
 		}
 	}
@@ -145,7 +145,7 @@ func (sh *shard) lookup(req *sluice.Request, h uint64) (*entry, *config) {
 	if t == nil {
 		return nil, nil
 	}
-	c := t.config(req.Limit)
+	c := t.config(&req.Limit)
 	if c == nil {
 		return nil, nil
 	}
@@ -163,7 +163,7 @@ func (sh *shard) decide(req *sluice.Request, now int64, p *pending) error {
 	p.t = sh.table(&req.Limit)
 	var c *config
 	if p.t != nil {
-		c = p.t.config(req.Limit)
+		c = p.t.config(&req.Limit)
 	}
 	if c == nil {
 		if err := req.Limit.Validate(); err != nil {
