@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"context"
 	"os"
 	"os/exec"
 	"runtime"
@@ -11,11 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sethvargo/go-limiter/memorystore"
-	"golang.org/x/time/rate"
-
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/memstore"
 )
 
 // spinChild is the environment variable that makes the test binary burn
@@ -75,45 +70,16 @@ func (h hogs) busy(on bool) {
 func BenchmarkBusyHost(b *testing.B) {
 	const perRound = 2_000_000
 	h := startHogs(b, 2)
-	ctx := context.Background()
 	limit := sluice.Limit{Rate: 1_000_000_000, Period: time.Second}
 	for _, ks := range keySets[:2] {
-		libs := []struct {
+		type lib struct {
 			name string
 			take func(key string) bool
-		}{
-			{"sluice", func() func(string) bool {
-				s := memstore.New(memstore.Options{})
-				return func(key string) bool {
-					d, err := s.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 1})
-					return err == nil && d.Allowed
-				}
-			}()},
-			{"x-time-rate", func() func(string) bool {
-				var mu sync.Mutex
-				m := make(map[string]*rate.Limiter)
-				return func(key string) bool {
-					mu.Lock()
-					l, ok := m[key]
-					if !ok {
-						l = rate.NewLimiter(rate.Limit(limit.Rate), int(limit.Rate))
-						m[key] = l
-					}
-					mu.Unlock()
-					return l.Allow()
-				}
-			}()},
-			{"go-limiter", func() func(string) bool {
-				store, err := memorystore.New(&memorystore.Config{Tokens: uint64(limit.Rate), Interval: limit.Period, SweepInterval: time.Hour})
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { store.Close(ctx) })
-				return func(key string) bool {
-					_, _, _, ok, _ := store.Take(ctx, key)
-					return ok
-				}
-			}()},
+		}
+		var libs []lib
+		for _, l := range limiters {
+			take := l.new(b, limit)
+			libs = append(libs, lib{l.name, func(key string) bool { ok, _ := take(key); return ok }})
 		}
 		b.Run(ks.name, func(b *testing.B) {
 			quiet, busy := make([][]float64, len(libs)), make([][]float64, len(libs))

@@ -147,6 +147,33 @@ func scriptTime(b *testing.B, rc rueidis.Client) func() {
 	}
 }
 
+// gcraChecks returns one check of a key each by sluice's GCRA through rc
+// (its keys under prefix) and by go-redis/redis_rate's GCRA through gr,
+// on the same limit, an error when one denies.
+func gcraChecks(rc rueidis.Client, gr *goredis.Client, prefix string) (sluiceGCRA, redisRate func(key string) error) {
+	store := redisstore.New(rc, redisstore.Options{Prefix: prefix})
+	rl := redis_rate.NewLimiter(gr)
+	ctx := context.Background()
+	limit := benchLimit
+	limit.Algorithm = sluice.GCRA
+	rrLimit := redis_rate.Limit{Rate: 1000, Burst: 100_000_000, Period: time.Hour}
+	sluiceGCRA = func(key string) error {
+		d, err := store.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 1})
+		if err == nil && !d.Allowed {
+			err = fmt.Errorf("denied: %+v", d)
+		}
+		return err
+	}
+	redisRate = func(key string) error {
+		res, err := rl.Allow(ctx, key, rrLimit)
+		if err == nil && res.Allowed == 0 {
+			err = fmt.Errorf("denied: %+v", res)
+		}
+		return err
+	}
+	return sluiceGCRA, redisRate
+}
+
 // BenchmarkRedis compares, on one throw-away redis-server: sluice's GCRA
 // through rueidis, go-redis/redis_rate's GCRA through go-redis, a plain
 // INCR and a PING through rueidis, at 1, 16 and 64 callers on 10k keys; and
@@ -157,34 +184,18 @@ func BenchmarkRedis(b *testing.B) {
 	rc := rueidisClient(b, srv.Addr)
 	gr := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: 128})
 	defer gr.Close()
-	store := redisstore.New(rc, redisstore.Options{Prefix: "bench:"})
-	rl := redis_rate.NewLimiter(gr)
+	sluiceGCRA, redisRate := gcraChecks(rc, gr, "bench:")
 	ctx := context.Background()
-	limit := benchLimit
-	limit.Algorithm = sluice.GCRA
-	rrLimit := redis_rate.Limit{Rate: 1000, Burst: 100_000_000, Period: time.Hour}
 
 	for _, callers := range []int{1, 16, 64} {
 		b.Run(fmt.Sprintf("sluice-gcra/callers=%d", callers), func(b *testing.B) {
 			reset := scriptTime(b, rc)
-			drive(b, callers, func(key string) error {
-				d, err := store.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 1})
-				if err == nil && !d.Allowed {
-					err = fmt.Errorf("denied: %+v", d)
-				}
-				return err
-			})
+			drive(b, callers, sluiceGCRA)
 			reset()
 		})
 		b.Run(fmt.Sprintf("redis_rate-gcra/callers=%d", callers), func(b *testing.B) {
 			reset := scriptTime(b, rc)
-			drive(b, callers, func(key string) error {
-				res, err := rl.Allow(ctx, key, rrLimit)
-				if err == nil && res.Allowed == 0 {
-					err = fmt.Errorf("denied: %+v", res)
-				}
-				return err
-			})
+			drive(b, callers, redisRate)
 			reset()
 		})
 		b.Run(fmt.Sprintf("rueidis-incr/callers=%d", callers), func(b *testing.B) {
@@ -244,28 +255,8 @@ func BenchmarkRedisOneCaller(b *testing.B) {
 	rc := rueidisClient(b, srv.Addr)
 	gr := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
 	defer gr.Close()
-	store := redisstore.New(rc, redisstore.Options{Prefix: "bench:one:"})
-	rl := redis_rate.NewLimiter(gr)
-	ctx := context.Background()
-	limit := benchLimit
-	limit.Algorithm = sluice.GCRA
-	rrLimit := redis_rate.Limit{Rate: 1000, Burst: 100_000_000, Period: time.Hour}
-	ops := []func(key string) error{
-		func(key string) error {
-			d, err := store.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 1})
-			if err == nil && !d.Allowed {
-				err = fmt.Errorf("denied: %+v", d)
-			}
-			return err
-		},
-		func(key string) error {
-			res, err := rl.Allow(ctx, key, rrLimit)
-			if err == nil && res.Allowed == 0 {
-				err = fmt.Errorf("denied: %+v", res)
-			}
-			return err
-		},
-	}
+	sluiceGCRA, redisRate := gcraChecks(rc, gr, "bench:one:")
+	ops := []func(key string) error{sluiceGCRA, redisRate}
 	const rounds = 5
 	p50 := make([][]float64, len(ops))
 	var ratios []float64
@@ -281,7 +272,6 @@ func BenchmarkRedisOneCaller(b *testing.B) {
 		ratios = append(ratios, p50[0][len(p50[0])-1]/p50[1][len(p50[1])-1])
 	}
 	b.StopTimer()
-	median := func(v []float64) float64 { v = slices.Clone(v); slices.Sort(v); return v[len(v)/2] }
 	b.ReportMetric(median(p50[0]), "sluice-p50-µs")
 	b.ReportMetric(median(p50[1]), "redis_rate-p50-µs")
 	b.ReportMetric(median(ratios), "sluice-vs-redis_rate")

@@ -1,19 +1,13 @@
 package bench
 
 import (
-	"context"
 	"math"
 	"math/rand/v2"
 	"runtime"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/sethvargo/go-limiter/memorystore"
-	"golang.org/x/time/rate"
-
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/memstore"
 )
 
 // Workloads users have, beyond keys that stay in the store: each limiter
@@ -34,7 +28,7 @@ import (
 //     Rate small enough for the state to stay one word.
 //
 // go-limiter and x/time/rate in a map take the same limit's rate and
-// burst.
+// burst (see limiters).
 func BenchmarkWorkloads(b *testing.B) {
 	refill := sluice.Limit{Rate: 1_000_000, Period: time.Second, Burst: 1}
 	odd := sluice.Limit{Rate: 999_999_937, Period: time.Hour, Burst: 100_000_000}
@@ -68,46 +62,16 @@ func BenchmarkWorkloads(b *testing.B) {
 			}
 			return w.keys
 		}
-		b.Run(name+"/sluice", func(b *testing.B) {
-			s := memstore.New(memstore.Options{})
-			ctx := context.Background()
-			parallel(b, keys(), func(key string) {
-				if _, err := s.Take(ctx, sluice.Request{Key: key, Limit: w.limit, Cost: 1}); err != nil {
-					b.Fatal(err)
-				}
+		for _, lib := range limiters {
+			b.Run(name+"/"+lib.name, func(b *testing.B) {
+				take := lib.new(b, w.limit)
+				parallel(b, keys(), func(key string) {
+					if _, err := take(key); err != nil {
+						b.Fatal(err)
+					}
+				})
 			})
-		})
-		b.Run(name+"/go-limiter", func(b *testing.B) {
-			// go-limiter's Tokens per Interval: the same rate, its burst
-			// being its tokens.
-			tokens, interval := uint64(w.limit.Capacity()), time.Duration(float64(w.limit.Period)*float64(w.limit.Capacity())/float64(w.limit.Rate))
-			store, err := memorystore.New(&memorystore.Config{Tokens: tokens, Interval: interval, SweepInterval: time.Hour})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer store.Close(context.Background())
-			ctx := context.Background()
-			parallel(b, keys(), func(key string) {
-				if _, _, _, _, err := store.Take(ctx, key); err != nil {
-					b.Fatal(err)
-				}
-			})
-		})
-		b.Run(name+"/x-time-rate-map", func(b *testing.B) {
-			every := rate.Limit(float64(w.limit.Rate) / w.limit.Period.Seconds())
-			var mu sync.Mutex
-			m := make(map[string]*rate.Limiter)
-			parallel(b, keys(), func(key string) {
-				mu.Lock()
-				l, ok := m[key]
-				if !ok {
-					l = rate.NewLimiter(every, int(w.limit.Capacity()))
-					m[key] = l
-				}
-				mu.Unlock()
-				l.Allow()
-			})
-		})
+		}
 		w.keys = nil
 		runtime.GC()
 	}
