@@ -422,34 +422,6 @@ func front(t *testing.T, peer string, timeout time.Duration, n int) (*shard.Stor
 	return s, keys
 }
 
-// A refund forwarded to the key's owner gives the cost back there, as
-// taken at its own time.
-func TestRefundForwarded(t *testing.T) {
-	nodes := startNodes(t, 2)
-	var key string
-	for i := 0; key == ""; i++ {
-		if k := fmt.Sprint("k", i); nodes[0].store.Owner(k) == nodes[1].addr {
-			key = k
-		}
-	}
-	ctx := context.Background()
-	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingLog, sluice.TokenBucket, sluice.GCRA} {
-		limit := sluice.Limit{Algorithm: alg, Rate: 10, Period: time.Hour}
-		taken := time.Now()
-		d, err := nodes[0].store.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 8})
-		if err != nil || !d.Allowed || d.Remaining != 2 {
-			t.Fatalf("%v: reserve 8: %+v, %v", alg, d, err)
-		}
-		d, err = nodes[0].store.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 6, Refund: taken})
-		if err != nil || !d.Allowed || d.Remaining != 8 {
-			t.Fatalf("%v: refund 6 of 8: %+v, %v; want 8 remaining", alg, d, err)
-		}
-		if d, err := nodes[1].store.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 0}); err != nil || d.Remaining != 8 {
-			t.Fatalf("%v: at the owner: %+v, %v; want 8 remaining", alg, d, err)
-		}
-	}
-}
-
 // A member dies and the survivors see it at different times: one has
 // dropped it from its ring, the other still holds it. Every check of a
 // key the dead member owned, from either survivor, is decided by the one
@@ -509,5 +481,33 @@ func TestDeadOwnerHasOneDeciderWhileRingsDisagree(t *testing.T) {
 	wg.Wait()
 	if admitted.Load() != 50 || failed.Load() != 0 {
 		t.Fatalf("admitted %d of 320 checks (%d failed) on a limit of 50; want exactly 50 and none failed", admitted.Load(), failed.Load())
+	}
+}
+
+// A refund forwarded to the key's owner gives the cost back there, as
+// taken at its own time.
+func TestRefundForwarded(t *testing.T) {
+	nodes := startNodes(t, 2)
+	var key string
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprint("k", i); nodes[0].store.Owner(k) == nodes[1].addr {
+			key = k
+		}
+	}
+	ctx := context.Background()
+	for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingLog, sluice.TokenBucket, sluice.GCRA} {
+		limit := sluice.Limit{Algorithm: alg, Rate: 10, Period: time.Hour}
+		taken := time.Now()
+		d, err := nodes[0].store.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 8})
+		if err != nil || !d.Allowed || d.Remaining != 2 {
+			t.Fatalf("%v: reserve 8: %+v, %v", alg, d, err)
+		}
+		d, err = nodes[0].store.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 6, Refund: taken})
+		if err != nil || !d.Allowed || d.Remaining != 8 {
+			t.Fatalf("%v: refund 6 of 8: %+v, %v; want 8 remaining", alg, d, err)
+		}
+		if d, err := nodes[1].store.Take(ctx, sluice.Request{Key: key, Limit: limit, Cost: 0}); err != nil || d.Remaining != 8 {
+			t.Fatalf("%v: at the owner: %+v, %v; want 8 remaining", alg, d, err)
+		}
 	}
 }
