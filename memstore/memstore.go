@@ -201,24 +201,37 @@ func (s *Store) now(t time.Time) int64 {
 // locks that key alone; a new key, a new limit and the sliding log take
 // the key's shard lock.
 func (s *Store) Take(_ context.Context, req sluice.Request) (d sluice.Decision, err error) {
+	// Small enough to be inlined: a caller holding a *Store then builds
+	// req and d in its own frame, where take reads and writes them,
+	// instead of copying 136 bytes in and 88 out.
+	err = s.take(&req, &d)
+	return d, err
+}
+
+// take is Take deciding req into d.
+func (s *Store) take(req *sluice.Request, d *sluice.Decision) error {
 	if err := req.CheckKeyAndCost(); err != nil {
-		return sluice.Decision{}, err // the limit is checked once per table and limit
+		return err // the limit is checked once per table and limit
 	}
 	// The clock is read before any lock: the algorithms never admit more
 	// when a caller's time is behind the state's.
 	now := s.now(req.Now)
 	if !req.Refund.IsZero() {
-		return s.refund(&req, now)
+		var err error
+		*d, err = s.refund(req, now)
+		return err
 	}
 	h := s.hash(req.Key)
 	sh := &s.shards[h&s.mask]
-	if e, c := sh.lookup(&req, h); e != nil {
-		if o, ok := takeExisting(e, c, &req, now); ok {
-			o.fill(&d, req.Limit) // not returned whole: see outcome
-			return d, nil
+	if e, c := sh.lookup(req, h); e != nil {
+		if o, ok := takeExisting(e, c, req, now); ok {
+			o.fill(d, req.Limit) // not returned whole: see outcome
+			return nil
 		}
 	}
-	return s.takeLocked(sh, &req, h, now)
+	var err error
+	*d, err = s.takeLocked(sh, req, h, now)
+	return err
 }
 
 // takeLocked is Take under the shard lock: for a new key, a new limit, a
