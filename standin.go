@@ -13,15 +13,19 @@ import (
 // in-memory store of its own.
 //
 // To start each key where the store left it, the Guard records the last
-// decision it saw for every key in seen: a table of slots indexed by a
-// hash of (key, algorithm, period), each holding that hash, the key's
-// remaining and when it is back to full. Writing a slot is three atomic
-// stores and no lock; two keys that share a slot overwrite each other, and
-// the one that lost its record is treated as never seen. That is the
-// price of a record that costs the healthy path almost nothing. The table
-// starts small (minSeen slots, 24 KiB) and doubles, up to maxSeen, as the
-// slots in use pass 1/loadShare of it: it grows with the keys seen, so a
-// Limiter that sees few keys holds a small one.
+// decision it saw for every key in seen: a table of slots in buckets of
+// seenWays, a key's record in one slot of the bucket a hash of (key,
+// algorithm, period) picks, each slot holding that hash, the key's
+// remaining and when it is back to full. Writing a record is three atomic
+// stores and no lock. A key new to a full bucket takes the slot of the
+// record back to full soonest (one already back to full tells nothing), so
+// a record is lost only to seenWays others in its bucket that are not back
+// to full yet; and two writers that race on a slot may leave one record
+// holding the other's numbers. A lost record is a key treated as never
+// seen: the price of a record that costs the healthy path almost nothing.
+// The table starts small (minSeen slots, 24 KiB) and grows as the slots
+// taken pass half of it, so that a Limiter that sees few keys holds a small
+// one.
 //
 // An outage (a number from the breaker) starts afresh: the stand-in's keys
 // carry the outage's number, so what it counted in an earlier outage is
@@ -34,8 +38,8 @@ type standin struct {
 	hseed     maphash.Seed
 	base      time.Time // resetAt is nanoseconds since base
 	seen      atomic.Pointer[seenTable]
-	used      atomic.Int64 // slots of seen that hold a record
-	growMu    sync.Mutex
+	untilGrow atomic.Int64 // slots of seen left to take (see claim) before it grows
+	growMu    sync.Mutex   // held by the one growing seen
 
 	mu     sync.Mutex
 	epoch  uint64              // the outage seeded is for
@@ -45,32 +49,84 @@ type standin struct {
 }
 
 type seenSlot struct {
-	sum       atomic.Uint64
+	sum       atomic.Uint64 // 0: empty
 	remaining atomic.Int64
 	resetAt   atomic.Int64
 }
 
-// seenTable is a size of the record: a power of two of slots.
+// seenTable is a size of the record: a power of two of slots, in buckets
+// of seenWays.
 type seenTable struct {
 	slots []seenSlot
-	mask  uint64
+	mask  uint64                    // of a bucket's number
+	prev  atomic.Pointer[seenTable] // while its records are carried in
 }
 
 func newSeenTable(n int) *seenTable {
-	return &seenTable{slots: make([]seenSlot, n), mask: uint64(n - 1)}
+	return &seenTable{slots: make([]seenSlot, n), mask: uint64(n/seenWays - 1)}
 }
 
 // The record's sizes: from 1 Ki slots of 24 bytes (24 KiB) to 1 Mi (24 MiB).
-// It doubles when the slots in use pass 1/loadShare of it, which keeps it
-// 8 to 16 times the keys seen: a key's record is then overwritten by
-// another key's with a chance of at most about 1 in 8. (Growing on the
-// records overwritten instead grows without end: keys that share a slot
-// overwrite each other on every request, however large the table.)
+// It grows when half its slots are taken, to the least power of two that
+// holds the records not back to full in at most 3/8 of its slots (twice the
+// table, when they are most of the half): for keys arriving, 2 to 4 slots a
+// key, a bucket of 8 holding 2 to 4 keys on average. A key's record is
+// then lost to 8 others of its bucket for 0.01% of keys after growing and
+// 0.8% just before (a table of one slot a bucket, as large again, would
+// lose 3% to 6%). A record back to full is not carried into the new table.
 const (
-	minSeen   = 1 << 10
-	maxSeen   = 1 << 20
-	loadShare = 8
+	minSeen  = 1 << 10
+	maxSeen  = 1 << 20
+	seenWays = 8
 )
+
+// slot returns the slot of t that holds h's record, or nil.
+func (t *seenTable) slot(h uint64) *seenSlot {
+	b := t.bucket(h)
+	for i := range b {
+		if b[i].sum.Load() == h {
+			return &b[i]
+		}
+	}
+	return nil
+}
+
+func (t *seenTable) bucket(h uint64) []seenSlot {
+	i := (h & t.mask) * seenWays
+	return t.slots[i : i+seenWays : i+seenWays]
+}
+
+// claim returns the slot of t to write h's record into at now: the one
+// holding it; else an empty one, taken (took reports it); else the one
+// back to full soonest, overwritten. Two writers of h that race on a full
+// bucket while a third rewrites it may leave h in two of its slots; claim
+// and slot then use the first, and the other is overwritten in its turn.
+func (t *seenTable) claim(h uint64, now int64) (slot *seenSlot, took bool) {
+	b := t.bucket(h)
+	for {
+		var empty, soonest *seenSlot
+		var was uint64 // soonest's sum
+		for i := range b {
+			switch sum := b[i].sum.Load(); {
+			case sum == h:
+				return &b[i], false
+			case sum == 0:
+				if empty == nil {
+					empty = &b[i]
+				}
+			case soonest == nil || b[i].resetAt.Load() < soonest.resetAt.Load():
+				soonest, was = &b[i], sum
+			}
+		}
+		switch {
+		case empty != nil && empty.sum.CompareAndSwap(0, h):
+			return empty, true
+		case empty == nil && soonest.sum.CompareAndSwap(was, h):
+			return soonest, false
+		}
+		// Taken meanwhile, perhaps by h itself: look again.
+	}
+}
 
 // maxSeeded bounds the keys seeded in one outage; past it, new keys start
 // full in the stand-in.
@@ -80,39 +136,101 @@ func newStandin(local Store, instances int) *standin {
 	s := &standin{local: local, instances: int64(instances), hseed: maphash.MakeSeed(),
 		base: time.Now(), seeded: map[string]struct{}{}}
 	s.seen.Store(newSeenTable(minSeen))
+	s.untilGrow.Store(minSeen / 2)
 	return s
 }
 
-// grow doubles t, the record, copying what it holds, unless it has grown
-// meanwhile or is at maxSeen. Records written to t while it is copied may
-// be lost: a lost record is a key treated as never seen.
+// grow replaces t, the record, with a table that holds the records of t
+// not back to full in at most 3/8 of its slots (up to maxSeen),
+// unless t has been replaced meanwhile or another grow is under way. A
+// write to t by a writer that had not seen the new table, after its slot
+// was carried, is lost: a key treated as never seen, until its next
+// decision is recorded.
 func (s *standin) grow(t *seenTable) {
-	s.growMu.Lock()
-	defer s.growMu.Unlock()
-	if s.seen.Load() != t || len(t.slots) >= maxSeen {
-		return
+	if !s.growMu.TryLock() {
+		return // growing already: a decision does not wait for the copy
 	}
-	nt := newSeenTable(2 * len(t.slots))
-	var used int64
-	for i := range t.slots {
-		from := &t.slots[i]
-		if h := from.sum.Load(); h != 0 {
-			to := &nt.slots[h&nt.mask]
-			if to.sum.Load() == 0 {
-				used++
+	defer s.growMu.Unlock()
+	// Slots taken during a copy count toward the next table's growth: when
+	// they are already half of it, it grows at once.
+	for s.seen.Load() == t && s.untilGrow.Load() <= 0 {
+		t = s.regrow(t)
+	}
+}
+
+// regrow is grow under growMu, and returns the new table, sized by an
+// estimate of t's records (live). The new table is in use before t's records are
+// carried into it, so that what is written meanwhile is not lost to a full
+// t; until they are, a key is also looked up in t.
+func (s *standin) regrow(t *seenTable) *seenTable {
+	now := int64(time.Since(s.base))
+	live := t.live(now)
+	n := len(t.slots)
+	for n < maxSeen && 8*live > 3*n {
+		n *= 2
+	}
+	nt := newSeenTable(n)
+	nt.prev.Store(t)
+	// nt grows when half its slots are taken, or, at maxSeen with more
+	// than that carried over, after a quarter more.
+	s.untilGrow.Store(max(int64(n/2-live), int64(n/4)))
+	s.seen.Store(nt)
+	took := nt.carry(t, now)
+	s.untilGrow.Add(int64(live) - took)
+	nt.prev.Store(nil)
+	return nt
+}
+
+// live estimates how many of t's records are not back to full at now, from
+// liveSample of its buckets spread over it (whole buckets: their first
+// slots fill first): quick, so that the new table is in use before writers
+// fill t.
+func (t *seenTable) live(now int64) int {
+	buckets := len(t.slots) / seenWays
+	step := max(buckets/liveSample, 1)
+	n, looked := 0, 0
+	for b := 0; b < buckets; b += step {
+		for i := b * seenWays; i < (b+1)*seenWays; i++ {
+			looked++
+			if t.slots[i].sum.Load() != 0 && t.slots[i].resetAt.Load() > now {
+				n++
 			}
-			to.sum.Store(h)
-			to.remaining.Store(from.remaining.Load())
-			to.resetAt.Store(from.resetAt.Load())
 		}
 	}
-	s.used.Store(used)
-	s.seen.Store(nt)
+	return n * len(t.slots) / looked
+}
+
+const liveSample = 64
+
+// carry writes t's records not back to full at now into nt, unless nt
+// holds a record of the key that is back to full later, and returns the
+// slots of nt it took (see claim).
+func (nt *seenTable) carry(t *seenTable, now int64) (took int64) {
+	for i := range t.slots {
+		from := &t.slots[i]
+		h, reset := from.sum.Load(), from.resetAt.Load()
+		if h == 0 || reset <= now {
+			continue
+		}
+		to, ok := nt.claim(h, now)
+		if ok {
+			took++
+		} else if to.resetAt.Load() >= reset {
+			continue
+		}
+		to.remaining.Store(from.remaining.Load())
+		to.resetAt.Store(reset)
+	}
+	return took
 }
 
 func (s *standin) sum(r *Request) uint64 {
 	h := maphash.String(s.hseed, r.Key)
-	return h ^ (uint64(r.Limit.Period)*0x9e3779b97f4a7c15 + uint64(r.Limit.Algorithm.Resolved()))
+	h ^= uint64(r.Limit.Period)*0x9e3779b97f4a7c15 + uint64(r.Limit.Algorithm.Resolved())
+	if h == 0 {
+		return 1 // 0 is an empty slot's
+	}
+	return h
 }
 
 // record keeps the remaining and reset of each FailLocal decision.
@@ -127,26 +245,29 @@ func (s *standin) record(reqs []Request, modes []FailMode, ds []Decision) {
 // record1 is record for one request.
 func (s *standin) record1(r *Request, d *Decision) {
 	h := s.sum(r)
+	now := int64(time.Since(s.base))
 	t := s.seen.Load()
-	slot := &t.slots[h&t.mask]
-	if old := slot.sum.Load(); old != h {
-		slot.sum.Store(h)
-		if old == 0 && s.used.Add(1) > int64(len(t.slots)/loadShare) {
-			s.grow(t)
-		}
-	}
+	slot, took := t.claim(h, now)
 	slot.remaining.Store(d.Remaining)
-	slot.resetAt.Store(int64(time.Since(s.base)) + int64(d.ResetAfter))
+	slot.resetAt.Store(now + int64(d.ResetAfter))
+	if took && s.untilGrow.Add(-1) <= 0 {
+		s.grow(t)
+	}
 }
 
 // remaining returns what the store last said r's key had left, or its
 // capacity when that is unknown or the key has been back to full since.
 func (s *standin) remaining(r *Request) int64 {
-	h := s.sum(r)
-	t := s.seen.Load()
-	slot := &t.slots[h&t.mask]
+	t, h := s.seen.Load(), s.sum(r)
+	slot := t.slot(h)
+	if prev := t.prev.Load(); slot == nil && prev != nil {
+		slot = prev.slot(h)
+	}
+	if slot == nil {
+		return r.Limit.Capacity()
+	}
 	rem, reset := slot.remaining.Load(), slot.resetAt.Load()
-	if slot.sum.Load() != h || int64(time.Since(s.base)) >= reset {
+	if int64(time.Since(s.base)) >= reset {
 		return r.Limit.Capacity()
 	}
 	return min(max(rem, 0), r.Limit.Capacity())
