@@ -112,7 +112,8 @@ func TestReservationSettlesToTheActualCost(t *testing.T) {
 func TestWaitGivesTheSlotBackWhenItGivesUp(t *testing.T) {
 	for name, store := range reservationStores(t) {
 		t.Run(name, func(t *testing.T) {
-			l, err := sluice.NewLimiter(store, sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 1, Period: time.Hour, Burst: 3}, sluice.LimiterOptions{})
+			tell := telling{Store: store, took: make(chan struct{}, 8)}
+			l, err := sluice.NewLimiter(tell, sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 1, Period: time.Hour, Burst: 3}, sluice.LimiterOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -126,19 +127,18 @@ func TestWaitGivesTheSlotBackWhenItGivesUp(t *testing.T) {
 			if err := l.Wait(short, "k"); !errors.Is(err, sluice.ErrWouldExceedDeadline) {
 				t.Fatalf("a wait of an hour in a minute: %v", err)
 			}
-			// A caller that goes away while its request waits its turn.
+			// A caller that goes away while its request waits its turn:
+			// gone once the wait has reserved (it then waits out its delay
+			// of an hour).
+			for len(tell.took) > 0 {
+				<-tell.took // the two waits above
+			}
 			gone, cancel := context.WithCancel(ctx)
 			done := make(chan error, 1)
 			go func() { done <- l.Wait(gone, "k") }()
-			// Polled until the wait has reserved (it then waits out its
-			// delay of an hour), within a deadline no machine reaches.
-			for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Millisecond) {
-				if d, _ := l.Peek(ctx, "k"); d.Remaining < before.Remaining {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Fatal("the wait never reserved its slot")
-				}
+			<-tell.took
+			if d, _ := l.Peek(ctx, "k"); d.Remaining >= before.Remaining {
+				t.Fatalf("%d left while a wait holds its slot, %d before", d.Remaining, before.Remaining)
 			}
 			cancel()
 			if err := <-done; !errors.Is(err, context.Canceled) {
@@ -149,6 +149,31 @@ func TestWaitGivesTheSlotBackWhenItGivesUp(t *testing.T) {
 			}
 		})
 	}
+}
+
+// telling is a Store that tells on took each request its Store admitted
+// that takes (not a peek, not a refund), once it has.
+type telling struct {
+	sluice.Store
+	took chan struct{}
+}
+
+func (s telling) Take(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	d, err := s.Store.Take(ctx, req)
+	if err == nil && d.Allowed && req.Cost > 0 && req.Refund.IsZero() {
+		s.took <- struct{}{}
+	}
+	return d, err
+}
+
+func (s telling) TakeAll(ctx context.Context, reqs []sluice.Request, dst []sluice.Decision) error {
+	err := s.Store.TakeAll(ctx, reqs, dst)
+	for i, req := range reqs {
+		if err == nil && dst[i].Allowed && req.Cost > 0 && req.Refund.IsZero() {
+			s.took <- struct{}{}
+		}
+	}
+	return err
 }
 
 // A refund goes alone: a batch of several requests that holds one is
