@@ -141,11 +141,11 @@ func newStandin(local Store, instances int) *standin {
 }
 
 // grow replaces t, the record, with a table that holds the records of t
-// not back to full in at most 3/8 of its slots (up to maxSeen),
-// unless t has been replaced meanwhile or another grow is under way. A
-// write to t by a writer that had not seen the new table, after its slot
-// was carried, is lost: a key treated as never seen, until its next
-// decision is recorded.
+// not back to full in at most 3/8 of its slots (up to maxSeen), unless t
+// has been replaced meanwhile or another grow is under way. A write to t
+// by a writer that had not seen the new table, after its slot was carried,
+// is lost: a key treated as never seen, until its next decision is
+// recorded.
 func (s *standin) grow(t *seenTable) {
 	if !s.growMu.TryLock() {
 		return // growing already: a decision does not wait for the copy
@@ -159,9 +159,9 @@ func (s *standin) grow(t *seenTable) {
 }
 
 // regrow is grow under growMu, and returns the new table, sized by an
-// estimate of t's records (live). The new table is in use before t's records are
-// carried into it, so that what is written meanwhile is not lost to a full
-// t; until they are, a key is also looked up in t.
+// estimate of t's records (live). The new table is in use before t's
+// records are carried into it, so that what is written meanwhile is not
+// lost to a full t; until they are, a key is also looked up in t.
 func (s *standin) regrow(t *seenTable) *seenTable {
 	now := int64(time.Since(s.base))
 	live := t.live(now)
