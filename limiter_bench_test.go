@@ -2,6 +2,7 @@ package sluice_test
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -36,4 +37,29 @@ func BenchmarkLimiterAllow(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkLimiterAllowWithLocal is Allow with a Local store, over 10,000
+// keys: each decision is also written into the stand-in's record of what
+// the store last said, which a fail_mode local outage starts from.
+func BenchmarkLimiterAllowWithLocal(b *testing.B) {
+	limit := sluice.Limit{Rate: 1_000_000_000, Period: time.Second}
+	l, err := sluice.NewLimiter(memstore.New(memstore.Options{}), limit,
+		sluice.LimiterOptions{Local: memstore.New(memstore.Options{}), FailMode: sluice.FailLocal})
+	if err != nil {
+		b.Fatal(err)
+	}
+	keys := make([]string, 10_000)
+	for i := range keys {
+		keys[i] = "key-" + strconv.Itoa(i)
+	}
+	ctx := context.Background()
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		if d, err := l.Allow(ctx, keys[i%len(keys)]); err != nil || !d.Allowed {
+			b.Fatal(d, err)
+		}
+		i++
+	}
 }
