@@ -2,6 +2,8 @@ package sim_test
 
 import (
 	"bytes"
+	"image/png"
+	"os/exec"
 	"slices"
 	"strings"
 	"testing"
@@ -233,5 +235,32 @@ func TestChart(t *testing.T) {
 	}
 	if err := sim.Chart(&b, "gif", "", limit, time.Second, rs); err == nil {
 		t.Error("a chart as gif: no error")
+	}
+	b.Reset()
+	if err := sim.Chart(&b, "png", "boundary", limit, 100*time.Millisecond, rs); err != nil {
+		t.Fatal(err)
+	}
+	img, err := png.Decode(&b)
+	if err != nil {
+		t.Fatalf("the png chart does not decode: %v", err)
+	}
+	// 9 inches wide at vgimg's 96 dots an inch; taller with more panels.
+	if size := img.Bounds().Size(); size.X != 864 || size.Y < 6*100 {
+		t.Errorf("the png chart is %v; want 864 wide and over 100 a panel", size)
+	}
+}
+
+// sluice serve links the simulator for its status page, so nothing the
+// chart needs may do work when a program starts: gonum's plot package
+// parses twelve fonts in its init, 4 MB of every process's memory.
+func TestChartCostsNothingAtStart(t *testing.T) {
+	out, err := exec.Command("go", "list", "-deps", "github.com/sluicehq/sluice/cmd/sluice").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	for _, pkg := range strings.Fields(string(out)) {
+		if pkg == "gonum.org/v1/plot" || pkg == "gonum.org/v1/plot/font/liberation" || pkg == "gonum.org/v1/plot/plotter" {
+			t.Errorf("sluice links %s: its init parses fonts at every start", pkg)
+		}
 	}
 }
