@@ -2,6 +2,7 @@ package sim
 
 import (
 	"bytes"
+	"encoding/xml"
 	"fmt"
 	"image/color"
 	"io"
@@ -14,37 +15,34 @@ import (
 	"time"
 
 	"codeberg.org/go-fonts/liberation/liberationsansregular"
+	"git.sr.ht/~sbinet/gg"
+	"golang.org/x/image/font"
 	"golang.org/x/image/font/opentype"
-	"gonum.org/v1/plot/font"
-	"gonum.org/v1/plot/text"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-	"gonum.org/v1/plot/vg/vgsvg"
 
 	"github.com/sluicehq/sluice"
 )
 
-// The chart is drawn with gonum's vector graphics alone, not its plot
-// package: that package parses twelve fonts when any program that links
-// it starts, and sluice serve links the simulator for its status page.
-// The one face the chart uses is parsed when the first chart is drawn.
+// The chart is drawn by hand, in points (1/72 inch, y down), onto an SVG
+// written here or a PNG rasterised by gg. No chart library is linked:
+// gonum's plot parses sixteen fonts when any program that links it
+// starts, and sluice serve links the simulator for its status page. The
+// one face the chart uses is parsed when the first chart is drawn.
 
 var (
-	ink     = color.RGBA{R: 31, G: 119, B: 180, A: 255} // what was admitted
-	over    = color.RGBA{R: 214, G: 39, B: 40, A: 255}  // over the limit
-	quiet   = color.Gray{Y: 110}                        // the limit's line, labels
-	sans    = font.Font{Typeface: "Liberation", Variant: "Sans"}
-	sansCSS = []byte("font-family:'Liberation Sans',Helvetica,Arial,sans-serif;")
+	ink     = color.RGBA{R: 31, G: 119, B: 180, A: 255}  // what was admitted
+	over    = color.RGBA{R: 214, G: 39, B: 40, A: 255}   // over the limit
+	quiet   = color.RGBA{R: 110, G: 110, B: 110, A: 255} // the limit's line, labels
+	black   = color.RGBA{A: 255}
+	sansCSS = "font-family:'Liberation Sans',Helvetica,Arial,sans-serif"
 )
 
-// fonts holds the chart's one face, parsed on first use.
-var fonts = sync.OnceValues(func() (*font.Cache, error) {
-	face, err := opentype.Parse(liberationsansregular.TTF)
+// face is the chart's one typeface, Liberation Sans, parsed on first use.
+var face = sync.OnceValues(func() (*opentype.Font, error) {
+	f, err := opentype.Parse(liberationsansregular.TTF)
 	if err != nil {
 		return nil, fmt.Errorf("sim: chart: the sans-serif face: %w", err)
 	}
-	return font.NewCache(font.Collection{{Font: sans, Face: face}}), nil
+	return f, nil
 })
 
 // Plot writes the chart of results to path, .svg or .png; see Chart.
@@ -73,28 +71,27 @@ func Chart(w io.Writer, format, title string, limit sluice.Limit, bin time.Durat
 	if format != "svg" && format != "png" {
 		return fmt.Errorf("sim: chart: unsupported format %q: want svg or png", format)
 	}
-	cache, err := fonts()
+	f, err := face()
 	if err != nil {
 		return err
 	}
-	ch := chart{text: text.Plain{Fonts: cache}}
 	const (
-		width   = 9 * vg.Inch
-		tableW  = 2.3 * vg.Inch
-		headerH = 0.75 * vg.Inch
-		panelH  = 1.05 * vg.Inch
+		width   = 9 * 72 // points
+		tableW  = 2.3 * 72
+		headerH = 0.75 * 72
+		panelH  = 1.05 * 72
 	)
+	m := measure{newFaces(f, 72)}
 	// The bottom panel is taller by its time axis's label.
-	axisLabel := ch.style(12, color.Black)
-	axisExtra := axisLabel.Height("time (s)") + padding
-	height := headerH + vg.Length(len(results))*panelH + axisExtra
-	var c vg.CanvasWriterTo
+	axisExtra := m.height(12) + padding
+	height := headerH + float64(len(results))*panelH + axisExtra
+	var c canvas
 	if format == "svg" {
-		c = vgsvg.New(width, height)
+		c = newSVG(width, height)
 	} else {
-		c = vgimg.PngCanvas{Canvas: vgimg.New(width, height)}
+		c = newPNG(width, height, f)
 	}
-	dc := draw.New(c)
+	ch := chart{c: c, m: m}
 
 	bins, most := 0, float64(limit.Rate)
 	for _, r := range results {
@@ -107,87 +104,124 @@ func Chart(w io.Writer, format, title string, limit sluice.Limit, bin time.Durat
 	yTicks := ticks(most, limit.Rate)
 
 	// The header: title, and what is drawn, outside the panels.
-	dc.FillText(ch.style(13, color.Black), vg.Point{X: 0.1 * vg.Inch, Y: height - 0.3*vg.Inch}, title)
-	dc.FillText(ch.style(9.5, quiet), vg.Point{X: 0.1 * vg.Inch, Y: height - 0.55*vg.Inch},
+	ch.text(0.1*72, 0.3*72, 0, 0.5, 13, black, title)
+	ch.text(0.1*72, 0.55*72, 0, 0.5, 9.5, quiet,
 		fmt.Sprintf("Each panel: the most one client had admitted in the last %v; dashed: the limit, %d per client; red: over it.", limit.Period, limit.Rate))
 
 	// The table's header, over its column.
 	cols := []struct {
 		name string
-		x    vg.Length
-	}{{"max in any period", 0.95 * vg.Inch}, {"vs limit", 1.55 * vg.Inch}, {"admitted", 2.2 * vg.Inch}}
+		x    float64
+	}{{"max in any period", 0.95 * 72}, {"vs limit", 1.55 * 72}, {"admitted", 2.2 * 72}}
 	tableX := width - tableW
-	style := ch.style(9, quiet)
-	style.XAlign = text.XRight
 	for _, col := range cols {
-		dc.FillText(style, vg.Point{X: tableX + col.x, Y: height - headerH + 0.05*vg.Inch}, col.name)
+		ch.text(tableX+col.x, headerH-0.05*72, 1, 0.5, 9, quiet, col.name)
 	}
 
 	for i, r := range results {
 		last := i == len(results)-1
-		y1 := height - headerH - vg.Length(i)*panelH
-		y0 := y1 - panelH
+		y0 := headerH + float64(i)*panelH
+		y1 := y0 + panelH
 		if last {
-			y0 -= axisExtra
+			y1 += axisExtra
 		}
 		p := panel{
 			title: r.Algorithm.String(), end: end, top: top,
 			xTicks: xTicks, yTicks: yTicks, xLabels: last,
 		}
-		lines := []line{{xys: []vg.Point{{X: 0, Y: vg.Length(limit.Rate)}, {X: vg.Length(end), Y: vg.Length(limit.Rate)}},
-			color: quiet, width: vg.Points(0.8), dashes: []vg.Length{vg.Points(4), vg.Points(3)}}}
+		lines := []line{{xys: [][2]float64{{0, float64(limit.Rate)}, {end, float64(limit.Rate)}},
+			color: quiet, width: 0.8, dashes: []float64{4, 3}}}
 		admitted, above := steps(r.Window, bin, float64(limit.Rate))
-		lines = append(lines, line{xys: admitted, color: ink, width: vg.Points(1.3)})
+		lines = append(lines, line{xys: admitted, color: ink, width: 1.3})
 		for _, xys := range above {
-			lines = append(lines, line{xys: xys, color: over, width: vg.Points(1.6)})
+			lines = append(lines, line{xys: xys, color: over, width: 1.6})
 		}
-		ch.panel(draw.Crop(dc, 0.12*vg.Inch, -tableW, y0, y1-height), p, lines) // room for a wider fallback face
+		ch.panel(box{x0: 0.12 * 72, y0: y0, x1: width - tableW, y1: y1}, p, lines) // room for a wider fallback face
 
 		// The row of the table beside the panel.
 		ratio := float64(r.MaxInPeriod) / float64(limit.Rate)
 		cells := []string{fmt.Sprint(r.MaxInPeriod), fmt.Sprintf("%.2f×", ratio), pct(r.Admitted, r.Requests)}
-		rowY := y1 - panelH/2
 		for j, cell := range cells {
-			st := ch.style(11, color.Black)
-			st.XAlign = text.XRight
+			col := black
 			if j == 1 && ratio > 1.005 {
-				st.Color = over
+				col = over
 			}
-			dc.FillText(st, vg.Point{X: tableX + cols[j].x, Y: rowY}, cell)
+			ch.text(tableX+cols[j].x, y0+panelH/2, 1, 0.5, 11, col, cell)
 		}
 	}
-
-	if format != "svg" {
-		_, err = c.WriteTo(w)
-		return err
-	}
-	// Name a sans-serif fallback after the font the SVG names, for
-	// browsers that do not have it.
-	var b bytes.Buffer
-	if _, err := c.WriteTo(&b); err != nil {
-		return err
-	}
-	_, err = w.Write(bytes.ReplaceAll(b.Bytes(), []byte("font-family:Liberation Sans;"), sansCSS))
-	return err
+	return c.writeTo(w)
 }
 
-// The panels' measures, those of gonum's plots.
-var (
-	padding   = vg.Points(5)
-	tickLen   = vg.Points(8)
-	axisWidth = vg.Points(0.5)
+// The panels' measures, in points: those of gonum's plots, which the
+// chart was first drawn with.
+const (
+	padding   = 5.0
+	tickLen   = 8.0
+	axisWidth = 0.5
 )
 
-// chart draws text in the chart's face.
-type chart struct {
-	text text.Handler
+// canvas is what the chart draws on, in points with y down: an SVG or a
+// PNG.
+type canvas interface {
+	polyline(pts [][2]float64, c color.RGBA, width float64, dashes []float64)
+	// text draws s on the baseline y, ax along its width at x (0 its
+	// left end, 0.5 its middle, 1 its right end).
+	text(x, y, ax, size float64, c color.RGBA, s string)
+	writeTo(w io.Writer) error
 }
 
-func (ch chart) style(size float64, c color.Color) text.Style {
-	f := sans
-	f.Size = vg.Points(size)
-	return text.Style{Color: c, Font: f, Handler: ch.text, YAlign: text.YCenter}
+// faces is the chart's face at each size it uses, at dpi dots an inch.
+type faces struct {
+	font   *opentype.Font
+	dpi    float64
+	bySize map[float64]font.Face // by size in points
 }
+
+func newFaces(f *opentype.Font, dpi float64) *faces {
+	return &faces{font: f, dpi: dpi, bySize: map[float64]font.Face{}}
+}
+
+func (fs *faces) at(size float64) font.Face {
+	f, ok := fs.bySize[size]
+	if !ok {
+		var err error
+		if f, err = opentype.NewFace(fs.font, &opentype.FaceOptions{Size: size, DPI: fs.dpi, Hinting: font.HintingNone}); err != nil {
+			panic(err) // only for a size or DPI below zero
+		}
+		fs.bySize[size] = f
+	}
+	return f
+}
+
+// measure gives text's extent in the chart's face, in points.
+type measure struct{ *faces }
+
+func (m measure) width(size float64, s string) float64 {
+	return float64(font.MeasureString(m.at(size), s)) / 64
+}
+
+// height is a line of text's, ascent and descent.
+func (m measure) height(size float64) float64 {
+	met := m.at(size).Metrics()
+	return float64(met.Ascent+met.Descent) / 64
+}
+
+// chart draws on c.
+type chart struct {
+	c canvas
+	m measure
+}
+
+// text draws s at x, y: ax is where x falls along its width (0 left, 1
+// right), ay where y falls down its height (0 top, 1 bottom).
+func (ch chart) text(x, y, ax, ay, size float64, c color.RGBA, s string) {
+	met := ch.m.at(size).Metrics()
+	ascent, descent := float64(met.Ascent)/64, float64(met.Descent)/64
+	ch.c.text(x, y+ascent-ay*(ascent+descent), ax, size, c, s)
+}
+
+// box is an area of the canvas, y0 its top.
+type box struct{ x0, y0, x1, y1 float64 }
 
 // panel is one algorithm's axes: time from 0 to end, admitted from 0 to
 // top.
@@ -198,12 +232,12 @@ type panel struct {
 	xLabels        bool // the time axis's tick labels and its label
 }
 
-// line is a polyline in data coordinates: X in seconds, Y admitted.
+// line is a polyline in data coordinates: seconds, admitted.
 type line struct {
-	xys    []vg.Point
-	color  color.Color
-	width  vg.Length
-	dashes []vg.Length
+	xys    [][2]float64
+	color  color.RGBA
+	width  float64
+	dashes []float64
 }
 
 // tick is a mark on an axis; one without a label is a minor tick.
@@ -212,100 +246,180 @@ type tick struct {
 	label string
 }
 
-// panel draws p and its lines into c: the title over it, the admitted
-// axis on the left, the time axis below, the lines clipped to the area
-// between.
-func (ch chart) panel(c draw.Canvas, p panel, lines []line) {
-	title := ch.style(10.5, color.Black)
-	title.XAlign, title.YAlign = text.XCenter, text.YTop
-	tickLabel := ch.style(10, color.Black)
-
-	area := c.Rectangle
-	area.Max.Y -= title.Height(p.title) + vg.Points(2)
-	var yw vg.Length
+// panel draws p and its lines into b: the title over it, the admitted
+// axis on the left, the time axis below, the lines in the area between.
+func (ch chart) panel(b box, p panel, lines []line) {
+	area := b
+	area.y0 += ch.m.height(10.5) + 2
+	var yw float64
 	for _, t := range p.yTicks {
-		yw = max(yw, tickLabel.Width(t.label))
+		yw = max(yw, ch.m.width(10, t.label))
 	}
-	area.Min.X += yw + padding/2 + tickLen
-	area.Min.Y += tickLen
+	area.x0 += yw + padding/2 + tickLen
+	area.y1 -= tickLen
 	if p.xLabels {
-		area.Min.Y += tickLabel.Height("0") + ch.style(12, color.Black).Height("time (s)") + padding
+		area.y1 -= ch.m.height(10) + ch.m.height(12) + padding
 	}
-	c.FillText(title, vg.Point{X: (area.Min.X + area.Max.X) / 2, Y: c.Max.Y}, p.title)
+	ch.text((area.x0+area.x1)/2, b.y0, 0.5, 0, 10.5, black, p.title)
 
-	at := func(x, y float64) vg.Point {
-		return vg.Point{
-			X: area.Min.X + vg.Length(x/p.end)*(area.Max.X-area.Min.X),
-			Y: area.Min.Y + vg.Length(y/p.top)*(area.Max.Y-area.Min.Y),
-		}
+	at := func(x, y float64) [2]float64 {
+		return [2]float64{area.x0 + x/p.end*(area.x1-area.x0), area.y1 - y/p.top*(area.y1-area.y0)}
 	}
-	axis := draw.LineStyle{Color: color.Black, Width: axisWidth}
+	stroke := func(x0, y0, x1, y1 float64) {
+		ch.c.polyline([][2]float64{{x0, y0}, {x1, y1}}, black, axisWidth, nil)
+	}
 
 	// The admitted axis.
-	c.StrokeLine2(axis, area.Min.X, area.Min.Y, area.Min.X, area.Max.Y)
-	tickLabel.XAlign = text.XRight
+	stroke(area.x0, area.y1, area.x0, area.y0)
 	for _, t := range p.yTicks {
 		pt := at(0, t.value)
-		c.StrokeLine2(axis, pt.X-tickLen/2, pt.Y, pt.X, pt.Y)
-		c.FillText(tickLabel, vg.Point{X: pt.X - tickLen/2 - padding/2, Y: pt.Y}, t.label)
+		stroke(pt[0]-tickLen/2, pt[1], pt[0], pt[1])
+		ch.text(pt[0]-tickLen/2-padding/2, pt[1], 1, 0.5, 10, black, t.label)
 	}
 
 	// The time axis.
-	c.StrokeLine2(axis, area.Min.X, area.Min.Y, area.Max.X, area.Min.Y)
-	tickLabel.XAlign, tickLabel.YAlign = text.XCenter, text.YTop
+	stroke(area.x0, area.y1, area.x1, area.y1)
 	for _, t := range p.xTicks {
 		pt := at(t.value, 0)
 		n := tickLen
 		if t.label == "" {
 			n /= 2
 		}
-		c.StrokeLine2(axis, pt.X, pt.Y-n, pt.X, pt.Y)
+		stroke(pt[0], pt[1]+n, pt[0], pt[1])
 		if p.xLabels && t.label != "" {
-			c.FillText(tickLabel, vg.Point{X: pt.X, Y: pt.Y - tickLen}, t.label)
+			ch.text(pt[0], pt[1]+tickLen, 0.5, 0, 10, black, t.label)
 		}
 	}
 	if p.xLabels {
-		label := ch.style(12, color.Black)
-		label.XAlign, label.YAlign = text.XCenter, text.YBottom
-		c.FillText(label, vg.Point{X: (area.Min.X + area.Max.X) / 2, Y: c.Min.Y + padding/2}, "time (s)")
+		ch.text((area.x0+area.x1)/2, b.y1-padding/2, 0.5, 1, 12, black, "time (s)")
 	}
 
-	// The lines, within the area.
 	for _, l := range lines {
-		pts := make([]vg.Point, len(l.xys))
+		pts := make([][2]float64, len(l.xys))
 		for i, xy := range l.xys {
-			pts[i] = at(float64(xy.X), float64(xy.Y))
+			pts[i] = at(xy[0], xy[1])
 		}
-		style := draw.LineStyle{Color: l.color, Width: l.width, Dashes: l.dashes}
-		for _, part := range c.ClipLinesXY(pts) {
-			c.StrokeLines(style, part)
-		}
+		ch.c.polyline(pts, l.color, l.width, l.dashes)
 	}
 }
+
+// svg is a canvas written as SVG, its text in a sans-serif face.
+type svg struct{ b bytes.Buffer }
+
+func newSVG(width, height float64) *svg {
+	s := &svg{}
+	w, h := num(width), num(height)
+	fmt.Fprintf(&s.b, `<svg xmlns="http://www.w3.org/2000/svg" width="%spt" height="%spt" viewBox="0 0 %s %s">`+"\n", w, h, w, h)
+	fmt.Fprintf(&s.b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	return s
+}
+
+func (s *svg) polyline(pts [][2]float64, c color.RGBA, width float64, dashes []float64) {
+	s.b.WriteString(`<polyline fill="none" stroke-linejoin="round" points="`)
+	for i, p := range pts {
+		if i > 0 {
+			s.b.WriteByte(' ')
+		}
+		s.b.WriteString(num(p[0]) + "," + num(p[1]))
+	}
+	fmt.Fprintf(&s.b, `" stroke="%s" stroke-width="%g"`, hex(c), width)
+	if len(dashes) > 0 {
+		s.b.WriteString(` stroke-dasharray="`)
+		for i, d := range dashes {
+			if i > 0 {
+				s.b.WriteByte(',')
+			}
+			s.b.WriteString(num(d))
+		}
+		s.b.WriteByte('"')
+	}
+	s.b.WriteString("/>\n")
+}
+
+func (s *svg) text(x, y, ax, size float64, c color.RGBA, str string) {
+	anchor := "start"
+	switch ax {
+	case 0.5:
+		anchor = "middle"
+	case 1:
+		anchor = "end"
+	}
+	fmt.Fprintf(&s.b, `<text x="%s" y="%s" text-anchor="%s" style="%s;font-size:%gpx" fill="%s">`, num(x), num(y), anchor, sansCSS, size, hex(c))
+	xml.EscapeText(&s.b, []byte(str))
+	s.b.WriteString("</text>\n")
+}
+
+func (s *svg) writeTo(w io.Writer) error {
+	s.b.WriteString("</svg>\n")
+	_, err := w.Write(s.b.Bytes())
+	return err
+}
+
+func num(v float64) string { return strconv.FormatFloat(v, 'f', -1, 32) }
+
+func hex(c color.RGBA) string { return fmt.Sprintf("#%02x%02x%02x", c.R, c.G, c.B) }
+
+// png is a canvas rasterised by gg at 96 dots an inch, on white.
+type png struct {
+	dc    *gg.Context
+	faces *faces
+}
+
+const pngScale = 96.0 / 72 // dots a point
+
+func newPNG(width, height float64, f *opentype.Font) *png {
+	dc := gg.NewContext(int(math.Ceil(width*pngScale)), int(math.Ceil(height*pngScale)))
+	dc.SetColor(color.White)
+	dc.Clear()
+	dc.SetLineJoinRound()
+	return &png{dc: dc, faces: newFaces(f, 72*pngScale)}
+}
+
+func (p *png) polyline(pts [][2]float64, c color.RGBA, width float64, dashes []float64) {
+	p.dc.NewSubPath()
+	for _, pt := range pts {
+		p.dc.LineTo(pt[0]*pngScale, pt[1]*pngScale)
+	}
+	p.dc.SetColor(c)
+	p.dc.SetLineWidth(width * pngScale)
+	d := make([]float64, len(dashes))
+	for i, v := range dashes {
+		d[i] = v * pngScale
+	}
+	p.dc.SetDash(d...)
+	p.dc.Stroke()
+}
+
+func (p *png) text(x, y, ax, size float64, c color.RGBA, s string) {
+	p.dc.SetFontFace(p.faces.at(size))
+	p.dc.SetColor(c)
+	p.dc.DrawStringAnchored(s, x*pngScale, y*pngScale, ax, 0)
+}
+
+func (p *png) writeTo(w io.Writer) error { return p.dc.EncodePNG(w) }
 
 // steps returns window as a step line over time, and each run of bins
 // over limit as a line of its own, from the limit up and back down, in
 // data coordinates.
-func steps(window []int64, bin time.Duration, limit float64) (all []vg.Point, above [][]vg.Point) {
-	var run []vg.Point
-	lim := vg.Length(limit)
+func steps(window []int64, bin time.Duration, limit float64) (all [][2]float64, above [][][2]float64) {
+	var run [][2]float64
 	for i, n := range window {
-		x0, x1, y := vg.Length((time.Duration(i) * bin).Seconds()), vg.Length((time.Duration(i+1) * bin).Seconds()), vg.Length(n)
-		all = append(all, vg.Point{X: x0, Y: y}, vg.Point{X: x1, Y: y})
-		if float64(n) <= limit {
+		x0, x1, y := (time.Duration(i) * bin).Seconds(), (time.Duration(i+1) * bin).Seconds(), float64(n)
+		all = append(all, [2]float64{x0, y}, [2]float64{x1, y})
+		if y <= limit {
 			if run != nil {
-				above = append(above, append(run, vg.Point{X: x0, Y: lim}))
+				above = append(above, append(run, [2]float64{x0, limit}))
 				run = nil
 			}
 			continue
 		}
 		if run == nil {
-			run = []vg.Point{{X: x0, Y: lim}}
+			run = [][2]float64{{x0, limit}}
 		}
-		run = append(run, vg.Point{X: x0, Y: y}, vg.Point{X: x1, Y: y})
+		run = append(run, [2]float64{x0, y}, [2]float64{x1, y})
 	}
 	if run != nil {
-		above = append(above, append(run, vg.Point{X: run[len(run)-1].X, Y: lim}))
+		above = append(above, append(run, [2]float64{run[len(run)-1][0], limit}))
 	}
 	return all, above
 }
