@@ -131,6 +131,7 @@ func Open(rawURL string, opts Options) (*Store, error) {
 		opts.Prefix = prefix
 	}
 	opt.ReadBufferEachConn, opt.WriteBufferEachConn = connBuffer, connBuffer
+	opt.RingScaleEachConn = ringScale
 	s := newStore(opts)
 	s.owned, s.opt = true, opt
 	s.watchDials(opts.OnConnect)
@@ -141,9 +142,18 @@ func Open(rawURL string, opts Options) (*Store, error) {
 }
 
 // connBuffer is each connection's read and write buffer. A check's
-// command and answer are a few hundred bytes, so 64 KiB holds hundreds in
-// flight; rueidis's default, 0.5 MiB each, costs a megabyte a connection.
-const connBuffer = 64 << 10
+// command and answer are a few hundred bytes, and a batch of maxBatch
+// checks under 16 KiB, so a batch goes in one write; a longer write skips
+// the buffer. rueidis's default, 0.5 MiB each, costs a megabyte a
+// connection.
+const connBuffer = 16 << 10
+
+// ringScale sizes each connection's ring of commands in flight: 2^8. A
+// store sends at most maxInFlight script calls at once, and a batch a
+// millisecond past them, so a few dozen are in flight even to a far
+// Redis; rueidis's default, 2^10, holds 700 KB of slots over four
+// connections, a sixth of the service's live heap under load.
+const ringScale = 8
 
 // parseURL reads raw, with t and the URL's tls_* parameters as its TLS,
 // and returns its prefix parameter.
