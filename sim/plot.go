@@ -24,9 +24,10 @@ import (
 
 // The chart is drawn by hand, in points (1/72 inch, y down), onto an SVG
 // written here or a PNG rasterised by gg. No chart library is linked:
-// gonum's plot parses sixteen fonts when any program that links it
-// starts, and sluice serve links the simulator for its status page. The
-// one face the chart uses is parsed when the first chart is drawn.
+// gonum's plot package parses twelve fonts when any program that links it
+// starts, and its text drawing links go-latex, which parses four more;
+// sluice serve links the simulator for its status page. The one face the
+// chart uses is parsed when the first chart is drawn.
 
 var (
 	ink     = color.RGBA{R: 31, G: 119, B: 180, A: 255}  // what was admitted
@@ -152,8 +153,7 @@ func Chart(w io.Writer, format, title string, limit sluice.Limit, bin time.Durat
 	return c.writeTo(w)
 }
 
-// The panels' measures, in points: those of gonum's plots, which the
-// chart was first drawn with.
+// The panels' measures, in points, as gonum's plots have them.
 const (
 	padding   = 5.0
 	tickLen   = 8.0
