@@ -310,7 +310,6 @@ func newSVG(width, height float64) *svg {
 	s := &svg{}
 	w, h := num(width), num(height)
 	fmt.Fprintf(&s.b, `<svg xmlns="http://www.w3.org/2000/svg" width="%spt" height="%spt" viewBox="0 0 %s %s">`+"\n", w, h, w, h)
-	fmt.Fprintf(&s.b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	return s
 }
 
