@@ -6,11 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/bench/internal/proc"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -56,15 +56,8 @@ func fillAndReport(keys int) {
 
 // rss returns the process's resident set in bytes.
 func rss() int64 {
-	status, _ := os.ReadFile("/proc/self/status")
-	for line := range strings.Lines(string(status)) {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			var kb int64
-			fmt.Sscan(strings.TrimSpace(v), &kb)
-			return kb * 1024
-		}
-	}
-	return 0
+	m, _ := proc.Memory(os.Getpid())
+	return m.Total
 }
 
 // BenchmarkRSSPerKey fills a memory store with the default settings, at

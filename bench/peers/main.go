@@ -20,7 +20,8 @@
 // median over rounds of the ratio within a round, with its range.
 //
 // Every server process has the machine's CPUs; the load generator is this
-// process. CPU is read from /proc/PID/stat, memory from VmRSS in
+// process. CPU is read from /proc/PID/stat, memory from VmRSS and RssFile
+// (the pages of the executable and other files mapped) in
 // /proc/PID/status, sampled every 10 ms during the load (the most seen)
 // and once after start (idle).
 package main
@@ -65,6 +66,7 @@ func main() {
 	envoyRL := flag.String("envoy-rl", "", "envoyproxy/ratelimit binary (required)")
 	guber := flag.String("gubernator", "", "gubernator binary: adds the HTTP table")
 	sluiceBin := flag.String("sluice", "", "sluice binary; empty: built from this tree")
+	sluiceEnv := flag.String("sluice-env", "", "comma-separated KEY=VALUE set for sluice serve alone, such as GOGC=50")
 	rounds := flag.Int("rounds", 5, "rounds, each running every system in turn")
 	checks := flag.Int("checks", 40000, "checks per system per round")
 	values := flag.Int("values", 10000, "descriptor values (client addresses)")
@@ -88,6 +90,14 @@ func main() {
 		log.Fatal(err)
 	}
 	r := &run{dir: dir, checks: *checks, values: *values, conns: *conns}
+	if *sluiceEnv != "" {
+		for kv := range strings.SplitSeq(*sluiceEnv, ",") {
+			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
+				log.Fatalf("peers: -sluice-env %q: want KEY=VALUE, comma-separated", *sluiceEnv)
+			}
+			r.sluiceEnv = append(r.sluiceEnv, kv)
+		}
+	}
 	defer r.stop()
 	if err := r.main(*envoyRL, *guber, *sluiceBin, *rounds, levels); err != nil {
 		r.stop()
@@ -99,6 +109,7 @@ func main() {
 type run struct {
 	dir                   string
 	checks, values, conns int
+	sluiceEnv             []string // for sluice serve alone
 	procs                 []*exec.Cmd
 }
 
@@ -107,7 +118,7 @@ type system struct {
 	name  string
 	pid   int
 	check func(ctx context.Context, value string) error
-	idle  int64 // RSS after start, bytes
+	idle  proc.Resident // after start
 }
 
 // round is what one system did in one round.
@@ -115,7 +126,7 @@ type round struct {
 	perSecond float64
 	cpu       float64 // server µs per check
 	redisCPU  float64 // redis-server µs per check
-	rss       int64   // most seen, bytes
+	rss, file int64   // most seen of each, bytes
 }
 
 const (
@@ -189,7 +200,7 @@ func (r *run) main(envoyRL, guber, sluiceBin string, rounds int, levels []int) e
 		if store == "Redis" {
 			args = append(args, "-redis", "redis://"+redisAddr)
 		}
-		s, err := r.start("sluice, "+store, grpcAddr, r.rls, sluiceBin, args)
+		s, err := r.start("sluice, "+store, grpcAddr, r.rls, sluiceBin, args, r.sluiceEnv...)
 		if err != nil {
 			return err
 		}
@@ -210,8 +221,12 @@ func (r *run) main(envoyRL, guber, sluiceBin string, rounds int, levels []int) e
 		httpSystems = append([]*system{s}, httpSystems...)
 	}
 
-	fmt.Printf("%s, %d CPUs, %s; %d rounds of %d checks per system over %d values, %d connections per system\n\n",
+	fmt.Printf("%s, %d CPUs, %s; %d rounds of %d checks per system over %d values, %d connections per system",
 		cpuModel(), runtime.NumCPU(), runtime.Version(), rounds, r.checks, r.values, r.conns)
+	if len(r.sluiceEnv) > 0 {
+		fmt.Printf("; sluice with %s", strings.Join(r.sluiceEnv, " "))
+	}
+	fmt.Print("\n\n")
 	for _, c := range levels {
 		res, err := r.rounds(grpcSystems, rounds, c, redisPID)
 		if err != nil {
@@ -260,7 +275,7 @@ func (r *run) start(name, addr string, client func(addr string, conns int) (func
 		time.Sleep(50 * time.Millisecond)
 	}
 	time.Sleep(time.Second) // let start-up's garbage be collected
-	idle, err := proc.RSS(cmd.Process.Pid)
+	idle, err := proc.Memory(cmd.Process.Pid)
 	if err != nil {
 		return nil, err
 	}
@@ -321,8 +336,8 @@ func (r *run) load(s *system, c, redisPID int) (round, error) {
 		t := time.NewTicker(10 * time.Millisecond)
 		defer t.Stop()
 		for {
-			if n, err := proc.RSS(s.pid); err == nil {
-				rd.rss = max(rd.rss, n)
+			if m, err := proc.Memory(s.pid); err == nil {
+				rd.rss, rd.file = max(rd.rss, m.Total), max(rd.file, m.File)
 			}
 			select {
 			case <-done:
@@ -518,7 +533,11 @@ func printTable(title string, systems []*system, res [][]round, redis bool) {
 		v := of(i, rss)
 		return fmt.Sprintf("%.0f–%.0f MB", slices.Min(v)/1e6, slices.Max(v)/1e6)
 	})
-	row("server RSS idle, after start", func(i int) string { return fmt.Sprintf("%.0f MB", float64(systems[i].idle)/1e6) })
+	row("server RSS idle, after start", func(i int) string { return fmt.Sprintf("%.0f MB", float64(systems[i].idle.Total)/1e6) })
+	row("of RSS, the executable's and other files' pages, under load / idle", func(i int) string {
+		v := of(i, func(rd round) float64 { return float64(rd.file) })
+		return fmt.Sprintf("%.0f–%.0f / %.0f MB", slices.Min(v)/1e6, slices.Max(v)/1e6, float64(systems[i].idle.File)/1e6)
+	})
 	fmt.Println()
 }
 

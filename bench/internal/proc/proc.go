@@ -40,24 +40,44 @@ func CPU(pid int) (time.Duration, error) {
 	return time.Duration(total) * time.Second / ticks, nil
 }
 
-// RSS returns process pid's resident set size in bytes, from VmRSS in
+// Resident is a process's resident memory, in bytes.
+type Resident struct {
+	Total int64 // VmRSS
+	File  int64 // RssFile: pages of files mapped, the executable's among them
+}
+
+// Memory returns process pid's resident memory, from VmRSS and RssFile in
 // /proc/PID/status.
-func RSS(pid int) (int64, error) {
+func Memory(pid int) (Resident, error) {
+	var r Resident
 	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
-		return 0, err
+		return r, err
 	}
+	seen := 0
 	sc := bufio.NewScanner(bytes.NewReader(status))
 	for sc.Scan() {
-		rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:")
-		if !ok {
+		name, rest, ok := strings.Cut(sc.Text(), ":")
+		var into *int64
+		switch {
+		case !ok:
+			continue
+		case name == "VmRSS":
+			into = &r.Total
+		case name == "RssFile":
+			into = &r.File
+		default:
 			continue
 		}
 		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("proc: /proc/%d/status VmRSS: %w", pid, err)
+			return r, fmt.Errorf("proc: /proc/%d/status %s: %w", pid, name, err)
 		}
-		return kb << 10, nil
+		*into = kb << 10
+		seen++
 	}
-	return 0, fmt.Errorf("proc: /proc/%d/status has no VmRSS", pid)
+	if seen < 2 {
+		return r, fmt.Errorf("proc: /proc/%d/status lacks VmRSS or RssFile", pid)
+	}
+	return r, nil
 }
