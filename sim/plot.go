@@ -82,7 +82,7 @@ func Chart(w io.Writer, format, title string, limit sluice.Limit, bin time.Durat
 		headerH = 0.75 * 72
 		panelH  = 1.05 * 72
 	)
-	m := measure{newFaces(f, 72)}
+	m := newFaces(f, 72)
 	// The bottom panel is taller by its time axis's label.
 	axisExtra := m.height(12) + padding
 	height := headerH + float64(len(results))*panelH + axisExtra
@@ -193,23 +193,21 @@ func (fs *faces) at(size float64) font.Face {
 	return f
 }
 
-// measure gives text's extent in the chart's face, in points.
-type measure struct{ *faces }
-
-func (m measure) width(size float64, s string) float64 {
-	return float64(font.MeasureString(m.at(size), s)) / 64
+// width is s's, in dots (points at 72 dots an inch).
+func (fs *faces) width(size float64, s string) float64 {
+	return float64(font.MeasureString(fs.at(size), s)) / 64
 }
 
-// height is a line of text's, ascent and descent.
-func (m measure) height(size float64) float64 {
-	met := m.at(size).Metrics()
+// height is a line of text's, ascent and descent, in dots.
+func (fs *faces) height(size float64) float64 {
+	met := fs.at(size).Metrics()
 	return float64(met.Ascent+met.Descent) / 64
 }
 
-// chart draws on c.
+// chart draws on c, measuring its text with m (at 72 dots an inch).
 type chart struct {
 	c canvas
-	m measure
+	m *faces
 }
 
 // text draws s at x, y: ax is where x falls along its width (0 left, 1
@@ -440,16 +438,18 @@ func timeTicks(end float64) []tick {
 	if end <= 0 {
 		return nil
 	}
+	// The smallest of 1, 2, 5 and 10 times mag that leaves at most four
+	// steps; between labels, minor ticks a fifth of a step apart, or a
+	// half of a step of 2.
 	mag := math.Pow(10, math.Floor(math.Log10(end/3)))
 	step, minor := mag, mag/5
 	for _, m := range []float64{2, 5, 10} {
-		if end/(step) <= 4 {
+		if end/step <= 4 {
 			break
 		}
-		step = m * mag
-		minor = step / m
-		if m == 10 {
-			minor = step / 5
+		step, minor = m*mag, m*mag/5
+		if m == 2 {
+			minor = step / 2
 		}
 	}
 	prec := max(0, -int(math.Floor(math.Log10(step))))
