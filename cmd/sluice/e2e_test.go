@@ -66,6 +66,14 @@ type proc struct {
 	cmd               *exec.Cmd
 	http, grpc, admin string
 	out               *syncBuffer
+	exited            chan struct{} // closed when a process of startBinary exits
+	exitErr           error         // cmd.Wait's, once exited is closed
+}
+
+// wait waits for a process of startBinary to exit and returns how.
+func (p *proc) wait() error {
+	<-p.exited
+	return p.exitErr
 }
 
 type syncBuffer struct {
@@ -87,40 +95,53 @@ func start(t *testing.T, env []string, args ...string) *proc {
 	return startBinary(t, binary, env, args...)
 }
 
-// startBinary is start with the sluice binary bin.
+// startBinary is start with the sluice binary bin. Its listeners bind
+// port 0 and their addresses are read from the startup record: a port
+// picked free beforehand can be taken by another test's process before
+// sluice binds it.
 func startBinary(t *testing.T, bin string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{http: freeAddr(t), grpc: freeAddr(t), admin: freeAddr(t), out: &syncBuffer{}}
-	args = append([]string{"serve", "-http", p.http, "-grpc", p.grpc, "-admin", p.admin}, args...)
+	p := &proc{out: &syncBuffer{}}
+	args = append([]string{"serve", "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-admin", "127.0.0.1:0"}, args...)
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	p.exited = make(chan struct{})
+	go func() { p.exitErr = p.cmd.Wait(); close(p.exited) }()
 	t.Cleanup(func() {
 		p.cmd.Process.Kill()
-		p.cmd.Wait()
+		p.wait()
 		if t.Failed() {
 			t.Logf("sluice output:\n%s", p.out)
 		}
 	})
-	// Serving and announced: the banner comes once the config file is
+	// Serving and announced: the record comes once the config file is
 	// watched, so a test's change to it from here on is seen.
-	deadline := time.Now().Add(15 * time.Second)
 	for {
-		if resp, err := http.Get("http://" + p.http + "/healthz"); err == nil {
-			resp.Body.Close()
-			if strings.Contains(p.out.String(), "sluice serving") {
-				return p
-			}
+		if m := startRecord.FindStringSubmatch(p.out.String()); m != nil {
+			p.http, p.grpc, p.admin = m[1], m[2], m[3]
+			break
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("sluice did not answer /healthz:\n%s", p.out)
+		select {
+		case <-p.exited:
+			t.Fatalf("sluice exited before serving:\n%s", p.out)
+		case <-time.After(20 * time.Millisecond):
 		}
-		time.Sleep(20 * time.Millisecond)
 	}
+	if resp, err := http.Get("http://" + p.http + "/healthz"); err != nil {
+		t.Fatalf("sluice announced %s and does not answer /healthz: %v", p.http, err)
+	} else {
+		resp.Body.Close()
+	}
+	return p
 }
+
+// startRecord finds the addresses in the startup record, logged as text
+// or as JSON.
+var startRecord = regexp.MustCompile(`sluice serving.*?\bhttp[=":]+([^\s",]+).*?\bgrpc[=":]+([^\s",]+).*?\badmin[=":]+([^\s",]*)`)
 
 // adminCall sends one admin API call with token and a JSON body, and
 // returns its status and body.
@@ -437,7 +458,7 @@ func TestGracefulShutdown(t *testing.T) {
 	})
 	time.Sleep(300 * time.Millisecond)
 	p.cmd.Process.Signal(syscall.SIGTERM)
-	err := p.cmd.Wait()
+	err := p.wait()
 	close(stop)
 	wg.Wait()
 	if err != nil {
@@ -969,7 +990,7 @@ func TestJSONLogsOnly(t *testing.T) {
 	p := start(t, nil, "-log-format", "json")
 	http.Get("http://" + p.http + "/healthz")
 	p.cmd.Process.Signal(syscall.SIGTERM)
-	p.cmd.Wait()
+	p.wait()
 	lines := strings.Split(strings.TrimSpace(p.out.String()), "\n")
 	sawStart := false
 	for _, l := range lines {
