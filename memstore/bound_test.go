@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"runtime"
 	"strings"
 	"sync"
@@ -12,6 +13,7 @@ import (
 	"unsafe"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/algorithm"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -277,10 +279,20 @@ func TestKeysAreCopiedAndKeptApart(t *testing.T) {
 // compare-and-swap) admits exactly its burst from 16 goroutines at one
 // instant, and exactly its rate's share as time goes on.
 func TestHotKeyExactOddInterval(t *testing.T) {
-	for _, l := range []sluice.Limit{
-		{Algorithm: sluice.GCRA, Rate: 7, Period: time.Second, Burst: 500},
-		{Algorithm: sluice.LeakyBucket, Rate: 999, Period: 7 * time.Second, Burst: 300},
+	for _, tc := range []struct {
+		l     sluice.Limit
+		later time.Duration
+	}{
+		{sluice.Limit{Algorithm: sluice.GCRA, Rate: 7, Period: time.Second, Burst: 500}, 3 * time.Second},
+		{sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 999, Period: 7 * time.Second, Burst: 300}, 3 * time.Second},
+		// Emission intervals of 1/3 µs and 1/1000 µs: the remainder
+		// packs in units of 10^6 (one word, swapped), where 999,999,937
+		// over an hour's has none and takes two words under the lock.
+		{sluice.Limit{Algorithm: sluice.GCRA, Rate: 3_000_000, Period: time.Second, Burst: 500}, 7 * time.Microsecond},
+		{sluice.Limit{Algorithm: sluice.GCRA, Rate: 1_000_000_000, Period: time.Second, Burst: 1000}, time.Microsecond},
+		{sluice.Limit{Algorithm: sluice.GCRA, Rate: 999_999_937, Period: time.Hour, Burst: 1000}, time.Millisecond},
 	} {
+		l := tc.l
 		s := memstore.New(memstore.Options{})
 		// hammer has 16 goroutines take 100 each at now, and returns how
 		// many were admitted.
@@ -302,11 +314,59 @@ func TestHotKeyExactOddInterval(t *testing.T) {
 		if got := hammer(t0); got != l.Burst {
 			t.Fatalf("%v: admitted %d at one instant, want the burst %d", l, got, l.Burst)
 		}
-		// 3s later exactly 3 × Rate / Period more fit, at most the burst:
-		// 21, and 300 of 428.1.
-		want := min(int64(3*time.Second*time.Duration(l.Rate)/l.Period), l.Burst)
-		if got := hammer(t0.Add(3 * time.Second)); got != want {
-			t.Fatalf("%v: admitted %d after 3s, want %d", l, got, want)
+		// Later, exactly later × Rate / Period more fit (whole µs
+		// count: Now is kept in µs), at most the burst: 21 and 300 of
+		// 428.1 after 3s, 21 after 7µs, 1000 after 1µs, 277 after 1ms.
+		later := tc.later.Truncate(time.Microsecond)
+		want := min(int64(later)*l.Rate/int64(l.Period), l.Burst)
+		if got := hammer(t0.Add(later)); got != want {
+			t.Fatalf("%v: admitted %d after %v, want %d", l, got, later, want)
+		}
+	}
+}
+
+// One key's limit changes among rates of one period whose remainders count
+// in different units (10^6, 1, 2 × 10^5, none) and back, as a reload or an
+// override changes it mid-flight: every decision is the reference's
+// (package algorithm on one state), through the state's conversions
+// between rates, between one word and two, and back.
+func TestLimitChangesAcrossUnits(t *testing.T) {
+	limits := []sluice.Limit{
+		{Algorithm: sluice.GCRA, Rate: 1_000_000_000, Period: time.Second, Burst: 40},
+		{Algorithm: sluice.GCRA, Rate: 999_999_937, Period: time.Second, Burst: 40},
+		{Algorithm: sluice.GCRA, Rate: 3_000_000, Period: time.Second, Burst: 20},
+		{Algorithm: sluice.GCRA, Rate: 1_000_005, Period: time.Second, Burst: 30},
+		{Algorithm: sluice.GCRA, Rate: 7, Period: time.Second, Burst: 5},
+		{Algorithm: sluice.GCRA, Rate: 1_000_000, Period: time.Second, Burst: 50},
+	}
+	for _, alg := range []sluice.Algorithm{sluice.GCRA, sluice.LeakyBucket} {
+		rng := rand.New(rand.NewPCG(7, uint64(alg)))
+		s := memstore.New(memstore.Options{})
+		var st algorithm.State
+		now := t0
+		allowed := 0
+		for i := range 20_000 {
+			if rng.IntN(3) == 0 {
+				now = now.Add(time.Duration(rng.IntN(40)) * time.Microsecond)
+			}
+			l := limits[rng.IntN(len(limits))]
+			if rng.IntN(4) > 0 { // runs of one limit, where a key mostly stays
+				l = limits[i/500%len(limits)]
+			}
+			l.Algorithm = alg
+			cost := int64(rng.IntN(4))
+			p := algorithm.ParamsOf(l)
+			next, res := algorithm.Take(alg, st, &p, now.UnixMicro(), cost)
+			if res.Allowed && cost > 0 {
+				st = next
+				allowed++
+			}
+			if got, want := take(t, s, "k", l, cost, now), res.Decision(l); got != want {
+				t.Fatalf("%v step %d at %v, cost %d under %v:\n got %+v\nwant %+v", alg, i, now.Sub(t0), cost, l, got, want)
+			}
+		}
+		if allowed < 5000 || allowed > 15000 {
+			t.Fatalf("%v: %d of 20,000 allowed: the run did not mix admissions and denials", alg, allowed)
 		}
 	}
 }

@@ -2,6 +2,7 @@ package memstore
 
 import (
 	"math"
+	"math/bits"
 	"runtime"
 	"strings"
 	"sync"
@@ -28,8 +29,11 @@ type entry struct {
 	// alone when B is 0, with B packed in (packedB) when both fit, or with
 	// hasB set and B in b; or a mark. Guarded by mu; in tables that swap
 	// (swaps), read and swapped atomically, and busyMark while locked.
-	a     int64
-	b, c  int64 // guarded by the lock; c also read atomically in tables that swap
+	a int64
+	// b is B when a has hasB, else the unit a counts B in (see unit).
+	// c is C. Both guarded by the lock; c also read atomically in tables
+	// that swap.
+	b, c  int64
 	short [16]byte
 }
 
@@ -38,7 +42,7 @@ const (
 	deadMark = math.MinInt64     // removed from its table: look the key up again
 	busyMark = math.MinInt64 + 1 // locked in a table that swaps: the words are being decided
 	hasB     = 1 << 62           // B is not 0 and is in entry.b (A is below 2^62)
-	packedB  = 1 << 61           // B is in the word too: bits 51 to 60, A from wordEpoch in bits 0 to 50
+	packedB  = 1 << 61           // B is in the word too, in units: bits 51 to 60, A from wordEpoch in bits 0 to 50
 	aBits    = 51
 	bBits    = 10
 	// wordEpoch is 2020-01-01 in µs: a packed A is held from it, which
@@ -46,28 +50,87 @@ const (
 	wordEpoch = 1_577_836_800_000_000
 )
 
-// word returns state s as one word, when it is one: B is 0, or under
-// 2^bBits (a GCRA remainder over a Rate up to 1024, such as 3/s or 7/1m)
-// with A in the 2^aBits µs from wordEpoch. A past 2^61 − 1 (a debt of
-// forced costs beyond any horizon: a TAT 73,000 years ahead) is kept at
-// 2^61 − 1, which denies as surely.
-func word(s algorithm.State) (int64, bool) {
-	switch {
-	case s.B == 0:
+// unit is what a packed B counts in. A GCRA or leaky-bucket TAT is whole
+// µs plus a remainder over the Rate; it starts at a whole µs (now) and
+// moves by multiples of Period/Rate, so its remainder is a multiple of
+// gcd(Rate, Period), and it takes Rate/gcd values: 1,000 for 10^9/1s
+// (whose emission interval is 1/1000 µs), 3 for 3/s. Counted in that
+// unit, B packs beside A whenever Rate/gcd is at most 2^bBits, however
+// high the Rate. A remainder that is not a multiple (after the limit's
+// rate changed) is kept beside. The other algorithms count in ones.
+//
+// While the first word is not hasB (nor a mark), entry.b holds its unit:
+// the one of the rate in entry.c and the table's period (unitOf), so
+// that Take's compare-and-swap, which knows the unit of its limit, never
+// reads b.
+type unit struct {
+	d     int64  // the unit: gcd(Rate, Period), or 1
+	shift uint8  // trailing zeros of d
+	inv   uint64 // the inverse of d>>shift mod 2^64
+}
+
+// one is the unit of the algorithms other than the GCRA and the leaky
+// bucket, and of a state kept at no rate.
+var one = unit{d: 1, inv: 1}
+
+// unitOf returns the unit of a GCRA remainder over rate in a period of
+// period µs, both positive (or rate 0: one).
+func unitOf(rate, period int64) unit {
+	if rate <= 0 || period <= 0 {
+		return one
+	}
+	d := int64(gcd(uint64(rate), uint64(period)))
+	u := unit{d: d, shift: uint8(bits.TrailingZeros64(uint64(d)))}
+	odd := uint64(d) >> u.shift
+	// Newton's iteration doubles the bits of an inverse mod 2^64 that
+	// are right; odd is its own inverse mod 8 (3 bits).
+	u.inv = odd
+	for range 5 {
+		u.inv *= 2 - odd*u.inv
+	}
+	return u
+}
+
+func gcd(a, b uint64) uint64 {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
+}
+
+// count returns b in units when it is a multiple of u below 2^bBits. With
+// d = 2^shift × odd: a multiple of d shifts to one of odd, and times the
+// inverse of odd mod 2^64 it is its quotient; every other number maps past
+// (2^64 − 1)/odd, which is far above 2^bBits for any Rate.
+func (u unit) count(b int64) (int64, bool) {
+	if b&(1<<u.shift-1) != 0 {
+		return 0, false
+	}
+	q := (uint64(b) >> u.shift) * u.inv
+	return int64(q), q < 1<<bBits
+}
+
+// word returns state s as one word, when it is one: B is 0, or a multiple
+// of u under 2^bBits units with A in the 2^aBits µs from wordEpoch. A
+// past 2^61 − 1 (a debt of forced costs beyond any horizon: a TAT 73,000
+// years ahead) is kept at 2^61 − 1, which denies as surely.
+func word(s algorithm.State, u unit) (int64, bool) {
+	if s.B == 0 {
 		return min(s.A, packedB-1), true
-	case s.B < 1<<bBits && s.A >= wordEpoch && s.A-wordEpoch < 1<<aBits:
-		return packedB | s.B<<aBits | (s.A - wordEpoch), true
+	}
+	if q, ok := u.count(s.B); ok && s.A >= wordEpoch && s.A-wordEpoch < 1<<aBits {
+		return packedB | q<<aBits | (s.A - wordEpoch), true
 	}
 	return 0, false
 }
 
-// pack returns the word a of state s: one word, or A with hasB (and B in
-// entry.b).
-func pack(s algorithm.State) int64 {
-	if w, ok := word(s); ok {
-		return w
+// pack returns the words a and b of state s counted in u: one word and
+// the unit, or A with hasB and B.
+func pack(s algorithm.State, u unit) (a, b int64) {
+	if w, ok := word(s, u); ok {
+		return w, u.d
 	}
-	return min(s.A, hasB-1) | hasB
+	return min(s.A, hasB-1) | hasB, s.B
 }
 
 // stateOf returns the state a word a (not a mark) holds, with b and c the
@@ -77,15 +140,17 @@ func stateOf(a, b, c int64) algorithm.State {
 	case a&hasB != 0:
 		return algorithm.State{A: a &^ hasB, B: b, C: c}
 	case a&packedB != 0:
-		return algorithm.State{A: a&(1<<aBits-1) + wordEpoch, B: a >> aBits & (1<<bBits - 1), C: c}
+		return algorithm.State{A: a&(1<<aBits-1) + wordEpoch, B: (a >> aBits & (1<<bBits - 1)) * b, C: c}
 	}
 	return algorithm.State{A: a, C: c}
 }
 
 // newEntry returns a new entry for a copy of key (stores never retain the
-// caller's buffer) holding state st. It is published by its index slot.
-func newEntry(key string, st algorithm.State) *entry {
-	e := &entry{a: pack(st), b: st.B, c: st.C}
+// caller's buffer) holding state st, counted in u (see unit). It is
+// published by its index slot.
+func newEntry(key string, st algorithm.State, u unit) *entry {
+	e := &entry{c: st.C}
+	e.a, e.b = pack(st, u)
 	if len(key) <= len(e.short) {
 		n := copy(e.short[:], key)
 		e.key = unsafe.String(&e.short[0], n)
@@ -156,18 +221,20 @@ func (e *entry) locked() (algorithm.State, bool) {
 	return stateOf(e.a, e.b, e.c), true
 }
 
-// unlock stores s, changed or not, into the locked e and unlocks it.
-func (e *entry) unlock(s algorithm.State, swaps bool) {
-	e.b = s.B
+// unlock stores s, changed or not, counted in u (see unit), into the
+// locked e and unlocks it.
+func (e *entry) unlock(s algorithm.State, swaps bool, u unit) {
+	a, b := pack(s, u)
+	e.b = b
 	if swaps {
 		if e.c != s.C { // only the lock's holder writes c: read plainly
 			atomic.StoreInt64(&e.c, s.C) // the rate, read without the lock too
 		}
-		atomic.StoreInt64(&e.a, pack(s)) // unlocks
+		atomic.StoreInt64(&e.a, a) // unlocks
 		return
 	}
 	e.c = s.C
-	e.a = pack(s)
+	e.a = a
 	e.mu.Unlock()
 }
 

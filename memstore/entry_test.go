@@ -9,32 +9,74 @@ import (
 )
 
 // Every state reads back from its words as it was written, whichever form
-// the first word takes: alone, with B packed in, or with B beside it.
+// the first word takes: alone, with B packed in (in ones or in a unit),
+// or with B beside it.
 func TestWordsRoundTrip(t *testing.T) {
-	for _, s := range []algorithm.State{
-		{},
-		{A: 1_700_000_000_000_000},
-		{A: 1_700_000_000_000_000, B: 1},
-		{A: 1_700_000_000_000_000, B: 1<<bBits - 1}, // the largest packed B
-		{A: 1_700_000_000_000_000, B: 1 << bBits},   // too large: beside
-		{A: wordEpoch, B: 5},                        // the first packed A
-		{A: wordEpoch - 1, B: 5},                    // before it: beside
-		{A: wordEpoch + 1<<aBits - 1, B: 5},         // the last packed A
-		{A: wordEpoch + 1<<aBits, B: 5},             // after it: beside
-		{A: 12, B: 34, C: 56},                       // a token bucket's
-		{A: packedB - 1},                            // the largest lone A
-		{A: hasB - 1, B: 3},                         // the largest A beside B
-		{A: 1_700_000_000_000_000, B: 999_999_936},  // a large Rate's remainder
+	const tat = 1_700_000_000_000_000
+	giga := unitOf(1_000_000_000, 1_000_000) // 10^9/1s: B in millionths of a µs, a thousand of them
+	for _, tc := range []struct {
+		s      algorithm.State
+		u      unit
+		packed bool // B packed in the word
+	}{
+		{algorithm.State{}, one, false},
+		{algorithm.State{A: tat}, one, false},
+		{algorithm.State{A: tat, B: 1}, one, true},
+		{algorithm.State{A: tat, B: 1<<bBits - 1}, one, true},           // the largest packed B
+		{algorithm.State{A: tat, B: 1 << bBits}, one, false},            // too large: beside
+		{algorithm.State{A: wordEpoch, B: 5}, one, true},                // the first packed A
+		{algorithm.State{A: wordEpoch - 1, B: 5}, one, false},           // before it: beside
+		{algorithm.State{A: wordEpoch + 1<<aBits - 1, B: 5}, one, true}, // the last packed A
+		{algorithm.State{A: wordEpoch + 1<<aBits, B: 5}, one, false},    // after it: beside
+		{algorithm.State{A: 12, B: 34, C: 56}, one, false},              // a token bucket's
+		{algorithm.State{A: packedB - 1}, one, false},                   // the largest lone A
+		{algorithm.State{A: hasB - 1, B: 3}, one, false},                // the largest A beside B
+		{algorithm.State{A: tat, B: 999_999_936}, one, false},           // a large Rate's remainder
+		{algorithm.State{A: tat, B: 999_000_000, C: 1e9}, giga, true},   // the largest in its unit
+		{algorithm.State{A: tat, B: 1_000_000, C: 1e9}, giga, true},
+		{algorithm.State{A: tat, B: 999_999, C: 1e9}, giga, false},            // not a multiple (a converted rate's)
+		{algorithm.State{A: tat, B: 1_000_001, C: 1e9}, giga, false},          // nor this
+		{algorithm.State{A: tat, B: 1_000_000 << bBits, C: 1e9}, giga, false}, // too many units
+		{algorithm.State{A: tat, B: 35, C: 63}, unitOf(63, 21), false},        // an odd unit, 21: 35 is no multiple
+		{algorithm.State{A: tat, B: 42, C: 63}, unitOf(63, 21), true},
 	} {
-		a := pack(s)
+		s := tc.s
+		a, b := pack(s, tc.u)
 		if a < 0 {
 			t.Fatalf("%+v packs to a mark %d", s, a)
 		}
-		if got := stateOf(a, s.B, s.C); got != s {
-			t.Errorf("%+v: read back %+v (word %#x)", s, got, a)
+		if got := stateOf(a, b, s.C); got != s {
+			t.Errorf("%+v in %d: read back %+v (words %#x, %d)", s, tc.u.d, got, a, b)
 		}
-		if w, ok := word(s); ok && w != a {
+		if packed := a&hasB == 0 && a&packedB != 0; packed != tc.packed {
+			t.Errorf("%+v in %d: packed %v, want %v", s, tc.u.d, packed, tc.packed)
+		}
+		if w, ok := word(s, tc.u); ok && w != a {
 			t.Errorf("%+v: word %#x, pack %#x", s, w, a)
+		}
+	}
+}
+
+// count finds a B's units exactly when B is a multiple of the unit, for
+// units odd, even and powers of two, against division.
+func TestUnitCount(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6))
+	for _, u := range []unit{one, unitOf(1e9, 1e6), unitOf(63, 21), unitOf(3<<20, 1<<30), unitOf(999_999_937, 3_600_000_000), unitOf(1e12, 7e11)} {
+		for range 100_000 {
+			var b int64
+			switch rng.IntN(3) {
+			case 0:
+				b = rng.Int64N(1<<bBits+5) * u.d
+			case 1:
+				b = rng.Int64N(1<<bBits+5)*u.d + rng.Int64N(u.d)
+			default:
+				b = rng.Int64()
+			}
+			q, ok := u.count(b)
+			want := b%u.d == 0 && b/u.d < 1<<bBits
+			if ok != want || ok && q != b/u.d {
+				t.Fatalf("unit %d: count(%d) = %d, %v; want %d, %v", u.d, b, q, ok, b/u.d, want)
+			}
 		}
 	}
 }
@@ -80,7 +122,7 @@ func TestIndexAgainstAMap(t *testing.T) {
 			if ix.slot(at).Load() == nil {
 				ix.used++
 			}
-			ne := newEntry(key, algorithm.State{})
+			ne := newEntry(key, algorithm.State{}, one)
 			ix.set(at, ne, h)
 			ix.live++
 			held[key] = placed{ne, h}

@@ -223,8 +223,8 @@ func (s *Store) take(req *sluice.Request, d *sluice.Decision) error {
 	}
 	h := s.hash(req.Key)
 	sh := &s.shards[h&s.mask]
-	if e, c := sh.lookup(req, h); e != nil {
-		if o, ok := takeExisting(e, c, req, now); ok {
+	if e, t, c := sh.lookup(req, h); e != nil {
+		if o, ok := takeExisting(e, t, c, req, now); ok {
 			o.fill(d, req.Limit) // not returned whole: see outcome
 			return nil
 		}
@@ -244,7 +244,7 @@ func (s *Store) takeLocked(sh *shard, req *sluice.Request, h uint64, now int64) 
 		sh.commit(s, req, now, &p)
 	}
 	if p.e != nil {
-		p.e.unlock(p.keep, p.t.swaps)
+		p.e.unlock(p.keep, p.t.swaps, p.t.unitOf(p.keep.C))
 	}
 	sh.mu.Unlock()
 	if err != nil {
@@ -294,16 +294,18 @@ func (o outcome) fill(d *sluice.Decision, l sluice.Limit) {
 	d.Delay = time.Duration(delay) * time.Microsecond
 }
 
-// takeExisting decides req on e, an existing key found without the shard
-// lock, with its limit's config c. It reports false when e turned out dead
+// takeExisting decides req on e, an existing key of table t found without
+// the shard lock, with its limit's config c. It reports false when e turned out dead
 // (removed meanwhile): the caller then looks again under the shard lock.
-func takeExisting(e *entry, c *config, req *sluice.Request, now int64) (outcome, bool) {
+func takeExisting(e *entry, t *table, c *config, req *sluice.Request, now int64) (outcome, bool) {
 	alg := req.Limit.Algorithm.Resolved()
 	swaps := swaps(alg)
 	for swaps {
 		// The state is often one word (B is 0 whenever Period/Rate is a
-		// whole number of µs, and packs in beside A when it is under
-		// 1024): decide on it and compare-and-swap it, with no lock.
+		// whole number of µs, and packs in beside A, in units, when
+		// Rate/gcd(Rate, Period) is at most 1024): decide on it and
+		// compare-and-swap it, with no lock. The word is counted in c's
+		// unit, which is b while e is kept at c's rate (see unit).
 		a := atomic.LoadInt64(&e.a)
 		if a < 0 || a&hasB != 0 {
 			break // locked, dead, or two words
@@ -311,7 +313,7 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64) (outcome,
 		if atomic.LoadInt64(&e.c) != c.params.Rate {
 			break // kept at another rate (the limit changed): converted under the lock
 		}
-		old := stateOf(a, 0, c.params.Rate)
+		old := stateOf(a, c.unit.d, c.params.Rate)
 		if req.Cost == 0 {
 			return outcomeOf(report(alg, req, &c.params, now, old)), true // a peek writes nothing
 		}
@@ -320,7 +322,7 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64) (outcome,
 			// A denial writes nothing: reported on the state it saw.
 			return denied(algorithm.Denied(alg, old, next, &c.params, now, req.Cost)), true
 		}
-		w, fits := word(next)
+		w, fits := word(next, c.unit)
 		if !ok || !fits {
 			break // forced past the burst, or two words: under the lock
 		}
@@ -337,11 +339,11 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64) (outcome,
 		// forced request that fits is an admission like any other.
 		next, allowed := algorithm.Admit(alg, st, &c.params, now, req.Cost)
 		if allowed {
-			e.unlock(next, swaps)
+			e.unlock(next, swaps, t.unitAt(c, next.C))
 			return admitted(algorithm.Admitted(alg, st, next, &c.params, now)), true
 		}
 		if !req.Forced() {
-			e.unlock(st, swaps)
+			e.unlock(st, swaps, t.unitAt(c, st.C))
 			return denied(algorithm.Denied(alg, st, next, &c.params, now, req.Cost)), true // on the state it saw
 		}
 	}
@@ -350,7 +352,7 @@ func takeExisting(e *entry, c *config, req *sluice.Request, now int64) (outcome,
 	if p.writes(req) {
 		st = p.s
 	}
-	e.unlock(st, swaps)
+	e.unlock(st, swaps, t.unitAt(c, st.C))
 	return outcomeOf(p.res), true
 }
 
@@ -424,7 +426,7 @@ func (s *Store) TakeAll(_ context.Context, reqs []sluice.Request, dst []sluice.D
 	}
 	for i := range pend {
 		if pend[i].e != nil {
-			pend[i].e.unlock(pend[i].keep, pend[i].t.swaps)
+			pend[i].e.unlock(pend[i].keep, pend[i].t.swaps, pend[i].t.unitOf(pend[i].keep.C))
 		}
 	}
 	for _, sh := range shards {

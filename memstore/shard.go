@@ -49,6 +49,7 @@ type table struct {
 type config struct {
 	limit  sluice.Limit
 	params algorithm.Params
+	unit   unit // of a state kept at params.Rate in its table
 }
 
 type logState struct {
@@ -125,6 +126,7 @@ func (t *table) config(l *sluice.Limit) *config {
 // the shard lock.
 func (t *table) addConfig(l sluice.Limit) *config {
 	c := &config{limit: l, params: algorithm.ParamsOf(l)}
+	c.unit = t.unitOf(c.params.Rate)
 	t.configs[t.next].Store(c)
 	t.next = (t.next + 1) % len(t.configs)
 	if t.slowest.Rate == 0 || c.params.Rate < t.slowest.Rate {
@@ -133,24 +135,46 @@ func (t *table) addConfig(l sluice.Limit) *config {
 	return c
 }
 
-// lookup returns the entry of req's key and the params of its limit,
-// without the shard lock; or nil when the key, its table or its limit is
-// new, or its algorithm keeps a log. h is the key's hash.
-func (sh *shard) lookup(req *sluice.Request, h uint64) (*entry, *config) {
+// unitOf returns the unit of a state kept at rate in t (see unit). The
+// caller holds the shard lock, or the entry's.
+func (t *table) unitOf(rate int64) unit {
+	if !t.swaps {
+		return one
+	}
+	for i := range t.configs {
+		if c := t.configs[i].Load(); c != nil && c.params.Rate == rate {
+			return c.unit
+		}
+	}
+	return unitOf(rate, t.period)
+}
+
+// unitAt is unitOf, sparing the search when rate is c's.
+func (t *table) unitAt(c *config, rate int64) unit {
+	if rate == c.params.Rate {
+		return c.unit
+	}
+	return t.unitOf(rate)
+}
+
+// lookup returns the entry of req's key, its table and its limit's
+// config, without the shard lock; or a nil entry when the key, its table
+// or its limit is new, or its algorithm keeps a log. h is the key's hash.
+func (sh *shard) lookup(req *sluice.Request, h uint64) (*entry, *table, *config) {
 	alg := req.Limit.Algorithm.Resolved()
 	if alg == sluice.SlidingLog {
-		return nil, nil
+		return nil, nil, nil
 	}
 	t := sh.table(&req.Limit)
 	if t == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	c := t.config(&req.Limit)
 	if c == nil {
-		return nil, nil
+		return nil, nil, nil
 	}
 	e, _ := t.ix.Load().find(h, req.Key)
-	return e, c
+	return e, t, c
 }
 
 // decide runs the algorithm for req at now into p without writing,
@@ -258,7 +282,7 @@ func (sh *shard) commit(s *Store, req *sluice.Request, now int64, p *pending) {
 	}
 	// Look again: making room may have freed a slot on the way.
 	_, at := ix.find(p.h, req.Key)
-	e := newEntry(req.Key, p.s)
+	e := newEntry(req.Key, p.s, t.unitOf(p.s.C))
 	if ix.slot(at).Load() == nil {
 		ix.used++
 	}
@@ -450,7 +474,7 @@ func (sh *shard) sweep(s *Store, t *table, before int64, n, most int) (deleted i
 				return deleted
 			}
 		} else {
-			e.unlock(st, t.swaps)
+			e.unlock(st, t.swaps, t.unitOf(st.C))
 		}
 		if n--; n == 0 {
 			return deleted
@@ -507,11 +531,11 @@ func (sh *shard) evict(s *Store, now int64) int {
 		}
 		if vt == nil || vdenies && !denies || vdenies == denies && exp < best {
 			if ve != nil {
-				ve.unlock(vst, vt.swaps)
+				ve.unlock(vst, vt.swaps, vt.unitOf(vst.C))
 			}
 			vt, vi, ve, vst, vkey, vls, best, vdenies = t, i, e, st, key, ls, exp, denies
 		} else if e != nil {
-			e.unlock(st, t.swaps)
+			e.unlock(st, t.swaps, t.unitOf(st.C))
 		}
 		n++
 		return exp <= now || n >= evictSample && !vdenies || n == evictScan
