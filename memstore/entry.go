@@ -99,15 +99,12 @@ func gcd(a, b uint64) uint64 {
 }
 
 // count returns b in units when it is a multiple of u below 2^bBits. With
-// d = 2^shift × odd: a multiple of d shifts to one of odd, and times the
-// inverse of odd mod 2^64 it is its quotient; every other number maps past
-// (2^64 − 1)/odd, which is far above 2^bBits for any Rate.
+// d = 2^shift × odd, a multiple of d shifts to a multiple of odd, and
+// times the inverse of odd mod 2^64 it is its quotient; any other b gives
+// a q whose q×d is not b.
 func (u unit) count(b int64) (int64, bool) {
-	if b&(1<<u.shift-1) != 0 {
-		return 0, false
-	}
 	q := (uint64(b) >> u.shift) * u.inv
-	return int64(q), q < 1<<bBits
+	return int64(q), q < 1<<bBits && int64(q)*u.d == b
 }
 
 // word returns state s as one word, when it is one: B is 0, or a multiple
@@ -118,7 +115,7 @@ func word(s algorithm.State, u unit) (int64, bool) {
 	if s.B == 0 {
 		return min(s.A, packedB-1), true
 	}
-	if q, ok := u.count(s.B); ok && s.A >= wordEpoch && s.A-wordEpoch < 1<<aBits {
+	if q, ok := u.count(s.B); ok && uint64(s.A-wordEpoch) < 1<<aBits {
 		return packedB | q<<aBits | (s.A - wordEpoch), true
 	}
 	return 0, false

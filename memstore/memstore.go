@@ -5,8 +5,9 @@
 // open-addressing index per (algorithm, period) in use. A Take on an
 // existing key finds it without a lock and locks that key alone; the GCRA
 // and the leaky bucket, whose state is one word when Period/Rate is a
-// whole number of microseconds or its remainder is under 1024 (every Rate
-// up to 1024), decide with a compare-and-swap and no lock at all. The shard's mutex serialises only new keys, new limits, sweeping,
+// whole number of microseconds or Rate/gcd(Rate, Period) is at most 1024
+// (every Rate up to 1024, and fast limits such as 10^9/1s), decide with a
+// compare-and-swap and no lock at all. The shard's mutex serialises only new keys, new limits, sweeping,
 // eviction and the sliding log. A key's state expires when it is back to
 // full capacity, which is when forgetting it grants nobody extra quota.
 // Expired keys are swept a few at a time whenever a new key is inserted: no
