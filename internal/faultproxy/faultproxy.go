@@ -19,7 +19,8 @@ type Proxy struct {
 	ln     net.Listener
 
 	mu      sync.Mutex
-	cond    *sync.Cond // signalled when stalled turns false or the proxy closes
+	cond    *sync.Cond // signalled when stalled turns false, pending reaches 0 or the proxy closes
+	pending int        // chunks read and not yet delivered or dropped
 	latency time.Duration
 	stalled bool
 	refuse  bool
@@ -92,6 +93,29 @@ func (p *Proxy) Up() {
 	p.refuse, p.stalled, p.latency = false, false, 0
 	p.mu.Unlock()
 	p.cond.Broadcast()
+}
+
+// Drain returns once every byte the proxy has read so far, either way,
+// has been written to the other side or dropped with its connection:
+// after SetLatency(0), a test knows that what its client sent earlier has
+// reached the server. It waits while stalled.
+func (p *Proxy) Drain() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for p.pending > 0 && !p.closed {
+		p.cond.Wait()
+	}
+}
+
+// done counts a chunk delivered or dropped.
+func (p *Proxy) done() {
+	p.mu.Lock()
+	p.pending--
+	idle := p.pending == 0
+	p.mu.Unlock()
+	if idle {
+		p.cond.Broadcast()
+	}
 }
 
 // Close stops the proxy and closes every connection, and returns when
@@ -169,13 +193,17 @@ func (p *Proxy) pipe(src, dst net.Conn) {
 		defer close(done)
 		for c := range q {
 			if !p.wait(c.due) {
+				p.done()
 				break
 			}
-			if _, err := dst.Write(c.b); err != nil {
+			_, err := dst.Write(c.b)
+			p.done()
+			if err != nil {
 				break
 			}
 		}
 		for range q { // drain so the reader never blocks
+			p.done()
 		}
 	}()
 	buf := make([]byte, 32<<10)
@@ -184,6 +212,7 @@ func (p *Proxy) pipe(src, dst net.Conn) {
 		if n > 0 {
 			p.mu.Lock()
 			due := time.Now().Add(p.latency)
+			p.pending++
 			p.mu.Unlock()
 			q <- chunk{b: append([]byte(nil), buf[:n]...), due: due}
 		}

@@ -2,6 +2,7 @@ package faultproxy
 
 import (
 	"bufio"
+	"io"
 	"net"
 	"testing"
 	"time"
@@ -93,4 +94,55 @@ func TestFaults(t *testing.T) {
 	if _, err := roundTrip(c3, bufio.NewReader(c3), time.Second); err != nil {
 		t.Fatalf("after Up: %v", err)
 	}
+}
+
+// Drain returns once bytes held by latency are written to the server: the
+// server can read them at once, and Drain waited for their due time.
+func TestDrain(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	p := Start(t, ln.Addr().String())
+	p.SetLatency(100 * time.Millisecond)
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	s, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	sent := time.Now()
+	if _, err := c.Write([]byte("held\n")); err != nil {
+		t.Fatal(err)
+	}
+	// Once the proxy holds the chunk, one Drain waits for it: the server
+	// then reads it at once.
+	for {
+		p.mu.Lock()
+		held := p.pending
+		p.mu.Unlock()
+		if held > 0 {
+			break
+		}
+		time.Sleep(time.Millisecond) // polling for the proxy's read
+	}
+	p.Drain()
+	buf := make([]byte, 5)
+	s.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+	if _, err := io.ReadFull(s, buf); err != nil {
+		t.Fatalf("after Drain the server could not read the bytes at once: %v", err)
+	}
+	if string(buf) != "held\n" {
+		t.Fatalf("the server read %q", buf)
+	}
+	if waited := time.Since(sent); waited < 100*time.Millisecond {
+		t.Fatalf("the bytes arrived after %v, before their latency of 100ms", waited)
+	}
+	p.SetLatency(0)
+	p.Drain() // nothing pending: returns at once
 }
