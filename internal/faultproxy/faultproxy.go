@@ -19,7 +19,7 @@ type Proxy struct {
 	ln     net.Listener
 
 	mu      sync.Mutex
-	cond    *sync.Cond // signalled when stalled turns false, pending reaches 0 or the proxy closes
+	cond    *sync.Cond // signalled when stalled turns false, pending changes or the proxy closes
 	pending int        // chunks read and not yet delivered or dropped
 	latency time.Duration
 	stalled bool
@@ -107,15 +107,15 @@ func (p *Proxy) Drain() {
 	}
 }
 
-// done counts a chunk delivered or dropped.
-func (p *Proxy) done() {
+// held counts a chunk read, and done one delivered or dropped.
+func (p *Proxy) held() { p.addPending(1) }
+func (p *Proxy) done() { p.addPending(-1) }
+
+func (p *Proxy) addPending(n int) {
 	p.mu.Lock()
-	p.pending--
-	idle := p.pending == 0
+	p.pending += n
 	p.mu.Unlock()
-	if idle {
-		p.cond.Broadcast()
-	}
+	p.cond.Broadcast()
 }
 
 // Close stops the proxy and closes every connection, and returns when
@@ -212,8 +212,8 @@ func (p *Proxy) pipe(src, dst net.Conn) {
 		if n > 0 {
 			p.mu.Lock()
 			due := time.Now().Add(p.latency)
-			p.pending++
 			p.mu.Unlock()
+			p.held()
 			q <- chunk{b: append([]byte(nil), buf[:n]...), due: due}
 		}
 		if err != nil {

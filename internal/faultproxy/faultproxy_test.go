@@ -122,15 +122,11 @@ func TestDrain(t *testing.T) {
 	}
 	// Once the proxy holds the chunk, one Drain waits for it: the server
 	// then reads it at once.
-	for {
-		p.mu.Lock()
-		held := p.pending
-		p.mu.Unlock()
-		if held > 0 {
-			break
-		}
-		time.Sleep(time.Millisecond) // polling for the proxy's read
+	p.mu.Lock()
+	for p.pending == 0 {
+		p.cond.Wait() // signalled when the proxy has read the chunk
 	}
+	p.mu.Unlock()
 	p.Drain()
 	buf := make([]byte, 5)
 	s.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
