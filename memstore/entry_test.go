@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/algorithm"
 )
@@ -147,5 +148,18 @@ func TestIndexAgainstAMap(t *testing.T) {
 	}
 	if ix.live != len(held) || rebuilds == 0 {
 		t.Fatalf("live %d; %d keys held; %d rebuilds", ix.live, len(held), rebuilds)
+	}
+}
+
+// TestClockNotBehindTimeNow: the store's own clock never reads an earlier
+// microsecond than a time.Now taken before it, so a refund of a take at
+// a time the caller read (Request.Refund) finds that take's entry.
+func TestClockNotBehindTimeNow(t *testing.T) {
+	s := New(Options{})
+	for i := range 100_000 {
+		w := time.Now().UnixMicro()
+		if now := s.now(time.Time{}); now < w {
+			t.Fatalf("read %d: the store's clock %d µs, behind time.Now's %d", i, now, w)
+		}
 	}
 }

@@ -91,7 +91,7 @@ type Store struct {
 	denyingEvictions atomic.Uint64
 	clock            func() time.Time // nil: base advanced by the monotonic clock
 	base             time.Time
-	baseUS           int64 // base in µs
+	baseNS           int64 // base in ns: µs are cut from the sum, so now never reads behind a time.Now taken before it
 	evictions        atomic.Uint64
 	slots            [slotShards]slotShard
 }
@@ -139,7 +139,7 @@ func New(opts Options) *Store {
 		perShardBytes: max(maxBytes/int64(n), 64<<10),
 		clock:         opts.Clock,
 		base:          base,
-		baseUS:        base.UnixMicro(),
+		baseNS:        base.UnixNano(),
 	}
 	for i := range s.slots {
 		s.slots[i].keys = make(map[string]map[string]struct{})
@@ -195,7 +195,7 @@ func (s *Store) now(t time.Time) int64 {
 	case s.clock != nil:
 		return s.clock().UnixMicro()
 	}
-	return s.baseUS + time.Since(s.base).Microseconds()
+	return (s.baseNS + int64(time.Since(s.base))) / 1e3
 }
 
 // Take decides one request. On an existing key of an O(1) algorithm it
