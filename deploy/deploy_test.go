@@ -9,6 +9,7 @@ package deploy_test
 
 import (
 	"bytes"
+	"debug/buildinfo"
 	"debug/elf"
 	"encoding/json"
 	"io"
@@ -18,6 +19,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime/debug"
 	"slices"
 	"strings"
 	"testing"
@@ -239,6 +241,16 @@ func TestDockerfileBuild(t *testing.T) {
 		t.Fatalf("the binary needs %v: not static", libs)
 	}
 	f.Close()
+	// grpcnotrace, as cmd/sluice's TestReleaseBuildPrunesMethods builds it.
+	info, err := buildinfo.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(info.Settings, func(s debug.BuildSetting) bool {
+		return s.Key == "-tags" && slices.Contains(strings.Split(s.Value, ","), "grpcnotrace")
+	}) {
+		t.Errorf("the binary is built without -tags grpcnotrace: %v", info.Settings)
+	}
 	srv := exec.Command(out, "serve", "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-admin", "")
 	var buf bytes.Buffer
 	srv.Stdout, srv.Stderr = &buf, &buf

@@ -8,7 +8,6 @@ import (
 	"embed"
 	"encoding/hex"
 	"fmt"
-	"html/template"
 	"io/fs"
 	"maps"
 	"net/http"
@@ -17,6 +16,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/a-h/templ"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/sim"
@@ -28,10 +29,10 @@ import (
 // that changes something carries the session's CSRF token. Without a
 // session no page shows a policy name or a key.
 
-//go:embed ui/pages.html ui/style.css ui/refresh.js
+//go:embed ui/style.css ui/refresh.js
 var uiFiles embed.FS
 
-var uiPages = template.Must(template.New("").Funcs(template.FuncMap{"keyText": func(k any) string { s, _ := k.(string); return keyText(s) }}).ParseFS(uiFiles, "ui/pages.html"))
+//go:generate go run github.com/a-h/templ/cmd/templ@v0.3.1118 generate -f ui_pages.templ
 
 // keyText is how the status page shows and takes a key: as it is, or
 // Go-quoted when it holds a control character (a composite key's NUL
@@ -134,10 +135,10 @@ func (u *ui) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "a form from this session is required (CSRF token)", http.StatusForbidden)
 		return
 	}
-	page := map[string]any{"Session": true, "CSRF": sess.csrf}
+	page := pageHead{Session: true, CSRF: sess.csrf}
 	switch {
 	case r.URL.Path == "/ui/" && r.Method == http.MethodGet:
-		u.overview(w, page)
+		u.overview(w, r, page)
 	case strings.HasPrefix(r.URL.Path, "/ui/policy/") && r.Method == http.MethodGet:
 		u.policy(w, r, strings.TrimPrefix(r.URL.Path, "/ui/policy/"), page)
 	case r.URL.Path == "/ui/reset" && r.Method == http.MethodPost:
@@ -151,11 +152,13 @@ func (u *ui) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-func (u *ui) render(w http.ResponseWriter, name string, page map[string]any) {
+// render writes page, a component of ui_pages.templ, whole or not at
+// all: a failure midway answers 500.
+func (u *ui) render(w http.ResponseWriter, r *http.Request, page templ.Component) {
 	var b bytes.Buffer
-	if err := uiPages.ExecuteTemplate(&b, name, page); err != nil {
+	if err := page.Render(r.Context(), &b); err != nil {
 		http.Error(w, "rendering the page failed", http.StatusInternalServerError)
-		u.s.log.Error("ui: rendering failed", "page", name, "error", err)
+		u.s.log.Error("ui: rendering failed", "path", r.URL.Path, "error", err)
 		return
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -165,17 +168,16 @@ func (u *ui) render(w http.ResponseWriter, name string, page map[string]any) {
 // login asks for the admin token once; wrong tokens are throttled per
 // address and logged, as on the admin API.
 func (u *ui) login(w http.ResponseWriter, r *http.Request) {
-	page := map[string]any{"Title": "Log in"}
+	page := pageHead{Title: "Log in"}
 	if r.Method != http.MethodPost {
-		u.render(w, "login", page)
+		u.render(w, r, loginPage(page, ""))
 		return
 	}
 	from := remoteIP(r)
 	if d, _ := u.failures.Peek(r.Context(), from); !d.Allowed {
 		u.s.log.Warn("ui: wrong tokens from this address; refused until the minute is over", "remote", from)
 		w.WriteHeader(http.StatusTooManyRequests)
-		page["Flash"] = "Too many wrong tokens from this address: try again in a minute."
-		u.render(w, "login", page)
+		u.render(w, r, loginPage(page, "Too many wrong tokens from this address: try again in a minute."))
 		return
 	}
 	if given := r.PostFormValue("token"); !tokenIs(given, u.s.adminToken()) {
@@ -184,8 +186,7 @@ func (u *ui) login(w http.ResponseWriter, r *http.Request) {
 		}
 		u.s.log.Warn("ui: refused: wrong admin token", "remote", from)
 		w.WriteHeader(http.StatusUnauthorized)
-		page["Flash"] = "That is not the admin token."
-		u.render(w, "login", page)
+		u.render(w, r, loginPage(page, "That is not the admin token."))
 		return
 	}
 	id := token()
@@ -219,7 +220,7 @@ type row struct {
 	Name, Limits, FailMode  string
 	Shadow                  bool
 	Allowed, Denied, Failed int64
-	Spark                   template.HTML
+	Spark                   string // trusted markup: sparkline's
 }
 
 // sparkWindow is the seconds a sparkline shows.
@@ -234,23 +235,22 @@ func (u *ui) row(name string) row {
 	return r
 }
 
-func (u *ui) overview(w http.ResponseWriter, page map[string]any) {
+func (u *ui) overview(w http.ResponseWriter, r *http.Request, page pageHead) {
 	cfg := u.s.state().cfg
 	var policies, domains []row
 	for _, p := range cfg.Policies {
-		r := u.row(p.Name)
-		r.Limits, r.FailMode, r.Shadow = limitsText(p.Limits), p.FailMode.String(), p.Shadow
-		policies = append(policies, r)
+		rw := u.row(p.Name)
+		rw.Limits, rw.FailMode, rw.Shadow = limitsText(p.Limits), p.FailMode.String(), p.Shadow
+		policies = append(policies, rw)
 	}
 	for _, name := range slices.Sorted(maps.Keys(cfg.Domains)) {
-		r := u.row(name)
-		r.Limits = fmt.Sprintf("%d descriptors", len(cfg.Domains[name].Descriptors))
-		domains = append(domains, r)
+		rw := u.row(name)
+		rw.Limits = fmt.Sprintf("%d descriptors", len(cfg.Domains[name].Descriptors))
+		domains = append(domains, rw)
 	}
-	page["Title"], page["Refresh"] = "Overview", true
-	page["Policies"], page["Domains"], page["Reloads"] = policies, domains, u.s.history.all()
-	page["Health"], page["Store"] = u.s.guard.Health(), u.s.storeType
-	u.render(w, "overview", page)
+	page.Title, page.Refresh = "Overview", true
+	u.render(w, r, overviewPage(page, overview{Store: u.s.storeType, Health: u.s.guard.Health(),
+		Policies: policies, Domains: domains, Reloads: u.s.history.all()}))
 }
 
 // keyState is one limit's state of an inspected key.
@@ -266,49 +266,40 @@ type topRow struct {
 	Count, Min int64
 }
 
-func (u *ui) policy(w http.ResponseWriter, r *http.Request, name string, page map[string]any) {
+func (u *ui) policy(w http.ResponseWriter, r *http.Request, name string, page pageHead) {
 	cfg := u.s.state().cfg
 	p := cfg.Policy(name)
 	if p == nil && cfg.Domains[name] == nil {
 		http.NotFound(w, r)
 		return
 	}
-	rw := u.row(name)
-	page["Title"], page["Name"], page["Spark"] = name, name, rw.Spark
-	page["IsPolicy"], page["KeysOff"] = p != nil, cfg.UI.TopKeys == 0
+	page.Title = name
+	v := policyView{Name: name, Spark: u.row(name).Spark, IsPolicy: p != nil, KeysOff: cfg.UI.TopKeys == 0,
+		Limits: "Envoy domain", Flash: flashes[r.URL.Query().Get("flash")]}
 	if p != nil {
-		page["Limits"] = limitsText(p.Limits)
+		v.Limits = limitsText(p.Limits)
 		if st := u.s.activity.settledOf(name); st.Settles > 0 || p.CostFrom.String() != "" || len(p.ChargeStatus) > 0 {
-			page["Settled"] = st
+			v.Settled = &st
 		}
-	} else {
-		page["Limits"] = "Envoy domain"
 	}
-	var top []topRow
 	for _, it := range u.s.activity.top(name) {
-		top = append(top, topRow{Key: it.Key, Count: it.Count, Min: it.Count - it.Error})
-	}
-	page["Top"] = top
-	if f := flashes[r.URL.Query().Get("flash")]; f != "" {
-		page["Flash"] = f
+		v.Top = append(v.Top, topRow{Key: it.Key, Count: it.Count, Min: it.Count - it.Error})
 	}
 	if key := parseKeyText(r.URL.Query().Get("key")); key != "" && p != nil {
-		page["Key"] = key
+		v.Key = key
 		limits := u.s.overrides.LimitsFor(p, key, "")
-		page["Limits"] = limitsText(limits) // the key's own, where an override gives it some
-		var states []keyState
+		v.Limits = limitsText(limits) // the key's own, where an override gives it some
 		for _, l := range limits {
 			d, err := u.s.store.Take(r.Context(), sluice.Request{Key: p.Name + "\x00" + key, Limit: l})
 			if err != nil {
-				page["Flash"] = "The store did not answer: " + err.Error()
+				v.Flash = "The store did not answer: " + err.Error()
 				break
 			}
-			states = append(states, keyState{Limit: l.String(), Allowed: d.Allowed, Remaining: d.Remaining,
+			v.State = append(v.State, keyState{Limit: l.String(), Allowed: d.Allowed, Remaining: d.Remaining,
 				RetryAfter: d.RetryAfter.Round(time.Millisecond), ResetAfter: d.ResetAfter.Round(time.Millisecond)})
 		}
-		page["State"] = states
 	}
-	u.render(w, "policy", page)
+	u.render(w, r, policyPage(page, v))
 }
 
 // reset forgets a key under a policy's limits, after the form's
@@ -320,7 +311,7 @@ func (u *ui) reset(w http.ResponseWriter, r *http.Request) {
 		http.NotFound(w, r)
 		return
 	}
-	back := "/ui/policy/" + name + "?key=" + urlQuery(keyText(key))
+	back := string(policyURL(name, key))
 	if r.PostFormValue("confirm") != "yes" {
 		http.Redirect(w, r, back+"&flash=confirm", http.StatusSeeOther)
 		return
@@ -341,19 +332,20 @@ func (u *ui) reset(w http.ResponseWriter, r *http.Request) {
 
 // simulate runs the simulator on a bounded amount of traffic and shows
 // its table and chart.
-func (u *ui) simulate(w http.ResponseWriter, r *http.Request, page map[string]any) {
+func (u *ui) simulate(w http.ResponseWriter, r *http.Request, page pageHead) {
 	q := r.URL.Query()
-	traffic, limitText, algs := orDefault(q.Get("traffic"), "boundary"), orDefault(q.Get("limit"), "10/1s"), q.Get("algorithms")
-	page["Title"], page["Traffic"], page["Limit"], page["Algorithms"] = "Simulator", traffic, limitText, algs
-	page["Traffics"] = []string{"boundary", "bursty", "zipf"}
-	defer u.render(w, "sim", page)
-	if !slices.Contains(page["Traffics"].([]string), traffic) {
-		page["Error"] = fmt.Sprintf("traffic %q: want one of boundary, bursty or zipf", traffic)
+	page.Title = "Simulator"
+	v := simView{Traffic: orDefault(q.Get("traffic"), "boundary"), Limit: orDefault(q.Get("limit"), "10/1s"),
+		Algorithms: q.Get("algorithms"), Traffics: []string{"boundary", "bursty", "zipf"}}
+	defer func() { u.render(w, r, simPage(page, v)) }()
+	traffic, algs := v.Traffic, v.Algorithms
+	if !slices.Contains(v.Traffics, traffic) {
+		v.Error = fmt.Sprintf("traffic %q: want one of boundary, bursty or zipf", traffic)
 		return
 	}
-	limit, err := sluice.ParseLimit(limitText)
+	limit, err := sluice.ParseLimit(v.Limit)
 	if err != nil {
-		page["Error"] = err.Error()
+		v.Error = err.Error()
 		return
 	}
 	bin := max(limit.Period/10, time.Millisecond)
@@ -361,7 +353,7 @@ func (u *ui) simulate(w http.ResponseWriter, r *http.Request, page map[string]an
 	for _, a := range strings.FieldsFunc(algs, func(r rune) bool { return r == ',' || r == ' ' }) {
 		alg, err := sluice.ParseAlgorithm(a)
 		if err != nil {
-			page["Error"] = err.Error()
+			v.Error = err.Error()
 			return
 		}
 		cfg.Algorithms = append(cfg.Algorithms, alg)
@@ -376,22 +368,21 @@ func (u *ui) simulate(w http.ResponseWriter, r *http.Request, page map[string]an
 	}
 	results, err := sim.Run(cfg)
 	if err != nil {
-		page["Error"] = err.Error()
+		v.Error = err.Error()
 		return
 	}
-	var table bytes.Buffer
+	var table, svg bytes.Buffer
 	sim.Format(&table, limit, results)
-	page["Table"] = table.String()
-	var svg bytes.Buffer
+	v.Table = table.String()
 	if err := sim.Chart(&svg, "svg", fmt.Sprintf("%s traffic, limit %d per %v", traffic, limit.Rate, limit.Period), limit, bin, results); err != nil {
-		page["Error"] = err.Error()
+		v.Error = err.Error()
 		return
 	}
 	chart := svg.Bytes()
 	if i := bytes.Index(chart, []byte("<svg")); i > 0 {
 		chart = chart[i:] // inline: no XML declaration
 	}
-	page["Chart"] = template.HTML(chart) // made by the simulator from numbers and the names above, escaped by it
+	v.Chart = string(chart) // made by the simulator from numbers and the names above, escaped by it
 }
 
 func orDefault(s, def string) string {
@@ -400,8 +391,6 @@ func orDefault(s, def string) string {
 	}
 	return s
 }
-
-func urlQuery(s string) string { return template.URLQueryEscaper(s) }
 
 func limitsText(ls []sluice.Limit) string {
 	parts := make([]string, len(ls))
@@ -413,7 +402,7 @@ func limitsText(ls []sluice.Limit) string {
 
 // sparkline draws per-second counts as an inline SVG: allowed blue,
 // denied red, failed amber, on one scale.
-func sparkline(series ...[]int64) template.HTML {
+func sparkline(series ...[]int64) string {
 	const w, h = 240, 36
 	var top int64 = 1
 	for _, s := range series {
@@ -437,5 +426,5 @@ func sparkline(series ...[]int64) template.HTML {
 		b.WriteString(`"/>`)
 	}
 	b.WriteString(`<text x="2" y="10" font-size="9" fill="#57606a">` + strconv.FormatInt(top, 10) + `/s</text></svg>`)
-	return template.HTML(b.String())
+	return b.String()
 }
