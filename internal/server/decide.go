@@ -229,7 +229,7 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 		}
 		return outs, nil
 	}
-	values := make([][]string, len(descs))
+	var values [][]string // made when a descriptor counts under other values
 	replaced := map[string]bool{}
 	for i, entries := range descs {
 		outs[i].Closest = -1
@@ -245,7 +245,13 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 			continue
 		}
 		n, vals := d.Match(entries)
-		outs[i].Node, values[i] = n, vals
+		outs[i].Node = n
+		if vals != nil {
+			if values == nil {
+				values = make([][]string, len(descs))
+			}
+			values[i] = vals
+		}
 		if n == nil {
 			continue
 		}
@@ -260,16 +266,24 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 			if o.Node == nil || o.Unlimited {
 				continue
 			}
-			for _, l := range o.Node.Limits {
-				if l.Name == "" || !replaced[l.Name] {
-					o.Limits = append(o.Limits, l)
+			if len(replaced) == 0 {
+				o.Limits = o.Node.Limits // read, never written
+			} else {
+				for _, l := range o.Node.Limits {
+					if l.Name == "" || !replaced[l.Name] {
+						o.Limits = append(o.Limits, l)
+					}
 				}
 			}
 		}
 		if len(o.Limits) == 0 {
 			continue
 		}
-		key := descriptorKey(domain, descs[i], values[i])
+		var vals []string
+		if values != nil {
+			vals = values[i]
+		}
+		key := descriptorKey(domain, descs[i], vals)
 		if len(key) > sluice.MaxKeyLen {
 			return nil, inputError("descriptor %d: its entries make a key of %d bytes; at most %d", i, len(key), sluice.MaxKeyLen)
 		}
@@ -347,7 +361,15 @@ func (s *Server) noteUnknownDomain(domain string) {
 // Match says it counts under (a share_threshold wildcard) when values is
 // not nil.
 func descriptorKey(domain string, entries []config.Entry, values []string) string {
+	n := len(domain)
+	for i, e := range entries {
+		n += 2 + len(e.Key) + len(e.Value)
+		if values != nil {
+			n += len(values[i]) - len(e.Value)
+		}
+	}
 	var b strings.Builder
+	b.Grow(n)
 	b.WriteString(domain)
 	for i, e := range entries {
 		b.WriteByte(0)

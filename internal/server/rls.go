@@ -46,16 +46,22 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 	if n := len(req.GetDescriptors()); n == 0 || n > maxDescriptors {
 		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors: want 1 to %d", n, maxDescriptors)
 	}
-	descs := make([][]config.Entry, len(req.Descriptors))
-	hits := make([]int64, len(req.Descriptors))
-	overrides := make([]*override, len(req.Descriptors))
+	n, entries := len(req.Descriptors), 0
 	for i, d := range req.Descriptors {
 		if len(d.GetEntries()) > maxEntries {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries: want at most %d", i, len(d.Entries), maxEntries)
 		}
+		entries += len(d.Entries)
+	}
+	// One allocation each for what a request's descriptors hold, whatever
+	// their number.
+	all := make([]config.Entry, 0, entries)
+	descs, hits, overrides := make([][]config.Entry, n), make([]int64, n), make([]*override, n)
+	for i, d := range req.Descriptors {
 		for _, e := range d.Entries {
-			descs[i] = append(descs[i], config.Entry{Key: e.Key, Value: e.Value})
+			all = append(all, config.Entry{Key: e.Key, Value: e.Value})
 		}
+		descs[i] = all[len(all)-len(d.Entries):]
 		h := uint64(req.GetHitsAddend())
 		if h == 0 {
 			h = 1
@@ -78,13 +84,14 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 			return nil, status.Error(codes.InvalidArgument, o.Err.Error())
 		}
 	}
-	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}
+	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(outs))}
+	sts := make([]descriptorStatus, len(outs))
 	now := time.Now()
 	var closest *rlspb.RateLimitResponse_DescriptorStatus // for the headers
 	overLimit, quota, quotaOver := false, 0, 0
 	for i, o := range outs {
-		st := r.status(&o, now)
-		resp.Statuses = append(resp.Statuses, st)
+		st := r.status(&o, now, &sts[i])
+		resp.Statuses[i] = st
 		r.count(req.Domain, descs[i], &o)
 		if o.Unlimited {
 			continue
@@ -121,14 +128,23 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 	return resp, nil
 }
 
-// status is one descriptor's answer, filled as envoyproxy/ratelimit fills
-// it: for a decided limit, current_limit (requests_per_unit, unit, name),
-// limit_remaining (0 when over) and duration_until_reset (to the window's
-// end for its fixed windows; to full for sluice's other algorithms); for
-// an unlimited descriptor, OK with 4294967295 remaining; for no limit, OK
-// alone. A shadow limit is OK whatever it says.
-func (r *rls) status(o *descriptor, now time.Time) *rlspb.RateLimitResponse_DescriptorStatus {
-	st := &rlspb.RateLimitResponse_DescriptorStatus{Code: rlspb.RateLimitResponse_OK}
+// descriptorStatus is a descriptor's answer with the messages it points
+// to, allocated together.
+type descriptorStatus struct {
+	status rlspb.RateLimitResponse_DescriptorStatus
+	limit  rlspb.RateLimitResponse_RateLimit
+	reset  durationpb.Duration
+}
+
+// status is one descriptor's answer, filled into a as envoyproxy/ratelimit
+// fills it: for a decided limit, current_limit (requests_per_unit, unit,
+// name), limit_remaining (0 when over) and duration_until_reset (to the
+// window's end for its fixed windows; to full for sluice's other
+// algorithms); for an unlimited descriptor, OK with 4294967295 remaining;
+// for no limit, OK alone. A shadow limit is OK whatever it says.
+func (r *rls) status(o *descriptor, now time.Time, a *descriptorStatus) *rlspb.RateLimitResponse_DescriptorStatus {
+	st := &a.status
+	st.Code = rlspb.RateLimitResponse_OK
 	switch {
 	case o.Unlimited:
 		st.LimitRemaining = math.MaxUint32
@@ -144,13 +160,15 @@ func (r *rls) status(o *descriptor, now time.Time) *rlspb.RateLimitResponse_Desc
 	if l.Block {
 		rate = 0
 	}
-	st.CurrentLimit = &rlspb.RateLimitResponse_RateLimit{RequestsPerUnit: rate, Unit: unitOf[l.Unit], Name: l.Name}
+	a.limit.RequestsPerUnit, a.limit.Unit, a.limit.Name = rate, unitOf[l.Unit], l.Name
+	st.CurrentLimit = &a.limit
 	reset := d.ResetAfter
 	if l.Limit.Algorithm.Resolved() == sluice.FixedWindow {
 		p := int64(l.Limit.Period / time.Second)
 		reset = time.Duration(p-now.Unix()%p) * time.Second
 	}
-	st.DurationUntilReset = durationpb.New(reset)
+	a.reset.Seconds, a.reset.Nanos = int64(reset/time.Second), int32(reset%time.Second) // as durationpb.New
+	st.DurationUntilReset = &a.reset
 	if d.Allowed {
 		st.LimitRemaining = uint32(max(min(d.Remaining, math.MaxUint32), 0))
 	} else if !o.Shadow {
