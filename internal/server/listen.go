@@ -97,7 +97,7 @@ func grpcOptions(l config.Listeners, recv *receiveWatch) []grpc.ServerOption {
 // itself twice: 15% of a check's CPU on the memory store. A pooled
 // goroutine keeps its stack from one call to the next; a call that finds
 // every worker busy still gets a goroutine of its own. On 2 CPUs, 64 a
-// CPU cost less per check than 4, 16 and 128 (docs/performance.md).
+// CPU cost less per check than 4, 16, 128 and 256 (docs/performance.md).
 const streamWorkersPerCPU = 64
 
 // The flow-control windows of the gRPC listener: a check is a few hundred
