@@ -383,10 +383,21 @@ func (g *Guard) within(ctx context.Context) storeCall {
 		c.start = time.Now()
 	}
 	c.ctx = ctx
-	if g.opts.Timeout > 0 {
+	if g.opts.Timeout > 0 && !deadlineWithin(ctx, g.opts.Timeout) {
 		c.ctx, c.cancel = context.WithTimeout(ctx, g.opts.Timeout)
 	}
 	return c
+}
+
+// deadlineWithin reports whether ctx ends within d of now by its own
+// deadline. A store call under such a context is bounded already, by the
+// caller (Envoy sends a deadline with every check), and a timer of the
+// Guard's would cost it a context, a timer and their cancelling: about a
+// microsecond. Its end is then the caller's, as it would be with the
+// timer: the caller gave up, which tells the breaker nothing.
+func deadlineWithin(ctx context.Context, d time.Duration) bool {
+	end, ok := ctx.Deadline()
+	return ok && time.Until(end) <= d
 }
 
 // finish ends a store call, recording its result in the breaker; ctx is

@@ -349,3 +349,55 @@ func TestStandinRecordGrowsWithKeys(t *testing.T) {
 	}
 	runtime.KeepAlive(held)
 }
+
+// ctxStore is a store that records the context of its last Take.
+type ctxStore struct {
+	sluice.Store
+	mu  sync.Mutex
+	ctx context.Context
+}
+
+func (s *ctxStore) Take(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+	s.mu.Lock()
+	s.ctx = ctx
+	s.mu.Unlock()
+	return s.Store.Take(ctx, req)
+}
+
+// A store call is bounded by the Guard's timeout, or by the caller's own
+// deadline when that comes first, without a context of the Guard's.
+func TestGuardTimeoutOrCallersDeadline(t *testing.T) {
+	store := &ctxStore{Store: memstore.New(memstore.Options{})}
+	g, err := sluice.NewGuard(store, sluice.GuardOptions{Timeout: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := sluice.Request{Key: "k", Limit: sluice.Limit{Rate: 10, Period: time.Second}, Cost: 1}
+	var d sluice.Decision
+	for _, tc := range []struct {
+		name     string
+		deadline time.Duration // 0: none
+		own      bool          // the store sees the caller's context itself
+	}{
+		{"no deadline", 0, false},
+		{"a later deadline", 2 * time.Hour, false},
+		{"an earlier deadline", time.Minute, true},
+	} {
+		ctx := context.Background()
+		if tc.deadline > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, tc.deadline)
+			defer cancel()
+		}
+		if v := g.Take(ctx, "p", req, sluice.FailOpen, &d); v.Outcome != sluice.Allowed {
+			t.Fatalf("%s: %+v", tc.name, v)
+		}
+		got := store.ctx
+		if own := got == ctx; own != tc.own {
+			t.Errorf("%s: the store got the caller's context: %v; want %v", tc.name, own, tc.own)
+		}
+		if end, ok := got.Deadline(); !ok || end.After(time.Now().Add(time.Hour)) {
+			t.Errorf("%s: the store call ends at %v (%v); want within the hour", tc.name, end, ok)
+		}
+	}
+}
