@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	extrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -131,8 +132,8 @@ domains:
 		return startServer(b, "", path).GRPC
 	}
 	checks := []func() error{
-		rlsClientWant(b, addr(0), rlspb.RateLimitResponse_OVER_LIMIT),
-		rlsClientWant(b, addr(32), rlspb.RateLimitResponse_OVER_LIMIT),
+		rlsClientWant(b, addr(0), rlspb.RateLimitResponse_OVER_LIMIT, 0),
+		rlsClientWant(b, addr(32), rlspb.RateLimitResponse_OVER_LIMIT, 0),
 	}
 	// Spend each address's one allowed check before timing.
 	for _, check := range checks {
@@ -177,11 +178,12 @@ func interleaved(b *testing.B, checks []func() error) []float64 {
 // rlsClient returns a function that sends one ShouldRateLimit to addr,
 // cycling over 10k descriptors that are always allowed.
 func rlsClient(b *testing.B, addr string) func() error {
-	return rlsClientWant(b, addr, rlspb.RateLimitResponse_OK)
+	return rlsClientWant(b, addr, rlspb.RateLimitResponse_OK, 0)
 }
 
-// rlsClientWant is rlsClient for descriptors whose answer is want.
-func rlsClientWant(b *testing.B, addr string, want rlspb.RateLimitResponse_Code) func() error {
+// rlsClientWant is rlsClient for descriptors whose answer is want, each
+// call with a deadline timeout away when timeout is not 0, as Envoy sends.
+func rlsClientWant(b *testing.B, addr string, want rlspb.RateLimitResponse_Code, timeout time.Duration) func() error {
 	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		b.Fatal(err)
@@ -196,7 +198,13 @@ func rlsClientWant(b *testing.B, addr string, want rlspb.RateLimitResponse_Code)
 	}
 	var n atomic.Int64
 	return func() error {
-		resp, err := c.ShouldRateLimit(context.Background(), reqs[n.Add(1)%int64(len(reqs))])
+		ctx := context.Background()
+		if timeout > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, timeout)
+			defer cancel()
+		}
+		resp, err := c.ShouldRateLimit(ctx, reqs[n.Add(1)%int64(len(reqs))])
 		if err == nil && resp.OverallCode != want {
 			err = fmt.Errorf("want %v: %v", want, resp)
 		}
