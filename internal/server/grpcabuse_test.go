@@ -51,12 +51,13 @@ func dialH2(t testing.TB, addr string) *h2conn {
 	return h
 }
 
-// open sends a ShouldRateLimit call's headers on stream id.
-func (h *h2conn) open(id uint32, endStream bool) {
+// open sends a ShouldRateLimit call's headers on stream id, and extra
+// ones after them.
+func (h *h2conn) open(id uint32, endStream bool, extra ...[2]string) {
 	h.hb.Reset()
-	for _, f := range [][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "x"},
+	for _, f := range append([][2]string{{":method", "POST"}, {":scheme", "http"}, {":authority", "x"},
 		{":path", "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"},
-		{"content-type", "application/grpc"}, {"te", "trailers"}} {
+		{"content-type", "application/grpc"}, {"te", "trailers"}}, extra...) {
 		h.enc.WriteField(hpack.HeaderField{Name: f[0], Value: f[1]})
 	}
 	h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.hb.Bytes(), EndHeaders: true, EndStream: endStream})
@@ -145,6 +146,72 @@ func TestStalledCallsAreCut(t *testing.T) {
 		t.Logf("RSS %d MB, at the start %d MB; goroutines %d; heap in use %d MB, stacks %d MB, released %d MB, sys %d MB", now>>20, baseRSS>>20, runtime.NumGoroutine(), ms.HeapInuse>>20, ms.StackInuse>>20, ms.HeapReleased>>20, ms.Sys>>20)
 		return now-baseRSS < 50<<20
 	})
+}
+
+// A stalled call that carries its own deadline (grpc-timeout, as Envoy
+// sends) is not watched, and needs no watch: it is ended at its deadline,
+// long before the receive deadline, and a well-behaved call beside it is
+// answered.
+func TestStalledCallEndsAtItsDeadline(t *testing.T) {
+	r := start(t, "listeners: {read_timeout: 1h}\npolicies: [{name: p, limit: 1000000/1h}]", "")
+	h := dialH2(t, r.Addrs().GRPC)
+	defer h.c.Close()
+	const calls = 20
+	for i := range uint32(calls) {
+		id := 2*i + 1
+		h.open(id, false, [2]string{"grpc-timeout", "200m"})
+		h.fr.WriteData(id, false, []byte{0, 0, 0, 0, 100}) // a 100-byte message, never sent
+	}
+	h.w.Flush()
+	ended := map[uint32]bool{}
+	for len(ended) < calls {
+		f, err := h.fr.ReadFrame()
+		if err != nil {
+			t.Fatalf("%d of %d calls ended when the connection did: %v", len(ended), calls, err)
+		}
+		switch f := f.(type) {
+		case *http2.RSTStreamFrame:
+			ended[f.StreamID] = true
+		case *http2.HeadersFrame:
+			if f.StreamEnded() {
+				ended[f.StreamID] = true
+			}
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				h.fr.WriteSettingsAck()
+				h.w.Flush()
+			}
+		}
+	}
+	checkRLS(t, r.Addrs().GRPC)
+	if got := metricValue(t, r, `sluice_grpc_refused_total{reason="receive_timeout"}`); got != 0 {
+		t.Fatalf("receive timeouts counted: %v; want none (each call ended at its own deadline)", got)
+	}
+}
+
+// The watch holds only the calls that its deadline would end first.
+func TestReceiveWatchSkipsEarlierDeadlines(t *testing.T) {
+	w := newReceiveWatch(time.Minute, func(string) {})
+	defer w.stop()
+	for _, tc := range []struct {
+		name    string
+		timeout time.Duration // 0: none
+		watched bool
+	}{{"no deadline", 0, true}, {"a deadline after the watch's", time.Hour, true}, {"a deadline before", time.Second, false}} {
+		parent, cancel := context.Background(), context.CancelFunc(func() {})
+		if tc.timeout > 0 {
+			parent, cancel = context.WithTimeout(parent, tc.timeout)
+		}
+		ctx, _ := w.tap(parent, nil)
+		w.mu.Lock()
+		n := len(w.calls)
+		w.mu.Unlock()
+		if (n == 1) != tc.watched || (ctx == parent) == tc.watched {
+			t.Errorf("%s: %d calls watched, context replaced %v; want watched %v", tc.name, n, ctx != parent, tc.watched)
+		}
+		w.arrived(ctx)
+		cancel()
+	}
 }
 
 // HTTP/2 rapid reset (HEADERS then RST_STREAM, as fast as the client can
