@@ -24,6 +24,11 @@
 // (the pages of the executable and other files mapped) in
 // /proc/PID/status, sampled every 10 ms during the load (the most seen)
 // and once after start (idle).
+//
+// Each check carries a deadline (-deadline, 1 s by default), which gRPC
+// sends as grpc-timeout: Envoy's rate-limit filter sends its timeout with
+// every check (20 ms unless set), and a server's cost per check includes
+// what it does with one.
 package main
 
 import (
@@ -72,6 +77,7 @@ func main() {
 	values := flag.Int("values", 10000, "descriptor values (client addresses)")
 	callers := flag.String("callers", "64,256", "concurrent callers, one table row group each")
 	conns := flag.Int("conns", 4, "connections per system the callers share")
+	deadline := flag.Duration("deadline", time.Second, "each check's deadline, sent as Envoy sends its filter's timeout; 0: none")
 	flag.Parse()
 	if *envoyRL == "" {
 		fmt.Fprintln(os.Stderr, "peers: -envoy-rl PATH is required (flag -h for usage)")
@@ -89,7 +95,7 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	r := &run{dir: dir, checks: *checks, values: *values, conns: *conns}
+	r := &run{dir: dir, checks: *checks, values: *values, conns: *conns, deadline: *deadline}
 	if *sluiceEnv != "" {
 		for kv := range strings.SplitSeq(*sluiceEnv, ",") {
 			if k, _, ok := strings.Cut(kv, "="); !ok || k == "" {
@@ -109,7 +115,8 @@ func main() {
 type run struct {
 	dir                   string
 	checks, values, conns int
-	sluiceEnv             []string // for sluice serve alone
+	deadline              time.Duration // of each check; 0: none
+	sluiceEnv             []string      // for sluice serve alone
 	procs                 []*exec.Cmd
 }
 
@@ -221,8 +228,8 @@ func (r *run) main(envoyRL, guber, sluiceBin string, rounds int, levels []int) e
 		httpSystems = append([]*system{s}, httpSystems...)
 	}
 
-	fmt.Printf("%s, %d CPUs, %s; %d rounds of %d checks per system over %d values, %d connections per system",
-		cpuModel(), runtime.NumCPU(), runtime.Version(), rounds, r.checks, r.values, r.conns)
+	fmt.Printf("%s, %d CPUs, %s; %d rounds of %d checks per system over %d values, %d connections per system, deadline %v",
+		cpuModel(), runtime.NumCPU(), runtime.Version(), rounds, r.checks, r.values, r.conns, r.deadline)
 	if len(r.sluiceEnv) > 0 {
 		fmt.Printf("; sluice with %s", strings.Join(r.sluiceEnv, " "))
 	}
@@ -365,7 +372,7 @@ func (r *run) load(s *system, c, redisPID int) (round, error) {
 				if i >= int64(r.checks) || failed.Load() != nil {
 					return
 				}
-				if err := s.check(context.Background(), value(int(i)%r.values)); err != nil {
+				if err := r.check(s, value(int(i)%r.values)); err != nil {
 					failed.CompareAndSwap(nil, &err)
 					return
 				}
@@ -393,6 +400,16 @@ func (r *run) load(s *system, c, redisPID int) (round, error) {
 }
 
 func value(i int) string { return fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255) }
+
+// check sends s one check of value, with r's deadline.
+func (r *run) check(s *system, value string) error {
+	if r.deadline <= 0 {
+		return s.check(context.Background(), value)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), r.deadline)
+	defer cancel()
+	return s.check(ctx, value)
+}
 
 // rls returns a check that sends one ShouldRateLimit over conns
 // connections in turn, an error unless it is answered OK.
