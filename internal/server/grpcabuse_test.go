@@ -163,6 +163,7 @@ func TestStalledCallEndsAtItsDeadline(t *testing.T) {
 		h.fr.WriteData(id, false, []byte{0, 0, 0, 0, 100}) // a 100-byte message, never sent
 	}
 	h.w.Flush()
+	h.c.SetReadDeadline(time.Now().Add(2 * time.Minute)) // a failure, not a hang, if no call ends
 	ended := map[uint32]bool{}
 	for len(ended) < calls {
 		f, err := h.fr.ReadFrame()
