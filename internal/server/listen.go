@@ -162,12 +162,13 @@ func newReceiveWatch(d time.Duration, refused func(string)) *receiveWatch {
 // or not. Envoy sends a deadline with every check, so its calls cost the
 // watch nothing.
 func (w *receiveWatch) tap(ctx context.Context, _ *tap.Info) (context.Context, error) {
-	if by, ok := ctx.Deadline(); ok && !by.After(time.Now().Add(w.d)) {
+	by := time.Now().Add(w.d)
+	if own, ok := ctx.Deadline(); ok && !own.After(by) {
 		return ctx, nil
 	}
 	w.once.Do(func() { go w.sweep() })
 	ctx, cancel := context.WithCancelCause(ctx)
-	rc := &receiving{Context: ctx, cancel: cancel, by: time.Now().Add(w.d)}
+	rc := &receiving{Context: ctx, cancel: cancel, by: by}
 	w.mu.Lock()
 	w.calls[rc] = struct{}{}
 	w.mu.Unlock()
