@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -63,6 +64,36 @@ func (h *h2conn) open(id uint32, endStream bool, extra ...[2]string) {
 	h.fr.WriteHeaders(http2.HeadersFrameParam{StreamID: id, BlockFragment: h.hb.Bytes(), EndHeaders: true, EndStream: endStream})
 }
 
+// awaitEnd reads frames until every stream in open has ended (reset, or
+// answered to its end), answering the server's settings and pings.
+func (h *h2conn) awaitEnd(open map[uint32]bool) error {
+	for len(open) > 0 {
+		f, err := h.fr.ReadFrame()
+		if err != nil {
+			return fmt.Errorf("%d calls still open when the connection ended: %v", len(open), err)
+		}
+		switch f := f.(type) {
+		case *http2.RSTStreamFrame:
+			delete(open, f.StreamID)
+		case *http2.HeadersFrame:
+			if f.StreamEnded() {
+				delete(open, f.StreamID)
+			}
+		case *http2.SettingsFrame:
+			if !f.IsAck() {
+				h.fr.WriteSettingsAck()
+				h.w.Flush()
+			}
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				h.fr.WritePing(true, f.Data)
+				h.w.Flush()
+			}
+		}
+	}
+	return nil
+}
+
 // Calls that send their headers and 5 bytes of a message, then nothing,
 // are ended by the receive deadline: 100 connections × 1,000 such calls
 // are all closed, and the server's goroutines and memory come back.
@@ -94,30 +125,9 @@ func TestStalledCallsAreCut(t *testing.T) {
 			for i := range calls {
 				open[2*i+1] = true
 			}
-			for len(open) > 0 {
-				f, err := h.fr.ReadFrame()
-				if err != nil {
-					t.Errorf("%d calls still open when the connection ended: %v", len(open), err)
-					return
-				}
-				switch f := f.(type) {
-				case *http2.RSTStreamFrame:
-					delete(open, f.StreamID)
-				case *http2.HeadersFrame:
-					if f.StreamEnded() {
-						delete(open, f.StreamID)
-					}
-				case *http2.SettingsFrame:
-					if !f.IsAck() {
-						h.fr.WriteSettingsAck()
-						h.w.Flush()
-					}
-				case *http2.PingFrame:
-					if !f.IsAck() {
-						h.fr.WritePing(true, f.Data)
-						h.w.Flush()
-					}
-				}
+			if err := h.awaitEnd(open); err != nil {
+				t.Error(err)
+				return
 			}
 			closedCalls.Add(int64(calls))
 		})
@@ -164,25 +174,12 @@ func TestStalledCallEndsAtItsDeadline(t *testing.T) {
 	}
 	h.w.Flush()
 	h.c.SetReadDeadline(time.Now().Add(2 * time.Minute)) // a failure, not a hang, if no call ends
-	ended := map[uint32]bool{}
-	for len(ended) < calls {
-		f, err := h.fr.ReadFrame()
-		if err != nil {
-			t.Fatalf("%d of %d calls ended when the connection did: %v", len(ended), calls, err)
-		}
-		switch f := f.(type) {
-		case *http2.RSTStreamFrame:
-			ended[f.StreamID] = true
-		case *http2.HeadersFrame:
-			if f.StreamEnded() {
-				ended[f.StreamID] = true
-			}
-		case *http2.SettingsFrame:
-			if !f.IsAck() {
-				h.fr.WriteSettingsAck()
-				h.w.Flush()
-			}
-		}
+	open := map[uint32]bool{}
+	for i := range uint32(calls) {
+		open[2*i+1] = true
+	}
+	if err := h.awaitEnd(open); err != nil {
+		t.Fatal(err)
 	}
 	checkRLS(t, r.Addrs().GRPC)
 	if got := metricValue(t, r, `sluice_grpc_refused_total{reason="receive_timeout"}`); got != 0 {
