@@ -115,11 +115,18 @@ func swaps(alg sluice.Algorithm) bool { return alg == sluice.GCRA || alg == slui
 // config returns t's cached config for l, or nil.
 func (t *table) config(l *sluice.Limit) *config {
 	for i := range t.configs {
-		if c := t.configs[i].Load(); c != nil && (c.limit == *l || c.limit.Equal(*l)) {
+		if c := t.configs[i].Load(); c != nil && (sameFields(&c.limit, l) || c.limit.Equal(*l)) {
 			return c
 		}
 	}
 	return nil
+}
+
+// sameFields reports whether a == b, field by field: inlined, where ==
+// on the struct calls its generated equality.
+func sameFields(a, b *sluice.Limit) bool {
+	return a.Rate == b.Rate && a.Period == b.Period && a.Burst == b.Burst &&
+		a.Algorithm == b.Algorithm && a.CountAll == b.CountAll && a.Zone == b.Zone
 }
 
 // addConfig caches the params of the validated limit l. The caller holds
@@ -165,11 +172,27 @@ func (sh *shard) lookup(req *sluice.Request, h uint64) (*entry, *table, *config)
 	if alg == sluice.SlidingLog {
 		return nil, nil, nil
 	}
-	t := sh.table(&req.Limit)
+	// The common case inline: the limit's table and config found by
+	// their fields alone (a zone compared by pointer); else by table and
+	// config, which compare zones by name.
+	l := &req.Limit
+	for _, t := range sh.list() {
+		if t.alg != alg || t.period != int64(l.Period/time.Microsecond) || t.zone != l.Zone {
+			continue
+		}
+		for i := range t.configs {
+			if c := t.configs[i].Load(); c != nil && sameFields(&c.limit, l) {
+				e, _ := t.ix.Load().find(h, req.Key)
+				return e, t, c
+			}
+		}
+		break
+	}
+	t := sh.table(l)
 	if t == nil {
 		return nil, nil, nil
 	}
-	c := t.config(&req.Limit)
+	c := t.config(l)
 	if c == nil {
 		return nil, nil, nil
 	}
