@@ -127,7 +127,7 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 // and the error wraps ErrStoreUnavailable. Under FailOpen and FailLocal a
 // store failure is decided without an error.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, err error) {
-	if err := checkKeyAndCost(key, n, l.limit.Capacity()); err != nil { // NewLimiter validated the limit
+	if err := checkKeyAndCost(key, n, &l.limit); err != nil { // NewLimiter validated the limit
 		return Decision{Limit: l.limit}, err
 	}
 	err = l.take(ctx, key, n, &d)
@@ -136,7 +136,7 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, 
 
 // Peek reports key's decision for one event without taking it.
 func (l *Limiter) Peek(ctx context.Context, key string) (d Decision, err error) {
-	if err := checkKeyAndCost(key, 0, l.limit.Capacity()); err != nil {
+	if err := checkKeyAndCost(key, 0, &l.limit); err != nil {
 		return Decision{Limit: l.limit}, err
 	}
 	err = l.take(ctx, key, 0, &d)

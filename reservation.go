@@ -40,7 +40,7 @@ const clockSkew = time.Millisecond
 // counts only when it fails.
 func (l *Limiter) Reserve(ctx context.Context, key string, estimate int64) (*Reservation, error) {
 	r := &Reservation{l: l, key: key, estimate: estimate, taken: time.Now()}
-	if err := checkKeyAndCost(key, estimate, l.limit.Capacity()); err != nil {
+	if err := checkKeyAndCost(key, estimate, &l.limit); err != nil {
 		r.Decision = Decision{Limit: l.limit}
 		return r, err
 	}

@@ -103,8 +103,8 @@ func (r *Request) Validate() error {
 // CheckKeyAndCost is Validate without validating the Limit itself, for
 // stores that cache a limit's validation. The Limit must be valid.
 func (r *Request) CheckKeyAndCost() error {
-	if err := checkKey(r.Key, r.Cost); err != nil {
-		return err
+	if r.Now.IsZero() && r.Refund.IsZero() {
+		return checkKeyAndCost(r.Key, r.Cost, &r.Limit)
 	}
 	if !r.Now.IsZero() && outOfRange(r.Now) {
 		return fmt.Errorf("%w: %v is outside 1970..%v", ErrInvalidTime, r.Now, maxTime.Year())
@@ -112,17 +112,30 @@ func (r *Request) CheckKeyAndCost() error {
 	if !r.Refund.IsZero() && outOfRange(r.Refund) {
 		return fmt.Errorf("%w: refund of a take at %v, outside 1970..%v", ErrInvalidTime, r.Refund, maxTime.Year())
 	}
-	return checkCost(r.Cost, r.Limit.Capacity())
+	return checkCost(r.Key, r.Cost, &r.Limit)
 }
 
 func outOfRange(t time.Time) bool { return t.Before(time.Unix(0, 0)) || t.After(maxTime) }
 
-// checkKeyAndCost is CheckKeyAndCost for a Request without Now.
-func checkKeyAndCost(key string, cost, capacity int64) error {
+// checkKeyAndCost is CheckKeyAndCost for a Request without Now or Refund.
+// Most requests are one event on a key of a few bytes, which need no
+// more: every capacity is at least 1. Small enough to be inlined.
+func checkKeyAndCost(key string, cost int64, l *Limit) error {
+	if uint(len(key))-1 < MaxKeyLen && uint64(cost) <= 1 {
+		return nil
+	}
+	return checkCost(key, cost, l)
+}
+
+// checkCost checks key and cost in full.
+func checkCost(key string, cost int64, l *Limit) error {
 	if err := checkKey(key, cost); err != nil {
 		return err
 	}
-	return checkCost(cost, capacity)
+	if capacity := l.Capacity(); cost > capacity {
+		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsBurst, cost, capacity)
+	}
+	return nil
 }
 
 func checkKey(key string, cost int64) error {
@@ -133,13 +146,6 @@ func checkKey(key string, cost int64) error {
 		return fmt.Errorf("%w: %d bytes, the maximum is %d", ErrKeyTooLong, len(key), MaxKeyLen)
 	case cost < 0:
 		return fmt.Errorf("%w: %d", ErrNegativeCost, cost)
-	}
-	return nil
-}
-
-func checkCost(cost, capacity int64) error {
-	if cost > capacity {
-		return fmt.Errorf("%w: cost %d, capacity %d", ErrCostExceedsBurst, cost, capacity)
 	}
 	return nil
 }

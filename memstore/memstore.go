@@ -211,13 +211,8 @@ func (s *Store) Take(_ context.Context, req sluice.Request) (d sluice.Decision, 
 
 // take is Take deciding req into d.
 func (s *Store) take(req *sluice.Request, d *sluice.Decision) error {
-	// One event on a key of a few bytes at the store's clock needs no
-	// more checking (every capacity is at least 1); the limit is checked
-	// once per table and limit.
-	if uint(len(req.Key))-1 >= sluice.MaxKeyLen || uint64(req.Cost) > 1 || !req.Now.IsZero() || !req.Refund.IsZero() {
-		if err := req.CheckKeyAndCost(); err != nil {
-			return err
-		}
+	if err := req.CheckKeyAndCost(); err != nil {
+		return err // the limit is checked once per table and limit
 	}
 	// The clock is read before any lock: the algorithms never admit more
 	// when a caller's time is behind the state's.
