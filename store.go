@@ -112,7 +112,7 @@ func (r *Request) CheckKeyAndCost() error {
 	if !r.Refund.IsZero() && outOfRange(r.Refund) {
 		return fmt.Errorf("%w: refund of a take at %v, outside 1970..%v", ErrInvalidTime, r.Refund, maxTime.Year())
 	}
-	return checkCost(r.Key, r.Cost, &r.Limit)
+	return checkInFull(r.Key, r.Cost, &r.Limit)
 }
 
 func outOfRange(t time.Time) bool { return t.Before(time.Unix(0, 0)) || t.After(maxTime) }
@@ -124,11 +124,11 @@ func checkKeyAndCost(key string, cost int64, l *Limit) error {
 	if uint(len(key))-1 < MaxKeyLen && uint64(cost) <= 1 {
 		return nil
 	}
-	return checkCost(key, cost, l)
+	return checkInFull(key, cost, l)
 }
 
-// checkCost checks key and cost in full.
-func checkCost(key string, cost int64, l *Limit) error {
+// checkInFull checks key and cost, whatever they are.
+func checkInFull(key string, cost int64, l *Limit) error {
 	if err := checkKey(key, cost); err != nil {
 		return err
 	}
