@@ -82,8 +82,20 @@ func (sh *shard) list() []*table {
 	return nil
 }
 
-// table returns the table of l's state, or nil.
+// table returns the table of l's state, or nil. Small enough to be
+// inlined: it compares zones by pointer, and leaves a zone loaded twice
+// to tableOfZone.
 func (sh *shard) table(l *sluice.Limit) *table {
+	for _, t := range sh.list() {
+		if t.zone == l.Zone && t.alg == l.Algorithm.Resolved() && t.period == int64(l.Period/time.Microsecond) {
+			return t
+		}
+	}
+	return sh.tableOfZone(l)
+}
+
+// tableOfZone is table with zones compared by name.
+func (sh *shard) tableOfZone(l *sluice.Limit) *table {
 	alg, period := l.Algorithm.Resolved(), int64(l.Period/time.Microsecond)
 	for _, t := range sh.list() {
 		if t.alg == alg && t.period == period && (t.zone == l.Zone || sluice.Limit{Algorithm: alg, Period: l.Period, Zone: t.zone}.SameState(*l)) {
@@ -112,10 +124,22 @@ func (sh *shard) addTable(l *sluice.Limit) *table {
 // when their state is one word: the GCRA and the leaky bucket.
 func swaps(alg sluice.Algorithm) bool { return alg == sluice.GCRA || alg == sluice.LeakyBucket }
 
-// config returns t's cached config for l, or nil.
+// config returns t's cached config for l, or nil. Small enough to be
+// inlined: it compares limits field by field, and leaves a zone loaded
+// twice to configOfZone.
 func (t *table) config(l *sluice.Limit) *config {
 	for i := range t.configs {
-		if c := t.configs[i].Load(); c != nil && (sameFields(&c.limit, l) || c.limit.Equal(*l)) {
+		if c := t.configs[i].Load(); c != nil && sameFields(&c.limit, l) {
+			return c
+		}
+	}
+	return t.configOfZone(l)
+}
+
+// configOfZone is config with zones compared by name.
+func (t *table) configOfZone(l *sluice.Limit) *config {
+	for i := range t.configs {
+		if c := t.configs[i].Load(); c != nil && c.limit.Equal(*l) {
 			return c
 		}
 	}
@@ -172,22 +196,7 @@ func (sh *shard) lookup(req *sluice.Request, h uint64) (*entry, *table, *config)
 	if alg == sluice.SlidingLog {
 		return nil, nil, nil
 	}
-	// The common case inline: the limit's table and config found by
-	// their fields alone (a zone compared by pointer); else by table and
-	// config, which compare zones by name.
 	l := &req.Limit
-	for _, t := range sh.list() {
-		if t.alg != alg || t.period != int64(l.Period/time.Microsecond) || t.zone != l.Zone {
-			continue
-		}
-		for i := range t.configs {
-			if c := t.configs[i].Load(); c != nil && sameFields(&c.limit, l) {
-				e, _ := t.ix.Load().find(h, req.Key)
-				return e, t, c
-			}
-		}
-		break
-	}
 	t := sh.table(l)
 	if t == nil {
 		return nil, nil, nil
