@@ -167,15 +167,19 @@ func (o Outcome) String() string { return outcomeNames[o] }
 func (o Outcome) Failed() bool { return o >= LocalAllowed && o <= FailedClosed }
 
 // Verdict is a Guard's answer to a Check; the decisions themselves are
-// written into the caller's slices.
+// written into the caller's slices. Its four fields fit in 32 bytes (the
+// two small ones side by side), so the compiler returns it in registers
+// and keeps it there: a larger Verdict is spilled and copied back in
+// 16-byte pieces that the processor cannot forward from the narrower
+// stores, a stall on every check (TestVerdictStaysInRegisters).
 type Verdict struct {
 	Outcome Outcome
-	// Closest is the index of the enforced decision closest to its limit,
-	// -1 when there is none (no enforced requests, Invalid, FailedClosed).
-	Closest int
 	// ShadowDenied reports that a shadow request would have been denied,
 	// whatever the Outcome.
 	ShadowDenied bool
+	// Closest is the index of the enforced decision closest to its limit,
+	// -1 when there is none (no enforced requests, Invalid, FailedClosed).
+	Closest int
 	// Err is the input error for Invalid, and for a failure the store's
 	// error wrapped in ErrStoreUnavailable.
 	Err error

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -399,5 +400,16 @@ func TestGuardTimeoutOrCallersDeadline(t *testing.T) {
 		if end, ok := got.Deadline(); !ok || end.After(time.Now().Add(time.Hour)) {
 			t.Errorf("%s: the store call ends at %v (%v); want within the hour", tc.name, end, ok)
 		}
+	}
+}
+
+// TestVerdictStaysInRegisters keeps Verdict within what the compiler
+// keeps in registers (at most four fields, 32 bytes on 64-bit machines):
+// every Guard.Take and Decide returns one, and a larger one is spilled
+// and copied through memory on each check.
+func TestVerdictStaysInRegisters(t *testing.T) {
+	v := reflect.TypeFor[sluice.Verdict]()
+	if v.NumField() > 4 || v.Size() > 4*reflect.TypeFor[uintptr]().Size() {
+		t.Errorf("Verdict has %d fields in %d bytes: want at most 4 fields in %d", v.NumField(), v.Size(), 4*reflect.TypeFor[uintptr]().Size())
 	}
 }
