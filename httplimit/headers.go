@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice"
 )
@@ -30,24 +31,43 @@ func retryAfterSeconds(d time.Duration) int64 {
 	return max(ceilSeconds(d), 1)
 }
 
-// headerBuf builds every rate header value in one buffer, so that setting
-// them costs two allocations: one string holding all the values, and one
-// slice holding the five header lines.
-type headerBuf struct{ b []byte }
+// headerBuf sets the rate headers without allocating: their values are
+// written after the request's keys in the scratch's buffer (scratch.keys),
+// and their header lines are slots of strs, both handed out once and
+// never written again, so a header map that outlives the request reads
+// what was set. A full strs, like a full buffer, is replaced, never
+// reused.
+type headerBuf struct{ strs []string }
+
+// lines returns n string slots that no one has been handed.
+func (hb *headerBuf) lines(n int) []string {
+	if cap(hb.strs)-len(hb.strs) < n {
+		hb.strs = make([]string, 0, headerLines)
+	}
+	i := len(hb.strs)
+	hb.strs = hb.strs[:i+n]
+	return hb.strs[i : i+n : i+n]
+}
+
+// headerLines is the number of header lines in one of headerBuf's
+// arrays: 4 KiB, 64 requests' worth.
+const headerLines = 256
 
 // set writes X-RateLimit-* for the decision closest to its limit and the
 // IETF RateLimit-Policy and RateLimit fields
-// (draft-ietf-httpapi-ratelimit-headers) for every policy applied.
-func (hb *headerBuf) set(h http.Header, now time.Time, format ResetFormat, closest int, policies []*Policy, ds []sluice.Decision) {
+// (draft-ietf-httpapi-ratelimit-headers) for every policy applied. The
+// values are appended to *buf.
+func (hb *headerBuf) set(h http.Header, buf *[]byte, now time.Time, format ResetFormat, closest int, policies []*Policy, ds []sluice.Decision) {
 	d := ds[closest]
 	reset := ceilSeconds(d.ResetAfter)
 	if format == ResetUnix {
 		reset += now.Unix()
 	}
 	// X-RateLimit-Limit and, for one policy, RateLimit-Policy never change:
-	// each policy keeps them ready. The rest is built in one buffer.
+	// each policy keeps them ready. The rest is built after the keys.
 	var ends [4]int
-	b := hb.b[:0]
+	b := *buf
+	start := len(b)
 	b = strconv.AppendInt(b, max(d.Remaining, 0), 10)
 	ends[0] = len(b)
 	b = strconv.AppendInt(b, reset, 10)
@@ -61,11 +81,12 @@ func (hb *headerBuf) set(h http.Header, now time.Time, format ResetFormat, close
 		b = appendPolicyField(b, policies, ds)
 	}
 	ends[3] = len(b)
-	hb.b = b
-	all := string(b)
-	vals := make([]string, 4)
-	for i, start := range [4]int{0, ends[0], ends[1], ends[2]} {
-		vals[i] = all[start:ends[i]]
+	*buf = b
+	// An append that grew b copied the values with it: they are read
+	// where b is now, which is only ever written past its end.
+	vals := hb.lines(4)
+	for i, from := range [4]int{start, ends[0], ends[1], ends[2]} {
+		vals[i] = unsafe.String(unsafe.SliceData(b[from:]), ends[i]-from)
 	}
 	if p := policies[closest]; d.Limit.Rate == p.Limit.Rate {
 		h["X-Ratelimit-Limit"] = p.limitHdr

@@ -39,7 +39,8 @@ func FuzzRateHeaders(f *testing.F) {
 		for n := 1; n <= 2; n++ {
 			h := http.Header{}
 			var hb headerBuf
-			hb.set(h, time.Unix(1_700_000_000, 0), ResetUnix, n-1, policies[:n], ds[:n])
+			var buf []byte
+			hb.set(h, &buf, time.Unix(1_700_000_000, 0), ResetUnix, n-1, policies[:n], ds[:n])
 			for k, vs := range h {
 				for _, v := range vs {
 					if strings.ContainsAny(v, "\r\n") {

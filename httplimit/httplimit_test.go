@@ -306,3 +306,63 @@ func TestHeadersReportTheChosenLimits(t *testing.T) {
 		}
 	}
 }
+
+// A response's header map may outlive its request (a logger keeps it, a
+// recorder holds it): the rate header values set in it stay what they
+// were set to while later requests set theirs, across every buffer the
+// middleware fills and replaces.
+func TestHeaderValuesOutliveTheirRequest(t *testing.T) {
+	const rate = 5000
+	m, err := httplimit.New(httplimit.Options{Store: memstore.New(memstore.Options{}), Policies: []httplimit.Policy{
+		{Name: "api", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: rate, Period: time.Hour}, Key: httplimit.APIKey("X-Key")},
+		{Name: "tenant", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 2 * rate, Period: time.Hour}, Key: httplimit.APIKey("X-Key"),
+			Limits: func(_ *http.Request, identity string) []sluice.Limit {
+				if identity == "k1" {
+					return []sluice.Limit{{Algorithm: sluice.FixedWindow, Rate: 3 * rate, Period: time.Hour}}
+				}
+				return nil
+			}},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := m.Handler(http.HandlerFunc(ok))
+	type sent struct {
+		h    http.Header
+		key  string
+		used int
+	}
+	var all []sent
+	used := map[string]int{}
+	for i := range 2000 {
+		key := fmt.Sprintf("k%d", i%7)
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-Key", key)
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code != http.StatusOK {
+			t.Fatalf("request %d: %d", i, w.Code)
+		}
+		used[key]++
+		all = append(all, sent{w.Header(), key, used[key]})
+	}
+	for i, s := range all {
+		tenant := 2 * rate
+		if s.key == "k1" {
+			tenant = 3 * rate
+		}
+		want := map[string]string{
+			"X-Ratelimit-Remaining": strconv.Itoa(rate - s.used), // api is the closest
+			"Ratelimit":             fmt.Sprintf(`"api";r=%d;t=`, rate-s.used),
+			"Ratelimit-Policy":      fmt.Sprintf(`"api";q=%d;w=3600, "tenant";q=%d;w=3600`, rate, tenant),
+		}
+		for k, v := range want {
+			if got := s.h.Get(k); !strings.HasPrefix(got, v) {
+				t.Fatalf("request %d (%s, use %d): %s = %q, want %q", i, s.key, s.used, k, got, v)
+			}
+		}
+		if got := s.h.Get("Ratelimit"); !strings.Contains(got, fmt.Sprintf(`"tenant";r=%d;t=`, tenant-s.used)) {
+			t.Fatalf("request %d (%s, use %d): RateLimit = %q", i, s.key, s.used, got)
+		}
+	}
+}

@@ -186,9 +186,10 @@ type scratch struct {
 	// batch is the request's checks, on the arrays above; it holds the
 	// release functions of the concurrency slots the request holds.
 	batch door.Batch[*Policy]
-	// keys holds the keys of this and earlier requests, back to back.
-	// Only the space past them is ever written, so a key handed to a store
-	// is never overwritten; a full buffer is replaced, never reused.
+	// keys holds the keys and the rate header values of this and earlier
+	// requests, back to back. Only the space past them is ever written, so
+	// a key handed to a store or a value to a header map is never
+	// overwritten; a full buffer is replaced, never reused.
 	keys []byte
 	hdr  headerBuf
 	// taken is when the check was decided, when a policy charges by its
@@ -305,7 +306,7 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 	res.Policies, res.Decisions = enforced, ds
 	if i := v.Closest; i >= 0 && a != door.Unavailable {
 		res.Closest = i
-		s.hdr.set(w.Header(), m.now(), m.opts.ResetFormat, i, enforced, ds)
+		s.hdr.set(w.Header(), &s.keys, m.now(), m.opts.ResetFormat, i, enforced, ds)
 		res.Denied = a == door.Limited
 	}
 	if len(sreqs) > 0 {
@@ -376,7 +377,7 @@ func (m *Middleware) refuseSlot(w http.ResponseWriter, r *http.Request, s *scrat
 	res.Err = v.Err // the store's, when the stand-in denied
 	res.Policies, res.Decisions, res.Closest = []*Policy{p}, []sluice.Decision{d}, 0
 	res.Denied, res.InFlight = true, true
-	s.hdr.set(w.Header(), m.now(), m.opts.ResetFormat, 0, res.Policies, res.Decisions)
+	s.hdr.set(w.Header(), &s.keys, m.now(), m.opts.ResetFormat, 0, res.Policies, res.Decisions)
 	m.report(r, res)
 	m.log.note(r.Context(), slog.LevelInfo, p.Name, "concurrency limited",
 		slog.Int64("in_flight", p.Concurrency), slog.String("method", r.Method), slog.String("path", r.URL.Path))
