@@ -23,12 +23,21 @@ import (
 var noop = http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
 
 // serveParallel calls h from every goroutine with requests from 10k client
-// addresses, every one allowed, and fails on any other status.
-func serveParallel(b *testing.B, h http.Handler) {
+// addresses and fails on any status but want. For a denial (429), every
+// address is first used up.
+func serveParallel(b *testing.B, h http.Handler, want int) {
 	reqs := make([]*http.Request, 10_000)
 	for i := range reqs {
 		reqs[i] = httptest.NewRequest("GET", "/api/items/7", nil)
 		reqs[i].RemoteAddr = fmt.Sprintf("10.%d.%d.%d:4242", i>>16&255, i>>8&255, i&255)
+	}
+	if want == http.StatusTooManyRequests {
+		w := &discard{h: http.Header{}}
+		for _, r := range reqs {
+			for w.code = 200; w.code == 200; clear(w.h) {
+				h.ServeHTTP(w, r)
+			}
+		}
 	}
 	var seq atomic.Uint64
 	b.ReportAllocs()
@@ -40,8 +49,8 @@ func serveParallel(b *testing.B, h http.Handler) {
 			clear(w.h)
 			w.code = 200
 			h.ServeHTTP(w, reqs[i%len(reqs)])
-			if w.code != 200 {
-				b.Fatalf("status %d", w.code)
+			if w.code != want {
+				b.Fatalf("status %d, want %d", w.code, want)
 			}
 			i++
 		}
@@ -60,36 +69,67 @@ func (d *discard) Write(p []byte) (int, error) { return len(p), nil }
 func (d *discard) WriteHeader(code int)        { d.code = code }
 
 // BenchmarkHTTPMiddleware compares whole middlewares keyed by client IP, each
-// on its own memory store, in front of a no-op handler; and sluice's store
-// call alone, so the middleware's own overhead is the difference.
+// on its own memory store, in front of a no-op handler, every request
+// allowed; and sluice's store call alone, so the middleware's own overhead
+// is the difference.
 func BenchmarkHTTPMiddleware(b *testing.B) {
-	b.Run("sluice", func(b *testing.B) {
+	for _, mw := range middlewares {
+		b.Run(mw.name, func(b *testing.B) {
+			serveParallel(b, mw.new(b, benchLimit), http.StatusOK)
+		})
+		if mw.name != "sluice" {
+			continue
+		}
+		b.Run("sluice-store-call-only", func(b *testing.B) {
+			s := memstore.New(memstore.Options{})
+			ctx := context.Background()
+			ks := keys(10_000)
+			for i := range ks {
+				ks[i] = "api\x00" + ks[i]
+			}
+			parallel(b, ks, func(key string) {
+				if d, err := s.Take(ctx, sluice.Request{Key: key, Limit: benchLimit, Cost: 1}); err != nil || !d.Allowed {
+					b.Fatal(d, err)
+				}
+			})
+		})
+	}
+}
+
+// BenchmarkHTTPMiddlewareDenied is BenchmarkHTTPMiddleware with every
+// request denied, as in a flood: a limit of one an hour, each of the 10k
+// addresses used up first. Each middleware answers 429 with its own
+// headers and body.
+//
+//	cd bench && go test -run '^$' -bench HTTPMiddlewareDenied -benchmem -cpu 2 -count 8 .
+func BenchmarkHTTPMiddlewareDenied(b *testing.B) {
+	for _, mw := range middlewares {
+		b.Run(mw.name, func(b *testing.B) {
+			serveParallel(b, mw.new(b, sluice.Limit{Rate: 1, Period: time.Hour}), http.StatusTooManyRequests)
+		})
+	}
+}
+
+// middlewares are the middlewares compared, each keyed by client IP on its
+// own memory store under limit: the peers' with its capacity per period.
+var middlewares = []struct {
+	name string
+	new  func(b *testing.B, limit sluice.Limit) http.Handler
+}{
+	{"sluice", func(b *testing.B, limit sluice.Limit) http.Handler {
 		ip, _ := clientip.RemoteAddr(clientip.Options{})
 		m, err := sluicehttp.New(sluicehttp.Options{
 			Store: memstore.New(memstore.Options{}),
 			Policies: []sluicehttp.Policy{{
-				Name: "api", Pattern: "GET /api/items/{id}", Limit: benchLimit, Key: sluicehttp.ClientIP(ip),
+				Name: "api", Pattern: "GET /api/items/{id}", Limit: limit, Key: sluicehttp.ClientIP(ip),
 			}},
 		})
 		if err != nil {
 			b.Fatal(err)
 		}
-		serveParallel(b, m.Handler(noop))
-	})
-	b.Run("sluice-store-call-only", func(b *testing.B) {
-		s := memstore.New(memstore.Options{})
-		ctx := context.Background()
-		ks := keys(10_000)
-		for i := range ks {
-			ks[i] = "api\x00" + ks[i]
-		}
-		parallel(b, ks, func(key string) {
-			if d, err := s.Take(ctx, sluice.Request{Key: key, Limit: benchLimit, Cost: 1}); err != nil || !d.Allowed {
-				b.Fatal(d, err)
-			}
-		})
-	})
-	b.Run("go-chi-httprate", func(b *testing.B) {
+		return m.Handler(noop)
+	}},
+	{"go-chi-httprate", func(_ *testing.B, limit sluice.Limit) http.Handler {
 		// What its deprecated LimitByIP does: the peer's address, IPv6 by /64.
 		byIP := func(r *http.Request) (string, error) {
 			host, _, err := net.SplitHostPort(r.RemoteAddr)
@@ -98,15 +138,15 @@ func BenchmarkHTTPMiddleware(b *testing.B) {
 			}
 			return httprate.CanonicalizeIP(host), nil
 		}
-		serveParallel(b, httprate.LimitBy(1<<30, time.Hour, byIP)(noop))
-	})
-	b.Run("go-limiter-httplimit", func(b *testing.B) {
-		store, _ := memorystore.New(&memorystore.Config{Tokens: 1 << 30, Interval: time.Hour})
-		defer store.Close(context.Background())
+		return httprate.LimitBy(int(limit.Capacity()), limit.Period, byIP)(noop)
+	}},
+	{"go-limiter-httplimit", func(b *testing.B, limit sluice.Limit) http.Handler {
+		store, _ := memorystore.New(&memorystore.Config{Tokens: uint64(limit.Capacity()), Interval: limit.Period})
+		b.Cleanup(func() { store.Close(context.Background()) })
 		m, err := httplimit.NewMiddleware(store, httplimit.IPKeyFunc())
 		if err != nil {
 			b.Fatal(err)
 		}
-		serveParallel(b, m.Handle(noop))
-	})
+		return m.Handle(noop)
+	}},
 }

@@ -49,6 +49,18 @@ func (hb *headerBuf) lines(n int) []string {
 	return hb.strs[i : i+n : i+n]
 }
 
+// number appends n in decimal to *buf and returns a header line holding
+// it, handed out as set's are.
+func (hb *headerBuf) number(buf *[]byte, n int64) []string {
+	b := *buf
+	start := len(b)
+	b = strconv.AppendInt(b, n, 10)
+	*buf = b
+	line := hb.lines(1)
+	line[0] = unsafe.String(&b[start], len(b)-start)
+	return line
+}
+
 // headerLines is the number of header lines in one of headerBuf's
 // arrays: 4 KiB, 64 requests' worth.
 const headerLines = 256

@@ -1,11 +1,15 @@
 package httplimit
 
 import (
+	"encoding/json"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"pgregory.net/rapid"
 
 	"github.com/sluicehq/sluice"
 )
@@ -63,6 +67,44 @@ func FuzzRateHeaders(f *testing.F) {
 					t.Fatalf("RateLimit item %q", item)
 				}
 			}
+		}
+	})
+}
+
+// A refusal's body is what encoding/json writes for it, for every kind of
+// refusal, policy name and Retry-After.
+func TestProblemBodyIsWhatJSONWrites(t *testing.T) {
+	type problem struct {
+		Type       string `json:"type"`
+		Title      string `json:"title"`
+		Status     int    `json:"status"`
+		Detail     string `json:"detail"`
+		Policy     string `json:"policy,omitempty"`
+		RetryAfter int64  `json:"retry_after"`
+	}
+	rapid.Check(t, func(t *rapid.T) {
+		name := rapid.StringMatching(`[A-Za-z0-9._:-]{1,64}`).Draw(t, "name")
+		p := &Policy{Name: name, Concurrency: rapid.Int64Range(1, 1<<40).Draw(t, "concurrency")}
+		res := &Result{Policies: []*Policy{p}, Closest: rapid.IntRange(-1, 0).Draw(t, "closest"), InFlight: rapid.Bool().Draw(t, "inFlight")}
+		status := rapid.SampledFrom([]int{http.StatusTooManyRequests, http.StatusServiceUnavailable}).Draw(t, "status")
+		secs := rapid.Int64Range(1, 1<<40).Draw(t, "secs")
+		want := problem{Type: "about:blank", Title: http.StatusText(status), Status: status, RetryAfter: secs}
+		switch {
+		case res.Closest < 0 || status != http.StatusTooManyRequests:
+			want.Detail = "the rate limiter is unavailable; retry shortly"
+		case res.InFlight:
+			want.Policy = name
+			want.Detail = fmt.Sprintf("concurrency limit %q: %d requests in flight already; retry in %d s", name, p.Concurrency, secs)
+		default:
+			want.Policy = name
+			want.Detail = fmt.Sprintf("rate limit %q exceeded; retry in %d s", name, secs)
+		}
+		wantBody, err := json.Marshal(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := appendProblem([]byte("x"), status, res, secs); string(got) != "x"+string(wantBody) {
+			t.Fatalf("body\n%s\nwant\n%s", got[1:], wantBody)
 		}
 	})
 }

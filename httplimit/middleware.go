@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -192,6 +191,8 @@ type scratch struct {
 	// overwritten; a full buffer is replaced, never reused.
 	keys []byte
 	hdr  headerBuf
+	// body is a refusal's problem body, written from here and not kept.
+	body []byte
 	// taken is when the check was decided, when a policy charges by its
 	// answer: the time its refunds give back from.
 	taken time.Time
@@ -316,14 +317,14 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 	case door.Unavailable:
 		res.FailedClosed = true
 		m.report(r, res)
-		m.refuse(w, r, res, http.StatusServiceUnavailable, time.Second)
+		m.refuse(w, r, s, res, http.StatusServiceUnavailable, time.Second)
 		return false
 	case door.Limited:
 		d := ds[res.Closest]
 		m.report(r, res)
 		m.log.note(r.Context(), slog.LevelInfo, enforced[res.Closest].Name, "rate limited",
 			slog.Duration("retry_after", d.RetryAfter), slog.String("method", r.Method), slog.String("path", r.URL.Path))
-		m.refuse(w, r, res, http.StatusTooManyRequests, d.RetryAfter)
+		m.refuse(w, r, s, res, http.StatusTooManyRequests, d.RetryAfter)
 		return false
 	}
 	m.report(r, res)
@@ -371,7 +372,7 @@ func (m *Middleware) refuseSlot(w http.ResponseWriter, r *http.Request, s *scrat
 	case door.Unavailable:
 		res.Err, res.FailedClosed = v.Err, true
 		m.report(r, res)
-		m.refuse(w, r, res, http.StatusServiceUnavailable, time.Second)
+		m.refuse(w, r, s, res, http.StatusServiceUnavailable, time.Second)
 		return
 	}
 	res.Err = v.Err // the store's, when the stand-in denied
@@ -381,7 +382,7 @@ func (m *Middleware) refuseSlot(w http.ResponseWriter, r *http.Request, s *scrat
 	m.report(r, res)
 	m.log.note(r.Context(), slog.LevelInfo, p.Name, "concurrency limited",
 		slog.Int64("in_flight", p.Concurrency), slog.String("method", r.Method), slog.String("path", r.URL.Path))
-	m.refuse(w, r, res, http.StatusTooManyRequests, d.RetryAfter)
+	m.refuse(w, r, s, res, http.StatusTooManyRequests, d.RetryAfter)
 }
 
 // shapeWait sleeps the longest Delay of the shaping policies, and reports
@@ -472,37 +473,50 @@ func (m *Middleware) report(r *http.Request, res *Result) {
 	}
 }
 
-// problem is an RFC 9457 problem details body.
-type problem struct {
-	Type       string `json:"type"`
-	Title      string `json:"title"`
-	Status     int    `json:"status"`
-	Detail     string `json:"detail"`
-	Policy     string `json:"policy,omitempty"`
-	RetryAfter int64  `json:"retry_after"`
-}
-
-// refuse answers a denial or a closed failure, through OnDenied if set.
-func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, res *Result, status int, retry time.Duration) {
+// refuse answers a denial or a closed failure, through OnDenied if set,
+// else with an RFC 9457 problem body (appendProblem). Its header values
+// are handed out as the rate headers' are (headerBuf), and its body is
+// written from the scratch's buffer, which Write does not keep.
+func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, s *scratch, res *Result, status int, retry time.Duration) {
 	secs := retryAfterSeconds(retry)
-	w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
+	h := w.Header()
+	h["Retry-After"] = s.hdr.number(&s.keys, secs)
 	if m.opts.OnDenied != nil {
 		m.opts.OnDenied(w, r, res)
 		return
 	}
-	p := problem{Type: "about:blank", Title: http.StatusText(status), Status: status, RetryAfter: secs}
-	if res.Closest >= 0 && status == http.StatusTooManyRequests {
-		p.Policy = res.Policies[res.Closest].Name
-		p.Detail = fmt.Sprintf("rate limit %q exceeded; retry in %d s", p.Policy, secs)
-		if res.InFlight {
-			p.Detail = fmt.Sprintf("concurrency limit %q: %d requests in flight already; retry in %d s", p.Policy, res.Policies[res.Closest].Concurrency, secs)
-		}
-	} else {
-		p.Detail = "the rate limiter is unavailable; retry shortly"
-	}
-	body, _ := json.Marshal(p)
-	w.Header().Set("Content-Type", "application/problem+json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
+	s.body = appendProblem(s.body[:0], status, res, secs)
+	h["Content-Type"] = problemType
+	h["Content-Length"] = s.hdr.number(&s.keys, int64(len(s.body)))
 	w.WriteHeader(status)
-	w.Write(body)
+	w.Write(s.body)
+}
+
+// problemType is the Content-Type of refuse's bodies.
+var problemType = []string{"application/problem+json"}
+
+// appendProblem appends the problem body (RFC 9457) of a refusal with
+// status, secs its Retry-After: type, title, status, detail, the policy
+// that denied (none for a closed failure) and retry_after, as
+// encoding/json writes them (TestProblemBodyIsWhatJSONWrites). Every
+// string in it is JSON as it stands: status texts, and policy names,
+// which are restricted to characters that need no escaping.
+func appendProblem(b []byte, status int, res *Result, secs int64) []byte {
+	b = append(append(append(b, `{"type":"about:blank","title":"`...), http.StatusText(status)...), `","status":`...)
+	b = append(strconv.AppendInt(b, int64(status), 10), `,"detail":"`...)
+	if res.Closest < 0 || status != http.StatusTooManyRequests {
+		b = append(b, `the rate limiter is unavailable; retry shortly"`...)
+	} else {
+		p := res.Policies[res.Closest]
+		if res.InFlight {
+			b = append(append(append(b, `concurrency limit \"`...), p.Name...), `\": `...)
+			b = append(strconv.AppendInt(b, p.Concurrency, 10), ` requests in flight already; retry in `...)
+		} else {
+			b = append(append(append(b, `rate limit \"`...), p.Name...), `\" exceeded; retry in `...)
+		}
+		b = append(strconv.AppendInt(b, secs, 10), ` s"`...)
+		b = append(append(append(b, `,"policy":"`...), p.Name...), '"')
+	}
+	b = strconv.AppendInt(append(b, `,"retry_after":`...), secs, 10)
+	return append(b, '}')
 }
