@@ -486,14 +486,13 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, s *scratch, 
 		return
 	}
 	s.body = appendProblem(s.body[:0], status, res, secs)
-	h["Content-Type"] = problemType
+	ct := s.hdr.lines(1)
+	ct[0] = "application/problem+json"
+	h["Content-Type"] = ct
 	h["Content-Length"] = s.hdr.number(&s.keys, int64(len(s.body)))
 	w.WriteHeader(status)
 	w.Write(s.body)
 }
-
-// problemType is the Content-Type of refuse's bodies.
-var problemType = []string{"application/problem+json"}
 
 // appendProblem appends the problem body (RFC 9457) of a refusal with
 // status, secs its Retry-After: type, title, status, detail, the policy
