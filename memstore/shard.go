@@ -82,9 +82,9 @@ func (sh *shard) list() []*table {
 	return nil
 }
 
-// table returns the table of l's state, or nil. Small enough to be
-// inlined: it compares zones by pointer, and leaves a zone loaded twice
-// to tableOfZone.
+// table returns the table of l's state, or nil. It compares zones by
+// pointer, and leaves a zone loaded twice to tableOfZone, whose
+// comparison by name is the costlier one.
 func (sh *shard) table(l *sluice.Limit) *table {
 	for _, t := range sh.list() {
 		if t.zone == l.Zone && t.alg == l.Algorithm.Resolved() && t.period == int64(l.Period/time.Microsecond) {
@@ -124,9 +124,9 @@ func (sh *shard) addTable(l *sluice.Limit) *table {
 // when their state is one word: the GCRA and the leaky bucket.
 func swaps(alg sluice.Algorithm) bool { return alg == sluice.GCRA || alg == sluice.LeakyBucket }
 
-// config returns t's cached config for l, or nil. Small enough to be
-// inlined: it compares limits field by field, and leaves a zone loaded
-// twice to configOfZone.
+// config returns t's cached config for l, or nil. It compares limits
+// field by field (sameFields, inlined), and leaves a zone loaded twice
+// to configOfZone.
 func (t *table) config(l *sluice.Limit) *config {
 	for i := range t.configs {
 		if c := t.configs[i].Load(); c != nil && sameFields(&c.limit, l) {
