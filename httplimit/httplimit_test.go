@@ -313,7 +313,10 @@ func TestHeadersReportTheChosenLimits(t *testing.T) {
 // middleware fills and replaces.
 func TestHeaderValuesOutliveTheirRequest(t *testing.T) {
 	const rate = 5000
-	m, err := httplimit.New(httplimit.Options{Store: memstore.New(memstore.Options{}), Policies: []httplimit.Policy{
+	// The store's clock stands still, so no window turns over mid-test.
+	at := time.Date(2026, 1, 1, 0, 30, 0, 0, time.UTC)
+	store := memstore.New(memstore.Options{Clock: func() time.Time { return at }})
+	m, err := httplimit.New(httplimit.Options{Store: store, Policies: []httplimit.Policy{
 		{Name: "api", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: rate, Period: time.Hour}, Key: httplimit.APIKey("X-Key")},
 		{Name: "tenant", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 2 * rate, Period: time.Hour}, Key: httplimit.APIKey("X-Key"),
 			Limits: func(_ *http.Request, identity string) []sluice.Limit {
