@@ -47,3 +47,39 @@ func Example() {
 	// 200 0 -
 	// 429 0 900
 }
+
+// An OnDenied that answers a denial with 403, for a gateway that passes on
+// nothing else, and keeps the default problem body.
+func ExampleWriteRefusal() {
+	m, err := httplimit.New(httplimit.Options{
+		Store: memstore.New(memstore.Options{}),
+		Policies: []httplimit.Policy{
+			{Name: "api", Key: httplimit.APIKey("X-API-Key"), Limit: sluice.Limit{Rate: 1, Period: time.Hour}},
+		},
+		OnDenied: func(w http.ResponseWriter, r *http.Request, res *httplimit.Result) {
+			status := http.StatusServiceUnavailable // failed closed
+			if res.Denied {
+				status = http.StatusForbidden
+			}
+			httplimit.WriteRefusal(w, status, res)
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	for range 2 {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-API-Key", "k1")
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, r)
+		if w.Code == http.StatusOK {
+			fmt.Println(w.Code)
+			continue
+		}
+		fmt.Println(w.Code, w.Header().Get("Content-Type"), w.Body.String())
+	}
+	// Output:
+	// 200
+	// 403 application/problem+json {"type":"about:blank","title":"Forbidden","status":403,"detail":"rate limit \"api\" exceeded; retry in 3600 s","policy":"api","retry_after":3600}
+}

@@ -86,11 +86,16 @@ func TestProblemBodyIsWhatJSONWrites(t *testing.T) {
 		name := rapid.StringMatching(`[A-Za-z0-9._:-]{1,64}`).Draw(t, "name")
 		p := &Policy{Name: name, Concurrency: rapid.Int64Range(1, 1<<40).Draw(t, "concurrency")}
 		res := &Result{Policies: []*Policy{p}, Closest: rapid.IntRange(-1, 0).Draw(t, "closest"), InFlight: rapid.Bool().Draw(t, "inFlight")}
-		status := rapid.SampledFrom([]int{http.StatusTooManyRequests, http.StatusServiceUnavailable}).Draw(t, "status")
+		res.Denied = rapid.Bool().Draw(t, "denied")
+		status := http.StatusServiceUnavailable
+		if res.Denied {
+			// 403 as WriteRefusal answers it for a gateway's auth check.
+			status = rapid.SampledFrom([]int{http.StatusTooManyRequests, http.StatusForbidden}).Draw(t, "status")
+		}
 		secs := rapid.Int64Range(1, 1<<40).Draw(t, "secs")
 		want := problem{Type: "about:blank", Title: http.StatusText(status), Status: status, RetryAfter: secs}
 		switch {
-		case res.Closest < 0 || status != http.StatusTooManyRequests:
+		case !res.Denied || res.Closest < 0:
 			want.Detail = "the rate limiter is unavailable; retry shortly"
 		case res.InFlight:
 			want.Policy = name

@@ -486,24 +486,46 @@ func (m *Middleware) refuse(w http.ResponseWriter, r *http.Request, s *scratch, 
 		return
 	}
 	s.body = appendProblem(s.body[:0], status, res, secs)
-	ct := s.hdr.lines(1)
+	writeProblem(w, status, s.body, s.hdr.lines(1), s.hdr.number(&s.keys, int64(len(s.body))))
+}
+
+// WriteRefusal answers a refused request as the middleware does by
+// default, with status in place of its 429 or 503: the problem+json body
+// naming the policy and the retry delay. It is for an OnDenied that
+// changes only the status, such as a gateway's auth check that may pass
+// on 403 alone. Call it from OnDenied: it reads the Retry-After the
+// middleware set on w.
+func WriteRefusal(w http.ResponseWriter, status int, res *Result) {
+	secs, err := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
+	if err != nil || secs < 1 {
+		secs = 1
+	}
+	body := appendProblem(nil, status, res, secs)
+	writeProblem(w, status, body, make([]string, 1), []string{strconv.Itoa(len(body))})
+}
+
+// writeProblem writes a problem+json answer: ct and cl are the lines of
+// Content-Type (set here) and Content-Length, which w's header keeps.
+func writeProblem(w http.ResponseWriter, status int, body []byte, ct, cl []string) {
 	ct[0] = "application/problem+json"
+	h := w.Header()
 	h["Content-Type"] = ct
-	h["Content-Length"] = s.hdr.number(&s.keys, int64(len(s.body)))
+	h["Content-Length"] = cl
 	w.WriteHeader(status)
-	w.Write(s.body)
+	w.Write(body)
 }
 
 // appendProblem appends the problem body (RFC 9457) of a refusal with
 // status, secs its Retry-After: type, title, status, detail, the policy
-// that denied (none for a closed failure) and retry_after, as
+// that denied (none when res is not a denial: a closed failure) and
+// retry_after, as
 // encoding/json writes them (TestProblemBodyIsWhatJSONWrites). Every
 // string in it is JSON as it stands: status texts, and policy names,
 // which are restricted to characters that need no escaping.
 func appendProblem(b []byte, status int, res *Result, secs int64) []byte {
 	b = append(append(append(b, `{"type":"about:blank","title":"`...), http.StatusText(status)...), `","status":`...)
 	b = append(strconv.AppendInt(b, int64(status), 10), `,"detail":"`...)
-	if res.Closest < 0 || status != http.StatusTooManyRequests {
+	if !res.Denied || res.Closest < 0 {
 		b = append(b, `the rate limiter is unavailable; retry shortly"`...)
 	} else {
 		p := res.Policies[res.Closest]

@@ -110,20 +110,17 @@ func first(h http.Header, names ...string) string {
 	return ""
 }
 
-// denied answers a refused forward-auth request: 429 (or the asked
-// status) when a limit refused it, 503 when the store failed under
-// fail_mode closed; Retry-After and the rate headers are already set.
+// denied answers a refused forward-auth request as the middleware would,
+// with the status the gateway asked for (deny_status) in place of 429;
+// 503 when the store failed under fail_mode closed. Retry-After and the
+// rate headers are already set.
 func denied(w http.ResponseWriter, r *http.Request, res *httplimit.Result) {
-	status, detail := http.StatusServiceUnavailable, "the rate limiter is unavailable; retry shortly"
+	status := http.StatusServiceUnavailable
 	if res.Denied {
 		status = http.StatusTooManyRequests
 		if s, ok := r.Context().Value(denyStatusKey{}).(int); ok {
 			status = s
 		}
-		detail = "rate limited"
-		if res.Closest >= 0 {
-			detail = fmt.Sprintf("rate limit %q exceeded; retry after %s s", res.Policies[res.Closest].Name, w.Header().Get("Retry-After"))
-		}
 	}
-	problem(w, status, detail)
+	httplimit.WriteRefusal(w, status, res)
 }

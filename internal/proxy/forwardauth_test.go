@@ -1,10 +1,14 @@
 package proxy
 
 import (
+	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -94,6 +98,55 @@ func TestForwardAuthPerClient(t *testing.T) {
 	}
 	if resp := ask(t, srv, "?deny_status=403", "X-Original-Method", "GET", "X-Original-URI", "/api/x", "X-Forwarded-For", "192.0.2.1"); resp.StatusCode != 403 || resp.Header.Get("Retry-After") == "" {
 		t.Fatalf("deny_status=403: %d %v", resp.StatusCode, resp.Header)
+	}
+}
+
+// A refusal through forward-auth carries the middleware's problem body,
+// naming the policy and the retry delay, whatever status the gateway
+// asked for: Traefik and Caddy pass it on to the client as it is.
+func TestForwardAuthDenialBody(t *testing.T) {
+	srv := forwardAuth(t, perClient)
+	get := func(query string) (*http.Response, map[string]any) {
+		req, _ := http.NewRequest("GET", srv.URL+"/v1/forward-auth"+query, nil)
+		req.Header.Set("X-Forwarded-Method", "GET")
+		req.Header.Set("X-Forwarded-Uri", "/api/x")
+		req.Header.Set("X-Forwarded-For", "192.0.2.9")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var doc map[string]any
+		if resp.StatusCode != http.StatusOK {
+			if err := json.NewDecoder(resp.Body).Decode(&doc); err != nil {
+				t.Fatalf("%d: body: %v", resp.StatusCode, err)
+			}
+		}
+		return resp, doc
+	}
+	for range 3 {
+		if resp, _ := get(""); resp.StatusCode != http.StatusOK {
+			t.Fatalf("within the limit: %d", resp.StatusCode)
+		}
+	}
+	for _, status := range []int{http.StatusTooManyRequests, http.StatusForbidden} {
+		resp, doc := get("?deny_status=" + strconv.Itoa(status))
+		if resp.StatusCode != status || resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Fatalf("deny_status=%d: %d %v", status, resp.StatusCode, resp.Header)
+		}
+		secs, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+		if err != nil || secs < 1 {
+			t.Fatalf("Retry-After %q", resp.Header.Get("Retry-After"))
+		}
+		want := map[string]any{
+			"type": "about:blank", "title": http.StatusText(status), "status": float64(status),
+			"detail":      fmt.Sprintf("rate limit %q exceeded; retry in %d s", "api", secs),
+			"policy":      "api",
+			"retry_after": float64(secs),
+		}
+		if !reflect.DeepEqual(doc, want) {
+			t.Fatalf("deny_status=%d: body %v; want %v", status, doc, want)
+		}
 	}
 }
 
