@@ -20,7 +20,10 @@ type shard struct {
 	tables atomic.Pointer[[]*table] // replaced whole under mu; read without it
 	keys   int                      // guarded by mu
 	bytes  int64                    // the heap its keys hold, as keyBytes and logBytes count it; guarded by mu
-	_      [32]byte                 // keep neighbouring shards' locks off one cache line
+	// last is the config added last to a table of an O(1) algorithm: a
+	// lookup whose limit is its own goes straight to its table.
+	last atomic.Pointer[config]
+	_    [24]byte // keep neighbouring shards' locks off one cache line
 }
 
 // table holds the keys of one (algorithm, period, zone): state is
@@ -49,7 +52,8 @@ type table struct {
 type config struct {
 	limit  sluice.Limit
 	params algorithm.Params
-	unit   unit // of a state kept at params.Rate in its table
+	unit   unit   // of a state kept at params.Rate in its table
+	t      *table // its table; nil for a peek at a table never used
 }
 
 type logState struct {
@@ -153,15 +157,19 @@ func sameFields(a, b *sluice.Limit) bool {
 		a.Algorithm == b.Algorithm && a.CountAll == b.CountAll && a.Zone == b.Zone
 }
 
-// addConfig caches the params of the validated limit l. The caller holds
-// the shard lock.
-func (t *table) addConfig(l sluice.Limit) *config {
-	c := &config{limit: l, params: algorithm.ParamsOf(l)}
+// addConfig caches the params of the validated limit l in t, and makes
+// them the shard's last unless t keeps logs (lookup serves the O(1)
+// algorithms alone). The caller holds sh.mu.
+func (sh *shard) addConfig(t *table, l sluice.Limit) *config {
+	c := &config{limit: l, params: algorithm.ParamsOf(l), t: t}
 	c.unit = t.unitOf(c.params.Rate)
 	t.configs[t.next].Store(c)
 	t.next = (t.next + 1) % len(t.configs)
 	if t.slowest.Rate == 0 || c.params.Rate < t.slowest.Rate {
 		t.slowest = c.params
+	}
+	if t.logs == nil {
+		sh.last.Store(c)
 	}
 	return c
 }
@@ -191,12 +199,17 @@ func (t *table) unitAt(c *config, rate int64) unit {
 // lookup returns the entry of req's key, its table and its limit's
 // config, without the shard lock; or a nil entry when the key, its table
 // or its limit is new, or its algorithm keeps a log. h is the key's hash.
+// A limit that is the shard's last (never a log's) goes straight to its
+// table, sparing the search of tables and configs.
 func (sh *shard) lookup(req *sluice.Request, h uint64) (*entry, *table, *config) {
-	alg := req.Limit.Algorithm.Resolved()
-	if alg == sluice.SlidingLog {
+	l := &req.Limit
+	if c := sh.last.Load(); c != nil && sameFields(&c.limit, l) {
+		e, _ := c.t.ix.Load().find(h, req.Key)
+		return e, c.t, c
+	}
+	if l.Algorithm.Resolved() == sluice.SlidingLog {
 		return nil, nil, nil
 	}
-	l := &req.Limit
 	t := sh.table(l)
 	if t == nil {
 		return nil, nil, nil
@@ -227,13 +240,13 @@ func (sh *shard) decide(req *sluice.Request, now int64, p *pending) error {
 		}
 		switch {
 		case p.t != nil:
-			c = p.t.addConfig(req.Limit)
+			c = sh.addConfig(p.t, req.Limit)
 		case req.Cost == 0:
 			// A peek at a table never used: a fresh state, kept nowhere.
 			c = &config{limit: req.Limit, params: algorithm.ParamsOf(req.Limit)}
 		default:
 			p.t = sh.addTable(&req.Limit)
-			c = p.t.addConfig(req.Limit)
+			c = sh.addConfig(p.t, req.Limit)
 		}
 	}
 	if alg == sluice.SlidingLog {

@@ -100,6 +100,9 @@ func matchesReference(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
 	limits := []sluice.Limit{
 		{Algorithm: alg, Rate: 7, Period: time.Second, Burst: 4},
 		{Algorithm: alg, Rate: 20, Period: 3 * time.Second},
+		// The first's state under another rate, as a limit raised or an
+		// override gives it, taken in turn with the first.
+		{Algorithm: alg, Rate: 11, Period: time.Second},
 	}
 	if alg == sluice.SlidingLog || alg == sluice.SlidingWindow || alg == sluice.FixedWindow {
 		limits[0].Burst = 0
@@ -121,7 +124,7 @@ func matchesReference(t *testing.T, store sluice.Store, alg sluice.Algorithm) {
 				{Key: key, Limit: limits[1], Cost: cost, Now: now},
 			}
 		} else {
-			reqs = []sluice.Request{{Key: key, Limit: limits[rng.IntN(2)], Cost: cost, Now: now}}
+			reqs = []sluice.Request{{Key: key, Limit: limits[rng.IntN(3)], Cost: cost, Now: now}}
 		}
 		want := ref.take(reqs, now.UnixMicro())
 		var err error
