@@ -16,6 +16,12 @@ import (
 // refused. The offset is measured with TIME, halfway through the round
 // trip, at first use and every clockRefresh after; until it is known,
 // calls carry no deadline.
+//
+// It is measured on a connection of its own (rueidis' Dedicated), never
+// the one the calls share: a command sent there while a call is under way
+// would turn the shared connection, for good, from writing each call from
+// its caller's goroutine to queueing it for a writer goroutine, which
+// costs a lone caller's every call a goroutine hand-off each way.
 type clock struct {
 	offset   atomic.Int64 // Redis µs minus local µs
 	spread   atomic.Int64 // half the round trip it was measured over (µs): how far off it may be
@@ -63,9 +69,21 @@ func (c *clock) measure(client rueidis.Client) {
 	defer c.measures.Store(false)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	sent := time.Now()
-	vals, err := client.Do(ctx, client.B().Time().Build()).AsIntSlice()
-	got := time.Now()
+	var sent, got time.Time
+	var vals []int64
+	err := client.Dedicated(func(dc rueidis.DedicatedClient) error {
+		// The first TIME may wait for the connection to be made: only the
+		// second is timed.
+		for range 2 {
+			sent = time.Now()
+			var err error
+			if vals, err = dc.Do(ctx, dc.B().Time().Build()).AsIntSlice(); err != nil {
+				return err
+			}
+			got = time.Now()
+		}
+		return nil
+	})
 	if err != nil || len(vals) != 2 {
 		c.next.Store(got.Add(time.Second).UnixNano()) // try again soon
 		return

@@ -273,3 +273,41 @@ func TestOpenErrorHidesPassword(t *testing.T) {
 		}
 	}
 }
+
+// The store reads Redis's clock on a connection of its own: the one its
+// calls share carries nothing else, so a lone caller's calls stay written
+// from its own goroutine, never handed to a writer (see clock).
+func TestClockOnItsOwnConnection(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := redisstore.New(client(t, srv.Addr), redisstore.Options{Prefix: uniquePrefix(t)})
+	ctx := context.Background()
+	take := func() {
+		if _, err := s.Take(ctx, sluice.Request{Key: "k", Limit: sluice.Limit{Rate: 1000, Period: time.Hour}, Cost: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for give := time.Now().Add(time.Minute); !redisstore.ClockKnown(s); time.Sleep(time.Millisecond) {
+		if time.Now().After(give) {
+			t.Fatal("Redis's clock never measured")
+		}
+		take()
+	}
+	take()
+	// CLIENT LIST names each connection's last command.
+	last := map[string]string{}
+	for line := range strings.SplitSeq(srv.Do("CLIENT", "LIST"), "\n") {
+		var id, cmd string
+		for field := range strings.FieldsSeq(line) {
+			if v, ok := strings.CutPrefix(field, "id="); ok {
+				id = v
+			}
+			if v, ok := strings.CutPrefix(field, "cmd="); ok {
+				cmd = v
+			}
+		}
+		last[cmd] = id
+	}
+	if last["time"] == "" || last["fcall"] == "" || last["time"] == last["fcall"] {
+		t.Fatalf("last commands by connection %v: want TIME last on a connection, and FCALL on another", last)
+	}
+}
