@@ -14,39 +14,38 @@ import (
 // call that reaches Redis after its caller was answered is then not
 // applied (scripts/take.lua), and nobody is charged for a check they were
 // refused. The offset is measured with TIME, halfway through the round
-// trip, at first use and every clockRefresh after; until it is known,
-// calls carry no deadline.
+// trip; until it is known, calls carry no deadline.
 //
-// It is measured on a connection of its own (rueidis' Dedicated), never
-// the one the calls share: a command sent there while a call is under way
-// would turn the shared connection, for good, from writing each call from
-// its caller's goroutine to queueing it for a writer goroutine, which
-// costs a lone caller's every call a goroutine hand-off each way.
+// The first call measures it itself, before it is sent, on the connection
+// the calls share, so that it and every call after it carry a deadline.
+// Later measurements, every clockRefresh, run beside the calls on a
+// connection of their own (rueidis' Dedicated): a command sent on the
+// shared connection while a call is under way would turn it, for good,
+// from writing each call from its caller's goroutine to queueing it for
+// a writer goroutine, which costs a lone caller's every call a goroutine
+// hand-off each way.
 type clock struct {
 	offset   atomic.Int64 // Redis µs minus local µs
 	spread   atomic.Int64 // half the round trip it was measured over (µs): how far off it may be
 	known    atomic.Bool
-	next     atomic.Int64 // local Unix ns of the next measurement
+	next     atomic.Int64 // local Unix ns of the next measurement; 0: at the next call
 	measures atomic.Bool  // a measurement is running
 }
 
 const clockRefresh = 10 * time.Second
 
-// start measures the offset now, in the background, so that the first
-// calls already carry their deadlines.
-func (c *clock) start(client rueidis.Client) {
-	if c.measures.CompareAndSwap(false, true) {
-		c.next.Store(time.Now().Add(clockRefresh).UnixNano())
-		go c.measure(client)
-	}
-}
-
 // deadline returns ctx's deadline in µs on Redis's clock, or 0 when ctx
-// has none or the offset is not known yet.
+// has none or the offset is not known yet. It measures the offset when a
+// measurement is due: inline on ctx while it is not known, else in the
+// background.
 func (c *clock) deadline(ctx context.Context, client rueidis.Client) int64 {
 	if now := time.Now().UnixNano(); now >= c.next.Load() && c.measures.CompareAndSwap(false, true) {
 		c.next.Store(now + int64(clockRefresh))
-		go c.measure(client)
+		if c.known.Load() {
+			go c.measure(context.Background(), client, true)
+		} else {
+			c.measure(ctx, client, false)
+		}
 	}
 	dl, ok := ctx.Deadline()
 	if !ok || !c.known.Load() {
@@ -64,28 +63,36 @@ func (c *clock) around(now string) int64 {
 	return time.Now().UnixMicro() + c.offset.Load()
 }
 
-// measure reads Redis's TIME and sets the offset.
-func (c *clock) measure(client rueidis.Client) {
+// measure reads Redis's TIME and sets the offset: on the shared
+// connection, or on one of its own when dedicated.
+func (c *clock) measure(ctx context.Context, client rueidis.Client, dedicated bool) {
 	defer c.measures.Store(false)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	// Two round trips and perhaps a dial, on a Redis that may be far.
+	ctx, cancel := context.WithTimeout(ctx, 4*time.Second)
 	defer cancel()
 	var sent, got time.Time
 	var vals []int64
-	err := client.Dedicated(func(dc rueidis.DedicatedClient) error {
-		// The first TIME may wait for the connection to be made: only the
-		// second is timed.
-		for range 2 {
-			sent = time.Now()
-			var err error
-			if vals, err = dc.Do(ctx, dc.B().Time().Build()).AsIntSlice(); err != nil {
+	read := func(c rueidis.CoreClient) (err error) {
+		sent = time.Now()
+		vals, err = c.Do(ctx, c.B().Time().Build()).AsIntSlice()
+		got = time.Now()
+		return err
+	}
+	var err error
+	if dedicated {
+		err = client.Dedicated(func(dc rueidis.DedicatedClient) error {
+			// The first TIME may wait for the connection to be made: the
+			// second is the one timed.
+			if err := read(dc); err != nil {
 				return err
 			}
-			got = time.Now()
-		}
-		return nil
-	})
+			return read(dc)
+		})
+	} else {
+		err = read(client)
+	}
 	if err != nil || len(vals) != 2 {
-		c.next.Store(got.Add(time.Second).UnixNano()) // try again soon
+		c.next.Store(time.Now().Add(time.Second).UnixNano()) // try again soon
 		return
 	}
 	redisNow := vals[0]*1_000_000 + vals[1]

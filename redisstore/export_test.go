@@ -5,3 +5,11 @@ var Slot = slot
 
 // ClockKnown reports whether s has measured Redis's clock.
 func ClockKnown(s *Store) bool { return s.clock.known.Load() }
+
+// ClockDue makes a measurement of Redis's clock due at s's next call, as
+// every clockRefresh does, and returns a function that reports whether
+// none is running.
+func ClockDue(s *Store) (idle func() bool) {
+	s.clock.next.Store(0)
+	return func() bool { return !s.clock.measures.Load() }
+}

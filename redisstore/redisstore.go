@@ -94,7 +94,6 @@ func New(client rueidis.Client, opts Options) *Store {
 	s := newStore(opts)
 	s.client = client
 	s.cluster = client.Mode() == rueidis.ClientModeCluster
-	s.clock.start(client)
 	return s
 }
 
@@ -244,7 +243,7 @@ func (s *Store) dialLocked() {
 	}
 	s.client, s.dialErr = c, nil
 	s.cluster = c.Mode() == rueidis.ClientModeCluster
-	s.clock.start(c)
+	s.clock.next.Store(0) // a new client: measure again at the next call
 }
 
 // conn returns the client, dialling again if Open has not connected yet and

@@ -274,40 +274,57 @@ func TestOpenErrorHidesPassword(t *testing.T) {
 	}
 }
 
-// The store reads Redis's clock on a connection of its own: the one its
-// calls share carries nothing else, so a lone caller's calls stay written
-// from its own goroutine, never handed to a writer (see clock).
-func TestClockOnItsOwnConnection(t *testing.T) {
+// The store knows Redis's clock from its first call on: that call
+// measures it, before it is sent, on the connection the calls share. Later
+// measurements run on a connection of their own, so the shared one
+// carries only calls and a lone caller's calls stay written from its own
+// goroutine, never handed to a writer (see clock).
+func TestClockFirstInlineThenOnItsOwnConnection(t *testing.T) {
 	srv := redistest.Standalone(t)
 	s := redisstore.New(client(t, srv.Addr), redisstore.Options{Prefix: uniquePrefix(t)})
-	ctx := context.Background()
 	take := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
 		if _, err := s.Take(ctx, sluice.Request{Key: "k", Limit: sluice.Limit{Rate: 1000, Period: time.Hour}, Cost: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	for give := time.Now().Add(time.Minute); !redisstore.ClockKnown(s); time.Sleep(time.Millisecond) {
-		if time.Now().After(give) {
-			t.Fatal("Redis's clock never measured")
-		}
-		take()
+	if redisstore.ClockKnown(s) {
+		t.Fatal("Redis's clock known before any call")
 	}
 	take()
-	// CLIENT LIST names each connection's last command.
-	last := map[string]string{}
-	for line := range strings.SplitSeq(srv.Do("CLIENT", "LIST"), "\n") {
-		var id, cmd string
-		for field := range strings.FieldsSeq(line) {
-			if v, ok := strings.CutPrefix(field, "id="); ok {
-				id = v
-			}
-			if v, ok := strings.CutPrefix(field, "cmd="); ok {
-				cmd = v
-			}
-		}
-		last[cmd] = id
+	if !redisstore.ClockKnown(s) {
+		t.Fatal("Redis's clock not known after the first call")
 	}
-	if last["time"] == "" || last["fcall"] == "" || last["time"] == last["fcall"] {
-		t.Fatalf("last commands by connection %v: want TIME last on a connection, and FCALL on another", last)
+	// CLIENT LIST names each connection's last command.
+	lastOn := func() map[string]string {
+		last := map[string]string{}
+		for line := range strings.SplitSeq(srv.Do("CLIENT", "LIST"), "\n") {
+			var id, cmd string
+			for field := range strings.FieldsSeq(line) {
+				if v, ok := strings.CutPrefix(field, "id="); ok {
+					id = v
+				}
+				if v, ok := strings.CutPrefix(field, "cmd="); ok {
+					cmd = v
+				}
+			}
+			last[cmd] = id
+		}
+		return last
+	}
+	if last := lastOn(); last["fcall"] == "" || last["time"] != "" {
+		t.Fatalf("last commands by connection after the first call %v: want TIME then FCALL on one connection", last)
+	}
+	idle := redisstore.ClockDue(s) // as every clockRefresh
+	take()                         // starts the measurement beside it
+	for give := time.Now().Add(time.Minute); !idle(); time.Sleep(time.Millisecond) {
+		if time.Now().After(give) {
+			t.Fatal("the clock's refresh never ended")
+		}
+	}
+	take()
+	if last := lastOn(); last["time"] == "" || last["fcall"] == "" || last["time"] == last["fcall"] {
+		t.Fatalf("last commands by connection after a refresh %v: want TIME last on a connection, and FCALL on another", last)
 	}
 }
