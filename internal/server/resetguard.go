@@ -148,17 +148,18 @@ func (c *guardConn) goAway() {
 }
 
 // writeGoAway writes the GOAWAY and shuts the connection's output. The
-// caller holds c.mu, at a frame boundary.
+// caller holds c.mu, at a frame boundary. The GOAWAY is counted before it
+// is written, so that a peer that has read it finds it counted.
 func (c *guardConn) writeGoAway() {
 	c.pending = false
 	c.sent.Store(true)
+	if c.onGoAway != nil {
+		c.onGoAway()
+	}
 	c.Conn.SetWriteDeadline(time.Now().Add(goAwayLinger))
 	http2.NewFramer(c.Conn, nil).WriteGoAway(c.lastStream, http2.ErrCodeEnhanceYourCalm, []byte("too_many_resets"))
 	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
-	}
-	if c.onGoAway != nil {
-		c.onGoAway()
 	}
 }
 
