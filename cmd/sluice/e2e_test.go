@@ -53,14 +53,32 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// freeAddr returns a loopback address that nothing listens on now, never
+// one it returned before.
 func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		// The port was free, but a port handed out before and closed may
+		// come back: two flags of one command would then name one port.
+		if !handedOut.addrs[addr] {
+			handedOut.addrs[addr] = true
+			return addr
+		}
 	}
-	defer l.Close()
-	return l.Addr().String()
 }
+
+// handedOut is every address freeAddr returned.
+var handedOut = struct {
+	sync.Mutex
+	addrs map[string]bool
+}{addrs: map[string]bool{}}
 
 // proc is a running sluice process.
 type proc struct {
