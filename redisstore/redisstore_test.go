@@ -282,7 +282,19 @@ func TestOpenErrorHidesPassword(t *testing.T) {
 // goroutine, never handed to a writer (see clock).
 func TestClockFirstInlineThenOnItsOwnConnection(t *testing.T) {
 	srv := redistest.Standalone(t)
-	s := redisstore.New(client(t, srv.Addr), redisstore.Options{Prefix: uniquePrefix(t)})
+	// A name of its own, so that CLIENT LIST can be read for this
+	// client's connections alone: a shared server (SLUICE_REDIS_ADDR)
+	// holds other tests' stores, whose clocks refresh on connections
+	// whose last command is TIME too. One pipelined connection: by
+	// default rueidis spreads keyed commands over log2(GOMAXPROCS) of
+	// them at random, and sends TIME, which has no key, on the first.
+	name := strings.NewReplacer(":", "-", ".", "-").Replace(strings.TrimSuffix(uniquePrefix(t), ":"))
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, ClientName: name, PipelineMultiplex: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	s := redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t)})
 	take := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -301,7 +313,7 @@ func TestClockFirstInlineThenOnItsOwnConnection(t *testing.T) {
 	lastOn := func() map[string]string {
 		last := map[string]string{}
 		for line := range strings.SplitSeq(srv.Do("CLIENT", "LIST"), "\n") {
-			var id, cmd string
+			var id, cmd, named string
 			for field := range strings.FieldsSeq(line) {
 				if v, ok := strings.CutPrefix(field, "id="); ok {
 					id = v
@@ -309,8 +321,13 @@ func TestClockFirstInlineThenOnItsOwnConnection(t *testing.T) {
 				if v, ok := strings.CutPrefix(field, "cmd="); ok {
 					cmd = v
 				}
+				if v, ok := strings.CutPrefix(field, "name="); ok {
+					named = v
+				}
 			}
-			last[cmd] = id
+			if named == name {
+				last[cmd] = id
+			}
 		}
 		return last
 	}
