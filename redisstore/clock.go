@@ -2,6 +2,8 @@ package redisstore
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -30,7 +32,19 @@ type clock struct {
 	known    atomic.Bool
 	next     atomic.Int64 // local Unix ns of the next measurement; 0: at the next call
 	measures atomic.Bool  // a measurement is running
+
+	// failures counts the measurements that failed (Store.ClockErrors);
+	// failing, those since the last that did not. log, if set, hears of
+	// the first of a run of failures, of every 60th after it (about one a
+	// minute, as each is retried a second later), and of the measurement
+	// that ends the run.
+	failures atomic.Uint64
+	failing  atomic.Int64
+	log      *slog.Logger
 }
+
+// clockLogEvery is how many failures in a row go by between two lines.
+const clockLogEvery = 60
 
 const clockRefresh = 10 * time.Second
 
@@ -68,6 +82,7 @@ func (c *clock) around(now string) int64 {
 func (c *clock) measure(ctx context.Context, client rueidis.Client, dedicated bool) {
 	defer c.measures.Store(false)
 	// Two round trips and perhaps a dial, on a Redis that may be far.
+	caller := ctx
 	ctx, cancel := context.WithTimeout(ctx, 4*time.Second)
 	defer cancel()
 	var sent, got time.Time
@@ -91,8 +106,14 @@ func (c *clock) measure(ctx context.Context, client rueidis.Client, dedicated bo
 	} else {
 		err = read(client)
 	}
-	if err != nil || len(vals) != 2 {
+	if err == nil && len(vals) != 2 {
+		err = fmt.Errorf("TIME answered %d numbers, not 2", len(vals))
+	}
+	if err != nil {
 		c.next.Store(time.Now().Add(time.Second).UnixNano()) // try again soon
+		if caller.Err() == nil { // else the caller's own context ended it: not the store's failure
+			c.failed(err)
+		}
 		return
 	}
 	redisNow := vals[0]*1_000_000 + vals[1]
@@ -100,4 +121,22 @@ func (c *clock) measure(ctx context.Context, client rueidis.Client, dedicated bo
 	c.offset.Store(redisNow - mid)
 	c.spread.Store(got.Sub(sent).Microseconds()/2 + 1)
 	c.known.Store(true)
+	if n := c.failing.Swap(0); n > 0 && c.log != nil {
+		c.log.Info("redisstore: Redis's clock measured again", "failures", n)
+	}
+}
+
+// failed counts a failed measurement and logs it, sampled.
+func (c *clock) failed(err error) {
+	c.failures.Add(1)
+	n := c.failing.Add(1)
+	if c.log == nil || (n != 1 && n%clockLogEvery != 0) {
+		return
+	}
+	consequence := "calls carry no deadline until it is measured"
+	if c.known.Load() {
+		consequence = "calls' deadlines keep the last measurement"
+	}
+	c.log.Warn("redisstore: measuring Redis's clock with TIME failed; "+consequence+"; retrying every second",
+		"error", err, "failures", n)
 }

@@ -133,9 +133,9 @@ func (s *Store) checkDecide(ctx context.Context) Check {
 		c.Result, c.Detail = ResultOK, "by FCALL (Redis Functions)"
 	case err == nil:
 		c.Result, c.Detail = ResultOK, "by EVALSHA (scripts: Redis Functions refused to this user or missing)"
-	case hasPrefix(err, "NOPERM"):
+	case hasPrefix(err, "NOPERM") || strings.Contains(err.Error(), "can't run this command"): // the second: a command the script calls, refused
 		c.Result, c.Detail = ResultFail, err.Error()
-		c.Fix = fmt.Sprintf("grant the user +fcall +function|load (or +evalsha +eval +script|load) and the keys ~%s*: see docs/operations.md, Redis requirements", s.prefix)
+		c.Fix = fmt.Sprintf("grant the user +fcall +function|load (or +evalsha +eval +script|load), +time and the keys ~%s*: see docs/operations.md, Redis requirements", s.prefix)
 	default:
 		c.Result, c.Detail = ResultUnknown, err.Error()
 	}
@@ -198,7 +198,7 @@ func (s *Store) storeCommands(cluster bool) []Command {
 		{[]string{"FUNCTION", "LOAD", "x"}, "loading sluice's library"},
 		{[]string{"EVALSHA", strings.Repeat("0", 40), "1", key}, "deciding (scripts)"},
 		{[]string{"EVAL", "return 1", "1", key}, "deciding (scripts)"},
-		{[]string{"TIME"}, "deadlines on Redis's clock"},
+		{[]string{"TIME"}, "deciding on Redis's clock"},
 		{[]string{"DEL", key}, "Reset"},
 		{[]string{"ZREM", key, "x"}, "concurrency limits"},
 	}
@@ -217,6 +217,7 @@ func (s *Store) checkCommands(ctx context.Context, client rueidis.Client, cluste
 	var refused []string
 	own := s.storeCommands(cluster)
 	scripts := 0 // of the store's FCALL and EVALSHA, the ones refused
+	clock := false // TIME refused: every decision reads Redis's clock
 	for i, cmd := range append(own, also...) {
 		args := append([]string{"ACL", "DRYRUN", user}, cmd.Args...)
 		res, err := client.Do(ctx, client.B().Arbitrary(args[0], args[1]).Args(args[2:]...).Build()).ToString()
@@ -233,6 +234,8 @@ func (s *Store) checkCommands(ctx context.Context, client rueidis.Client, cluste
 			if i < len(own) {
 				scripts++
 			}
+		case "TIME":
+			clock = i < len(own)
 		case "FUNCTION", "CLUSTER", "SUBSCRIBE", "PUBLISH":
 			name += " " + cmd.Args[1]
 		}
@@ -245,6 +248,9 @@ func (s *Store) checkCommands(ctx context.Context, client rueidis.Client, cluste
 	case scripts == 2:
 		c.Result, c.Detail = ResultFail, "neither FCALL nor EVALSHA is permitted to "+user
 		c.Fix = fmt.Sprintf("ACL SETUSER %s +fcall +function|load +evalsha +eval +script|load ~%s*", user, s.prefix)
+	case clock:
+		c.Result, c.Detail = ResultFail, "TIME is refused to "+user+": every decision reads Redis's clock"
+		c.Fix = fmt.Sprintf("ACL SETUSER %s +time", user)
 	case len(refused) > 0:
 		c.Result, c.Detail = ResultWarn, "refused to "+user+": "+strings.Join(refused, "; ")
 		c.Fix = "grant what docs/operations.md, Redis requirements, lists"

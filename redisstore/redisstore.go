@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"strconv"
 	"strings"
@@ -34,6 +35,11 @@ type Options struct {
 	// each after a disconnection or a failover), at most once a second:
 	// the place to run Preflight again.
 	OnConnect func()
+	// Logger hears of failed measurements of Redis's clock, which
+	// deadlines travel in (the first of a run of failures, then about
+	// one a minute, and the one that ends it); ClockErrors counts them
+	// all. Default: none.
+	Logger *slog.Logger
 }
 
 // Errors.
@@ -99,6 +105,7 @@ func New(client rueidis.Client, opts Options) *Store {
 
 func newStore(opts Options) *Store {
 	s := &Store{prefix: opts.Prefix, retry: opts.ReconnectInterval}
+	s.clock.log = opts.Logger
 	s.batch.freed = make(chan struct{}, 1) // made once: release reads it without the lock
 	if s.prefix == "" {
 		s.prefix = "sluice:"
@@ -286,6 +293,14 @@ func (s *Store) Client() (rueidis.Client, error) {
 
 // Prefix returns the prefix of the store's keys.
 func (s *Store) Prefix() string { return s.prefix }
+
+// ClockErrors returns how many measurements of Redis's clock (TIME) have
+// failed. A call's deadline travels to Redis in Redis's time, so that a
+// call reaching Redis after its caller gave up is not applied; until the
+// clock is first measured, calls carry no deadline, and after that they
+// keep the last measurement. Failures that are the caller's own context
+// ending are not counted.
+func (s *Store) ClockErrors() uint64 { return s.clock.failures.Load() }
 
 // Close closes the client if Open opened it; later calls fail with
 // ErrClosed, and none dials again.

@@ -1,8 +1,10 @@
 package redisstore_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strconv"
 	"strings"
@@ -345,4 +347,124 @@ func TestClockFirstInlineThenOnItsOwnConnection(t *testing.T) {
 	if last := lastOn(); last["time"] == "" || last["fcall"] == "" || last["time"] == last["fcall"] {
 		t.Fatalf("last commands by connection after a refresh %v: want TIME last on a connection, and FCALL on another", last)
 	}
+}
+
+// A user that may not run TIME cannot decide on Redis's clock: the
+// preflight says so as a failure, naming the fix.
+func TestPreflightFailsWithoutTime(t *testing.T) {
+	srv := redistest.Own(t) // it changes the server
+	srv.Do("ACL", "SETUSER", "notime", "on", ">pw", "~*", "&*", "+@all", "-time")
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, Username: "notime", Password: "pw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	r, err := redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t)}).Preflight(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"decide", "commands"} {
+		if c, _ := r.Check(name); c.Result != redisstore.ResultFail || !strings.Contains(c.Fix, "+time") {
+			t.Errorf("preflight %s for a user without TIME: %+v; want a failure whose fix grants +time", name, c)
+		}
+	}
+}
+
+// A failed measurement of Redis's clock is counted and logged, sampled,
+// and the calls go on with the last measurement; the one that succeeds
+// again is logged too. Here the measurement's own connection is refused,
+// at maxclients, while the calls' connection serves. A caller's own
+// context ending is not counted.
+func TestClockFailuresCountedAndLogged(t *testing.T) {
+	srv := redistest.Own(t) // it changes the server
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, PipelineMultiplex: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var logged syncBuffer
+	s := redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t), Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	ctx := context.Background()
+	take := func() {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		if _, err := s.Take(ctx, sluice.Request{Key: "k", Limit: sluice.Limit{Rate: 1000, Period: time.Hour}, Cost: 1}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refresh := func() {
+		t.Helper()
+		idle := redisstore.ClockDue(s)
+		take() // starts the measurement beside it
+		for give := time.Now().Add(time.Minute); !idle(); runtime.Gosched() {
+			if time.Now().After(give) {
+				t.Fatal("the clock's refresh never ended")
+			}
+		}
+	}
+	setMaxClients := func(n string) {
+		t.Helper()
+		if err := c.Do(ctx, c.B().ConfigSet().ParameterValue().ParameterValue("maxclients", n).Build()).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	take()
+	if n := s.ClockErrors(); n != 0 || !redisstore.ClockKnown(s) {
+		t.Fatalf("after the first call: %d clock errors, known %v; want 0, known", n, redisstore.ClockKnown(s))
+	}
+	setMaxClients("1") // the calls' connection only: no other is let in
+	defer setMaxClients("10000")
+	refresh()
+	if n := s.ClockErrors(); n != 1 {
+		t.Fatalf("after a refused connection: %d clock errors, want 1", n)
+	}
+	if out := logged.String(); strings.Count(out, "level=WARN") != 1 || !strings.Contains(out, "error=") || !strings.Contains(out, "keep the last measurement") {
+		t.Fatalf("log after a refused connection:\n%s", out)
+	}
+	refresh()
+	take() // the calls go on meanwhile
+	if n := s.ClockErrors(); n != 2 {
+		t.Fatalf("after a second refused connection: %d clock errors, want 2", n)
+	}
+	if out := logged.String(); strings.Count(out, "level=WARN") != 1 {
+		t.Fatalf("the second failure in a row was logged too:\n%s", out)
+	}
+	setMaxClients("10000")
+	refresh()
+	if n := s.ClockErrors(); n != 2 {
+		t.Fatalf("after the connection was let in: %d clock errors, want 2", n)
+	}
+	if out := logged.String(); !strings.Contains(out, "level=INFO") || !strings.Contains(out, "measured again") || !strings.Contains(out, "failures=2") {
+		t.Fatalf("log after the connection was let in:\n%s", out)
+	}
+
+	// A caller that gave up before its call: its error, not the store's.
+	fresh := redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t)})
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := fresh.Take(cancelled, sluice.Request{Key: "k", Limit: sluice.Limit{Rate: 1000, Period: time.Hour}, Cost: 1}); err == nil {
+		t.Fatal("a call with its context cancelled succeeded")
+	}
+	if n := fresh.ClockErrors(); n != 0 {
+		t.Fatalf("a cancelled caller counted %d clock errors, want 0", n)
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

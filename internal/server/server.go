@@ -233,6 +233,7 @@ func (s *Server) openStore(cfg *config.Config) error {
 		t := r.TLS
 		opts = redisstore.Options{Prefix: r.Prefix, TLS: redisstore.TLS{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}}
 	}
+	opts.Logger = s.log
 	var pre atomic.Pointer[preflight]
 	opts.OnConnect = func() {
 		if p := pre.Load(); p != nil {
@@ -260,6 +261,9 @@ func (s *Server) openStore(cfg *config.Config) error {
 	s.overrides = overrides.NewShared(follow, rs.Client, rs.Prefix(), s.log)
 	s.store, s.closer, s.storeType = rs, func() { stop(); rs.Close() }, "redis"
 	s.redis = rs
+	s.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_redis_clock_errors_total",
+		Help: "Measurements of Redis's clock (TIME) that failed: deadlines travel to Redis in its time, so until one succeeds calls carry none, and after that they keep the last."},
+		func() float64 { return float64(rs.ClockErrors()) }))
 	if r := cfg.Store.Redis; r != nil && r.LocalSync != nil {
 		ls, err := localsync.New(localsync.Options{
 			Shared: rs, Interval: r.LocalSync.Interval, Instances: cfg.Store.Instances, Timeout: cfg.Store.Timeout,
