@@ -216,7 +216,7 @@ func (s *Store) checkCommands(ctx context.Context, client rueidis.Client, cluste
 	}
 	var refused []string
 	own := s.storeCommands(cluster)
-	scripts := 0 // of the store's FCALL and EVALSHA, the ones refused
+	scripts := 0   // of the store's FCALL and EVALSHA, the ones refused
 	clock := false // TIME refused: every decision reads Redis's clock
 	for i, cmd := range append(own, also...) {
 		args := append([]string{"ACL", "DRYRUN", user}, cmd.Args...)
