@@ -111,7 +111,8 @@ func (c *clock) measure(ctx context.Context, client rueidis.Client, dedicated bo
 	}
 	if err != nil {
 		c.next.Store(time.Now().Add(time.Second).UnixNano()) // try again soon
-		if caller.Err() == nil {                             // else the caller's own context ended it: not the store's failure
+		// Where the caller's own context ended it, it is not the store's.
+		if caller.Err() == nil {
 			c.failed(err)
 		}
 		return
