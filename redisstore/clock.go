@@ -50,22 +50,46 @@ const clockRefresh = 10 * time.Second
 
 // deadline returns ctx's deadline in µs on Redis's clock, or 0 when ctx
 // has none or the offset is not known yet. It measures the offset when a
-// measurement is due: inline on ctx while it is not known, else in the
-// background.
+// measurement is due (start).
 func (c *clock) deadline(ctx context.Context, client rueidis.Client) int64 {
-	if now := time.Now().UnixNano(); now >= c.next.Load() && c.measures.CompareAndSwap(false, true) {
-		c.next.Store(now + int64(clockRefresh))
-		if c.known.Load() {
-			go c.measure(context.Background(), client, true)
-		} else {
-			c.measure(ctx, client, false)
-		}
+	if now := time.Now().UnixNano(); now >= c.next.Load() {
+		c.start(ctx, client, now)
 	}
 	dl, ok := ctx.Deadline()
 	if !ok || !c.known.Load() {
 		return 0
 	}
 	return dl.UnixMicro() + c.offset.Load()
+}
+
+// start measures the offset unless a measurement is running: inline on
+// ctx while it is not known, else in the background.
+func (c *clock) start(ctx context.Context, client rueidis.Client, now int64) {
+	if !c.measures.CompareAndSwap(false, true) {
+		return
+	}
+	c.next.Store(now + int64(clockRefresh))
+	if c.known.Load() {
+		go c.measure(context.Background(), client, true)
+	} else {
+		c.measure(ctx, client, false)
+	}
+}
+
+// answered looks at a call's error: Redis found the call past its
+// deadline (ErrExpired) while, by this process's clock, the deadline is
+// still ahead by more than the offset may be off. Then the offset is wrong
+// (Redis failed over to a host whose clock is elsewhere, or its clock
+// jumped), and every call would go on expiring until the next refresh: it
+// is measured again now.
+func (c *clock) answered(ctx context.Context, client rueidis.Client, err error) {
+	if err != ErrExpired {
+		return
+	}
+	now := time.Now()
+	if dl, ok := ctx.Deadline(); ok && dl.Sub(now).Microseconds() > c.spread.Load() {
+		c.start(ctx, client, now.UnixNano())
+	}
 }
 
 // around returns the call's now in µs, or when it is Redis's ("-1"),

@@ -1,5 +1,7 @@
 package redisstore
 
+import "time"
+
 // Slot exposes slot to the external tests, which check it against Redis.
 var Slot = slot
 
@@ -13,3 +15,10 @@ func ClockDue(s *Store) (idle func() bool) {
 	s.clock.next.Store(0)
 	return func() bool { return !s.clock.measures.Load() }
 }
+
+// SkewClock puts s's measure of Redis's clock d behind it, as a failover
+// to a host whose clock is d ahead of the one measured would.
+func SkewClock(s *Store, d time.Duration) { s.clock.offset.Add(-d.Microseconds()) }
+
+// ClockIdle reports whether no measurement of Redis's clock is running.
+func ClockIdle(s *Store) bool { return !s.clock.measures.Load() }

@@ -406,10 +406,13 @@ func (s *Store) take(ctx context.Context, c *call) error {
 			c.deadline = s.clock.deadline(ctx, client)
 		}
 		s.run(ctx, client, now, []*call{c})
+		s.clock.answered(ctx, client, c.err)
 		return c.err
 	}
 	c.deadline = s.clock.deadline(ctx, client)
-	return s.coalesce(ctx, client, c)
+	err = s.coalesce(ctx, client, c)
+	s.clock.answered(ctx, client, err)
+	return err
 }
 
 // limitArg returns the argument of limit: its algorithm code, rate,

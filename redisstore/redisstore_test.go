@@ -3,6 +3,7 @@ package redisstore_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -448,6 +449,37 @@ func TestClockFailuresCountedAndLogged(t *testing.T) {
 	}
 	if n := fresh.ClockErrors(); n != 0 {
 		t.Fatalf("a cancelled caller counted %d clock errors, want 0", n)
+	}
+}
+
+// When Redis's clock moves from under the store's measure of it (a
+// failover to a host whose clock is elsewhere), calls reach Redis past
+// their deadlines by its clock, though well within them by the caller's.
+// The first such answer has the clock measured again, so calls do not go
+// on expiring until the next refresh.
+func TestClockMeasuredAgainWhenRedisExpiresCallsInTime(t *testing.T) {
+	srv := redistest.Standalone(t)
+	s := redisstore.New(client(t, srv.Addr), redisstore.Options{Prefix: uniquePrefix(t)})
+	take := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := s.Take(ctx, sluice.Request{Key: "k", Limit: sluice.Limit{Rate: 1000, Period: time.Hour}, Cost: 1})
+		return err
+	}
+	if err := take(); err != nil {
+		t.Fatal(err)
+	}
+	redisstore.SkewClock(s, time.Minute)
+	if err := take(); !errors.Is(err, redisstore.ErrExpired) {
+		t.Fatalf("with Redis's clock a minute ahead of the measure: %v, want ErrExpired", err)
+	}
+	for give := time.Now().Add(time.Minute); !redisstore.ClockIdle(s); runtime.Gosched() {
+		if time.Now().After(give) {
+			t.Fatal("the clock's measurement never ended")
+		}
+	}
+	if err := take(); err != nil {
+		t.Fatalf("after the clock was measured again: %v", err)
 	}
 }
 
