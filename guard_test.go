@@ -1,7 +1,6 @@
 package sluice_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,28 +15,11 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/faultproxy"
+	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 )
-
-// syncBuffer is a log destination safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // chaos is a Guard on a real redis-server reached through a fault proxy.
 type chaos struct {
@@ -45,12 +27,12 @@ type chaos struct {
 	proxy *faultproxy.Proxy
 	store *redisstore.Store
 	guard *sluice.Guard
-	log   *syncBuffer
+	log   *logbuf.Buffer
 }
 
 func newChaos(t *testing.T, opts sluice.GuardOptions) *chaos {
 	t.Helper()
-	c := &chaos{redis: redistest.Standalone(t), log: &syncBuffer{}}
+	c := &chaos{redis: redistest.Standalone(t), log: &logbuf.Buffer{}}
 	c.proxy = faultproxy.Start(t, c.redis.Addr)
 	s, err := redisstore.Open(c.redis.URLVia(c.proxy.Addr), redisstore.Options{ReconnectInterval: 50 * time.Millisecond})
 	if err != nil {

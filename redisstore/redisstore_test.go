@@ -1,7 +1,6 @@
 package redisstore_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/storetest"
@@ -383,7 +383,7 @@ func TestClockFailuresCountedAndLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
-	var logged syncBuffer
+	var logged logbuf.Buffer
 	s := redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t), Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	ctx := context.Background()
 	take := func() {
@@ -481,22 +481,4 @@ func TestClockMeasuredAgainWhenRedisExpiresCallsInTime(t *testing.T) {
 	if err := take(); err != nil {
 		t.Fatalf("after the clock was measured again: %v", err)
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/api/sluicev1"
+	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/shard"
 )
@@ -84,7 +85,7 @@ var handedOut = struct {
 type proc struct {
 	cmd               *exec.Cmd
 	http, grpc, admin string
-	out               *syncBuffer
+	out               *logbuf.Buffer
 	exited            chan struct{} // closed when a process of startBinary exits
 	exitErr           error         // cmd.Wait's, once exited is closed
 }
@@ -94,18 +95,6 @@ func (p *proc) wait() error {
 	<-p.exited
 	return p.exitErr
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 // start runs `sluice serve` with args and waits until it answers /healthz
 // and has announced itself.
@@ -120,7 +109,7 @@ func start(t *testing.T, env []string, args ...string) *proc {
 // sluice binds it.
 func startBinary(t *testing.T, bin string, env []string, args ...string) *proc {
 	t.Helper()
-	p := &proc{out: &syncBuffer{}}
+	p := &proc{out: &logbuf.Buffer{}}
 	args = append([]string{"serve", "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-admin", "127.0.0.1:0"}, args...)
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Env = append(os.Environ(), env...)
@@ -546,7 +535,7 @@ func TestProxy(t *testing.T) {
 `), 0o644)
 	addr, ops := freeAddr(t), freeAddr(t)
 	cmd := exec.Command(binary, "proxy", "-config", file, "-upstream", upstream.URL, "-listen", addr, "-metrics", ops)
-	out := &syncBuffer{}
+	out := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -698,7 +687,7 @@ policies:
 `), 0o644)
 	var procs []*proc
 	for _, g := range grpcs {
-		p := &proc{http: freeAddr(t), grpc: g, admin: freeAddr(t), out: &syncBuffer{}}
+		p := &proc{http: freeAddr(t), grpc: g, admin: freeAddr(t), out: &logbuf.Buffer{}}
 		p.cmd = exec.Command(binary, "serve", "-config", file, "-http", p.http, "-grpc", p.grpc, "-admin", p.admin)
 		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 		if err := p.cmd.Start(); err != nil {
@@ -918,7 +907,7 @@ func TestProxyReloadsUnderLoad(t *testing.T) {
 	os.WriteFile(file, []byte("policies: [{name: p, limit: 1000000/1h, key: client_ip}]\n"), 0o644)
 	addr := freeAddr(t)
 	cmd := exec.Command(binary, "proxy", "-config", file, "-upstream", upstream.URL, "-listen", addr, "-metrics", freeAddr(t))
-	out := &syncBuffer{}
+	out := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

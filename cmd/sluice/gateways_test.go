@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/logbuf"
 )
 
 // docBlock returns the first fenced block of lang in docs/gateways.md,
@@ -114,7 +116,7 @@ policies:
 	cmd := exec.Command(bin, gw.setup(t, dir, addrs)...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	out := &syncBuffer{}
+	out := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	// The gateway's workers go with it: a process group, killed whole.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

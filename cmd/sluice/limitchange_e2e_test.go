@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/logbuf"
 )
 
 // The six algorithms, each a policy named after it, at a limit of n an
@@ -36,7 +38,7 @@ var algorithms = []string{"fixed_window", "sliding_window", "sliding_log", "toke
 
 // reloadAndWait sends SIGHUP to cmd and waits until out logs one more
 // "config reloaded" than it had.
-func reloadAndWait(t *testing.T, cmd *exec.Cmd, out *syncBuffer) {
+func reloadAndWait(t *testing.T, cmd *exec.Cmd, out *logbuf.Buffer) {
 	t.Helper()
 	before := strings.Count(out.String(), "config reloaded")
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
@@ -90,7 +92,7 @@ func TestProxyLimitChangeKeepsUsed(t *testing.T) {
 	os.WriteFile(file, []byte(sixPolicies("1", true)), 0o644)
 	addr := freeAddr(t)
 	cmd := exec.Command(binary, "proxy", "-config", file, "-upstream", upstream.URL, "-listen", addr, "-metrics", freeAddr(t))
-	out := &syncBuffer{}
+	out := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

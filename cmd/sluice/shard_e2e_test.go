@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/shard"
 )
 
@@ -44,7 +45,7 @@ policies:
 
 // start runs member i (again, after a kill: on the same addresses).
 func (c *shardCluster) start(i int) {
-	p := &proc{http: freeAddr(c.t), grpc: c.grpcs[i], admin: freeAddr(c.t), out: &syncBuffer{}}
+	p := &proc{http: freeAddr(c.t), grpc: c.grpcs[i], admin: freeAddr(c.t), out: &logbuf.Buffer{}}
 	if old := c.procs[i]; old != nil {
 		p.http, p.admin = old.http, old.admin
 	}

@@ -10,11 +10,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -154,7 +154,7 @@ func TestForwardAuthDenialBody(t *testing.T) {
 // nothing: every request is the gateway's own address, and the log says
 // that every client behind it shares one counter.
 func TestForwardAuthForgedForwardedFor(t *testing.T) {
-	logged := &lockedBuffer{}
+	logged := &logbuf.Buffer{}
 	srv := forwardAuthLogged(t, `
 policies:
   - {name: api, limit: fixed_window 3/1h, key: client_ip, match: "/api/"}
@@ -203,24 +203,6 @@ func TestForwardAuthBadInput(t *testing.T) {
 			t.Fatalf("request %d after the refused ones: %d; want 200 (nothing charged)", i, resp.StatusCode)
 		}
 	}
-}
-
-// lockedBuffer is a log's buffer, written by the server's goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 // The config's forward_auth.deny_status is the default, and a request's

@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/internal/logbuf"
 )
 
 // rewrite replaces the config file of r and reloads it.
@@ -137,7 +139,7 @@ func bearer(t *testing.T, admin, token string) (int, string) {
 // The debug listener warns when it is reachable beyond this host, and
 // never serves the command line (which may hold secrets).
 func TestDebugListener(t *testing.T) {
-	buf := &syncBuffer{}
+	buf := &logbuf.Buffer{}
 	s, err := New(Options{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", DebugAddr: "0.0.0.0:0",
 		Logger: slog.New(slog.NewTextHandler(buf, nil))})
 	if err != nil {

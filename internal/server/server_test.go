@@ -18,31 +18,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/internal/faultproxy"
+	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
-
-// syncBuffer is a log destination safe for concurrent writers.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // running is a started Server and its log.
 type running struct {
 	*Server
-	log  *syncBuffer
+	log  *logbuf.Buffer
 	base string // http://host:port
 }
 
@@ -57,7 +40,7 @@ func start(t *testing.T, config, redisURL string) *running {
 	if err := os.WriteFile(path, []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	buf := &syncBuffer{}
+	buf := &logbuf.Buffer{}
 	s, err := New(Options{Config: path, RedisURL: redisURL, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(buf, nil))})
 	if err != nil {

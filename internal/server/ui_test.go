@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/logbuf"
 )
 
 // startUI starts a server with the admin listener (token s3cret) and the
@@ -23,7 +24,7 @@ func startUI(t *testing.T, policies string) (*running, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "sluice.yaml")
 	os.WriteFile(path, []byte("listeners: {drain: 0s}\nadmin: {token: s3cret}\n"+policies), 0o644)
-	buf := &syncBuffer{}
+	buf := &logbuf.Buffer{}
 	s, err := New(Options{Config: path, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0",
 		Logger: slog.New(slog.NewTextHandler(buf, nil))})
 	if err != nil {
