@@ -2,7 +2,6 @@ package httplimit_test
 
 import (
 	"bufio"
-	"bytes"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
@@ -244,7 +244,7 @@ func TestUnreadableCostKeepsTheEstimate(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var logs bytes.Buffer
+			var logs logbuf.Buffer
 			var got httplimit.Settlement
 			h := func(w http.ResponseWriter, _ *http.Request) {
 				if c.header != "" {
@@ -254,7 +254,7 @@ func TestUnreadableCostKeepsTheEstimate(t *testing.T) {
 			}
 			p := httplimit.Policy{Name: "p", Limit: sluice.Limit{Rate: 1000, Period: time.Hour}, Cost: 40, CostFrom: c.source}
 			srv := chargeServer(t, memstore.New(memstore.Options{}), p, h, func(o *httplimit.Options) {
-				o.Logger = slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))
+				o.Logger = slog.New(slog.NewTextHandler(&logs, nil))
 				o.OnSettle = func(_ *http.Request, s httplimit.Settlement) { got = s }
 			})
 			get(t, srv.URL, "X-User", "dan")
@@ -266,18 +266,6 @@ func TestUnreadableCostKeepsTheEstimate(t *testing.T) {
 			}
 		})
 	}
-}
-
-// syncWriter serialises writes to w.
-type syncWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (s *syncWriter) Write(b []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(b)
 }
 
 func TestParseCostSource(t *testing.T) {
