@@ -248,6 +248,9 @@ func BenchmarkRedis(b *testing.B) {
 // on one redis-server, in five rounds of b.N checks each that alternate
 // between the two. It reports each one's p50 (the median over rounds) and
 // the median of the rounds' ratios of sluice's p50 to redis_rate's.
+// sluice-after-overlap is a second store, on a client of its own, that
+// served 16 callers at once before its rounds: a lone caller after a
+// burst.
 //
 //	cd bench && go test -run '^$' -bench RedisOneCaller -benchtime 5000x -count 3 .
 func BenchmarkRedisOneCaller(b *testing.B) {
@@ -256,7 +259,11 @@ func BenchmarkRedisOneCaller(b *testing.B) {
 	gr := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
 	defer gr.Close()
 	sluiceGCRA, redisRate := gcraChecks(rc, gr, "bench:one:")
-	ops := []func(key string) error{sluiceGCRA, redisRate}
+	afterOverlap, _ := gcraChecks(rueidisClient(b, srv.Addr), gr, "bench:overlap:")
+	if _, _, err := load(16, 16_000, afterOverlap); err != nil {
+		b.Fatal(err)
+	}
+	ops := []func(key string) error{sluiceGCRA, redisRate, afterOverlap}
 	const rounds = 5
 	p50 := make([][]float64, len(ops))
 	var ratios []float64
@@ -274,6 +281,7 @@ func BenchmarkRedisOneCaller(b *testing.B) {
 	b.StopTimer()
 	b.ReportMetric(median(p50[0]), "sluice-p50-µs")
 	b.ReportMetric(median(p50[1]), "redis_rate-p50-µs")
+	b.ReportMetric(median(p50[2]), "sluice-after-overlap-p50-µs")
 	b.ReportMetric(median(ratios), "sluice-vs-redis_rate")
 	b.ReportMetric(0, "ns/op")
 }

@@ -81,7 +81,7 @@ func (s *Store) coalesce(ctx context.Context, client rueidis.Client, c *call) er
 		b.inFlight++
 		b.mu.Unlock()
 		one := [1]*call{c}
-		s.run(ctx, client, "-1", one[:])
+		s.send(ctx, client, "-1", one[:])
 		b.release()
 		return c.err
 	}
@@ -190,7 +190,7 @@ func (s *Store) runBatch(client rueidis.Client, batch []*call) {
 		}
 	}
 	ctx, cancel := context.WithDeadline(context.Background(), latest)
-	s.run(ctx, client, "-1", batch)
+	s.run(ctx, client, client, "-1", batch)
 	cancel()
 	for _, c := range batch {
 		c.ctx = nil
@@ -199,9 +199,39 @@ func (s *Store) runBatch(client rueidis.Client, batch []*call) {
 	s.batch.release()
 }
 
-// run executes calls in one call of the decision function and sets each
-// call's decisions or error.
-func (s *Store) run(ctx context.Context, client rueidis.Client, now string, calls []*call) {
+// send runs calls as run does: on the store's own connection when it is
+// free and worked last, else on the shared one. A call alone on the
+// shared connection is written from its caller's goroutine only until two
+// calls first overlap on it: rueidis then hands every call on it to a
+// writer goroutine for good, which costs a lone caller a goroutine
+// hand-off each way, a third of its round trip to a near Redis. The own
+// connection (rueidis' Dedicated, the one Redis's clock is measured on)
+// carries one call at a time, so a lone caller's call is always written
+// and read from its own goroutine, however busy the store was before.
+//
+// A call that fails on it for another reason than its caller's context
+// or its expiry turns it off: calls go on the shared connection until the
+// clock's next measurement on it, a second later, succeeds. A connection
+// that cannot be made (maxclients, say) is thus never in the way.
+func (s *Store) send(ctx context.Context, client rueidis.Client, now string, calls []*call) {
+	o := &s.clock
+	if !o.own.Load() || !o.ownMu.TryLock() {
+		s.run(ctx, client, client, now, calls)
+		return
+	}
+	_ = client.Dedicated(func(dc rueidis.DedicatedClient) error {
+		s.run(ctx, client, dc, now, calls)
+		return nil
+	})
+	o.ownMu.Unlock()
+	if err := calls[0].err; err != nil && !errors.Is(err, ErrExpired) && ctx.Err() == nil {
+		o.ownFailed(err)
+	}
+}
+
+// run executes calls in one call of the decision function, by via (see
+// exec), and sets each call's decisions or error.
+func (s *Store) run(ctx context.Context, client rueidis.Client, via rueidis.CommandClient, now string, calls []*call) {
 	keys := calls[0].keys
 	if len(calls) > 1 {
 		n := 0
@@ -213,7 +243,7 @@ func (s *Store) run(ctx context.Context, client rueidis.Client, now string, call
 			keys = append(keys, c.keys...)
 		}
 	}
-	vals, err := s.exec(ctx, client, keys, s.encode(now, calls))
+	vals, err := s.exec(ctx, client, via, keys, s.encode(now, calls))
 	want := 0
 	for _, c := range calls {
 		want += 3 * len(c.reqs)

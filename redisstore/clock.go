@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,7 +26,8 @@ import (
 // shared connection while a call is under way would turn it, for good,
 // from writing each call from its caller's goroutine to queueing it for
 // a writer goroutine, which costs a lone caller's every call a goroutine
-// hand-off each way.
+// hand-off each way. A measurement there that succeeds makes that
+// connection the one a lone call goes on (Store.send).
 type clock struct {
 	offset   atomic.Int64 // Redis µs minus local µs
 	spread   atomic.Int64 // half the round trip it was measured over (µs): how far off it may be
@@ -41,6 +43,13 @@ type clock struct {
 	failures atomic.Uint64
 	failing  atomic.Int64
 	log      *slog.Logger
+
+	// own says the clock's own connection worked when last used: a lone
+	// call may go on it (Store.send). ownMu is held by what is on it, a
+	// call or a measurement, so that the two take turns on one
+	// connection rather than open a second.
+	own   atomic.Bool
+	ownMu sync.Mutex
 }
 
 // clockLogEvery is how many failures in a row go by between two lines.
@@ -119,6 +128,7 @@ func (c *clock) measure(ctx context.Context, client rueidis.Client, dedicated bo
 	}
 	var err error
 	if dedicated {
+		c.ownMu.Lock()
 		err = client.Dedicated(func(dc rueidis.DedicatedClient) error {
 			// The first TIME may wait for the connection to be made: the
 			// second is the one timed.
@@ -127,6 +137,7 @@ func (c *clock) measure(ctx context.Context, client rueidis.Client, dedicated bo
 			}
 			return read(dc)
 		})
+		c.ownMu.Unlock()
 	} else {
 		err = read(client)
 	}
@@ -146,8 +157,27 @@ func (c *clock) measure(ctx context.Context, client rueidis.Client, dedicated bo
 	c.offset.Store(redisNow - mid)
 	c.spread.Store(got.Sub(sent).Microseconds()/2 + 1)
 	c.known.Store(true)
+	if dedicated {
+		c.own.Store(true)
+	} else {
+		c.next.Store(0) // measured on its own connection at the next call, which a lone call may then use
+	}
 	if n := c.failing.Swap(0); n > 0 && c.log != nil {
 		c.log.Info("redisstore: Redis's clock measured again", "failures", n)
+	}
+}
+
+// ownFailed turns the own connection off after a call on it failed with
+// err, and has the clock measured on it a second later, which turns it
+// on again if it works.
+func (c *clock) ownFailed(err error) {
+	if !c.own.Swap(false) {
+		return
+	}
+	c.next.Store(time.Now().Add(time.Second).UnixNano())
+	if c.log != nil {
+		c.log.Warn("redisstore: a call on the store's own connection failed; calls go on the shared connection until Redis's clock is measured on it again",
+			"error", err)
 	}
 }
 

@@ -22,3 +22,7 @@ func SkewClock(s *Store, d time.Duration) { s.clock.offset.Add(-d.Microseconds()
 
 // ClockIdle reports whether no measurement of Redis's clock is running.
 func ClockIdle(s *Store) bool { return !s.clock.measures.Load() }
+
+// OwnConnection reports whether a lone call of s goes on its own
+// connection, the one Redis's clock is measured on.
+func OwnConnection(s *Store) bool { return s.clock.own.Load() }

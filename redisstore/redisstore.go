@@ -405,7 +405,7 @@ func (s *Store) take(ctx context.Context, c *call) error {
 		} else {
 			c.deadline = s.clock.deadline(ctx, client)
 		}
-		s.run(ctx, client, now, []*call{c})
+		s.send(ctx, client, now, []*call{c})
 		s.clock.answered(ctx, client, c.err)
 		return c.err
 	}

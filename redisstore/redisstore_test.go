@@ -280,9 +280,12 @@ func TestOpenErrorHidesPassword(t *testing.T) {
 
 // The store knows Redis's clock from its first call on: that call
 // measures it, before it is sent, on the connection the calls share. Later
-// measurements run on a connection of their own, so the shared one
-// carries only calls and a lone caller's calls stay written from its own
-// goroutine, never handed to a writer (see clock).
+// measurements run on a connection of their own, and once one has worked
+// there a lone call goes on it too: after calls overlapped on the shared
+// connection (rueidis then writes its calls from a goroutine of its own,
+// for good), a lone caller's calls are still written and read from its
+// own goroutine (see Store.send). Every call is counted once, whichever
+// connection it went on.
 func TestClockFirstInlineThenOnItsOwnConnection(t *testing.T) {
 	srv := redistest.Standalone(t)
 	// A name of its own, so that CLIENT LIST can be read for this
@@ -298,19 +301,26 @@ func TestClockFirstInlineThenOnItsOwnConnection(t *testing.T) {
 	}
 	t.Cleanup(c.Close)
 	s := redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t)})
+	// A burst of 10,000, refilled at one an hour: what the calls take
+	// is what remains, give or take the one an hour may refill.
+	limit := sluice.Limit{Rate: 1, Period: time.Hour, Burst: 10_000}
 	take := func() {
+		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if _, err := s.Take(ctx, sluice.Request{Key: "k", Limit: sluice.Limit{Rate: 1000, Period: time.Hour}, Cost: 1}); err != nil {
+		if _, err := s.Take(ctx, sluice.Request{Key: "k", Limit: limit, Cost: 1}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if redisstore.ClockKnown(s) {
-		t.Fatal("Redis's clock known before any call")
-	}
-	take()
-	if !redisstore.ClockKnown(s) {
-		t.Fatal("Redis's clock not known after the first call")
+	refresh := func() {
+		t.Helper()
+		idle := redisstore.ClockDue(s) // as every clockRefresh
+		take()                         // starts the measurement beside it
+		for give := time.Now().Add(time.Minute); !idle(); runtime.Gosched() {
+			if time.Now().After(give) {
+				t.Fatal("the clock's refresh never ended")
+			}
+		}
 	}
 	// CLIENT LIST names each connection's last command.
 	lastOn := func() map[string]string {
@@ -329,24 +339,152 @@ func TestClockFirstInlineThenOnItsOwnConnection(t *testing.T) {
 				}
 			}
 			if named == name {
-				last[cmd] = id
+				last[id] = cmd
 			}
 		}
 		return last
 	}
-	if last := lastOn(); last["fcall"] == "" || last["time"] != "" {
-		t.Fatalf("last commands by connection after the first call %v: want TIME then FCALL on one connection", last)
-	}
-	idle := redisstore.ClockDue(s) // as every clockRefresh
-	take()                         // starts the measurement beside it
-	for give := time.Now().Add(time.Minute); !idle(); runtime.Gosched() {
-		if time.Now().After(give) {
-			t.Fatal("the clock's refresh never ended")
+	on := func(last map[string]string, cmd string) (ids []string) {
+		for id, c := range last {
+			if c == cmd {
+				ids = append(ids, id)
+			}
 		}
+		return ids
+	}
+	if redisstore.ClockKnown(s) {
+		t.Fatal("Redis's clock known before any call")
 	}
 	take()
-	if last := lastOn(); last["time"] == "" || last["fcall"] == "" || last["time"] == last["fcall"] {
-		t.Fatalf("last commands by connection after a refresh %v: want TIME last on a connection, and FCALL on another", last)
+	if !redisstore.ClockKnown(s) {
+		t.Fatal("Redis's clock not known after the first call")
+	}
+	last := lastOn()
+	shared := on(last, "fcall")
+	if len(last) != 1 || len(shared) != 1 {
+		t.Fatalf("last commands by connection after the first call %v: want TIME then FCALL on one connection", last)
+	}
+	if redisstore.OwnConnection(s) {
+		t.Fatal("a lone call would go on a connection never used")
+	}
+	refresh()
+	last = lastOn()
+	own := on(last, "time")
+	if len(own) != 1 || last[shared[0]] != "fcall" {
+		t.Fatalf("last commands by connection after a refresh %v: want TIME last on a connection, and FCALL on connection %s", last, shared[0])
+	}
+	if !redisstore.OwnConnection(s) {
+		t.Fatal("after a measurement on its own connection, lone calls do not go on it")
+	}
+	take()
+	if last = lastOn(); last[own[0]] != "fcall" || last[shared[0]] != "fcall" {
+		t.Fatalf("last commands by connection after a lone call %v: want FCALL on %s, the clock's", last, own[0])
+	}
+
+	// Calls at once, then one alone: it goes on the clock's connection
+	// again, whatever the calls at once did to the shared one.
+	const callers, each = 16, 32
+	var wg sync.WaitGroup
+	for range callers {
+		wg.Go(func() {
+			for range each {
+				take()
+			}
+		})
+	}
+	wg.Wait()
+	refresh() // TIME last on the clock's connection, to see the next call move it
+	if last = lastOn(); last[own[0]] != "time" {
+		t.Fatalf("last commands by connection after calls at once and a refresh %v: want TIME on %s", last, own[0])
+	}
+	take()
+	if last = lastOn(); last[own[0]] != "fcall" {
+		t.Fatalf("last commands by connection after calls at once, then one alone %v: want FCALL on %s, the clock's", last, own[0])
+	}
+	ctx := context.Background()
+	d, err := s.Take(ctx, sluice.Request{Key: "k", Limit: limit}) // a peek
+	if want := limit.Burst - 6 - callers*each; err != nil || d.Remaining < want || d.Remaining > want+1 {
+		t.Fatalf("after %d calls: remaining %d, %v; want %d (or one more, refilled)", 6+callers*each, d.Remaining, err, want)
+	}
+}
+
+// The store's own connection killed (CLIENT KILL here; a restart or an
+// idle timeout alike): the call on it when it went may fail, and is then
+// logged, and the calls after it go on the shared connection until the
+// clock's next measurement opens another, which lone calls use again.
+func TestOwnConnectionKilled(t *testing.T) {
+	srv := redistest.Standalone(t)
+	name := strings.NewReplacer(":", "-", ".", "-").Replace(strings.TrimSuffix(uniquePrefix(t), ":"))
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, ClientName: name, PipelineMultiplex: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	var logged logbuf.Buffer
+	s := redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t), Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	take := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		_, err := s.Take(ctx, sluice.Request{Key: "k", Limit: sluice.Limit{Rate: 1000, Period: time.Hour}, Cost: 1})
+		return err
+	}
+	mustTake := func() {
+		t.Helper()
+		if err := take(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refresh := func() {
+		t.Helper()
+		idle := redisstore.ClockDue(s)
+		mustTake()
+		for give := time.Now().Add(time.Minute); !idle(); runtime.Gosched() {
+			if time.Now().After(give) {
+				t.Fatal("the clock's refresh never ended")
+			}
+		}
+	}
+	// clockConn returns the id of the connection whose last command was
+	// TIME: the clock's own, after a refresh.
+	clockConn := func() string {
+		t.Helper()
+		for line := range strings.SplitSeq(srv.Do("CLIENT", "LIST"), "\n") {
+			if strings.Contains(line, " name="+name+" ") && strings.Contains(line, " cmd=time ") {
+				id, _, _ := strings.Cut(strings.TrimPrefix(line, "id="), " ")
+				return id
+			}
+		}
+		t.Fatalf("no connection of %s ran TIME last:\n%s", name, srv.Do("CLIENT", "LIST"))
+		return ""
+	}
+	mustTake()
+	refresh()
+	killed := clockConn()
+	if !redisstore.OwnConnection(s) {
+		t.Fatal("after a measurement on its own connection, lone calls do not go on it")
+	}
+	srv.Do("CLIENT", "KILL", "ID", killed)
+	if err := take(); err != nil {
+		t.Logf("the call on the killed connection failed: %v", err)
+		// It was on the killed connection: logged, and off it.
+		if out := logged.String(); !strings.Contains(out, "own connection failed") || redisstore.OwnConnection(s) {
+			t.Fatalf("a call failed on the killed connection (%v), and the store goes on with it; log:\n%s", err, out)
+		}
+	}
+	for range 3 {
+		mustTake() // on the shared connection, or on a new own one
+	}
+	refresh()
+	if !redisstore.OwnConnection(s) {
+		t.Fatal("after a measurement on a new connection, lone calls do not go on it")
+	}
+	again := clockConn()
+	if again == killed {
+		t.Fatalf("the clock measured on connection %s, which was killed", killed)
+	}
+	mustTake()
+	if list := srv.Do("CLIENT", "LIST"); !strings.Contains(list, "id="+again+" ") || strings.Contains(list, "id="+again+" ") && !strings.Contains(strings.SplitN(list[strings.Index(list, "id="+again+" "):], "\n", 2)[0], " cmd=fcall ") {
+		t.Fatalf("a lone call after the clock's new connection %s worked did not go on it:\n%s", again, list)
 	}
 }
 

@@ -137,13 +137,15 @@ func (f *functions) load(ctx context.Context, client rueidis.Client) bool {
 // library where it is missing (a new server, a restart, a failover, a
 // FUNCTION FLUSH), or by EVALSHA where functions are off. A call that
 // found the function missing was not run, so running it again is safe.
-func (s *Store) exec(ctx context.Context, client rueidis.Client, keys, args []string) ([]rueidis.RedisMessage, error) {
+// FCALL goes by via, the shared connection (client) or the store's own;
+// loading the library and EVALSHA go by client.
+func (s *Store) exec(ctx context.Context, client rueidis.Client, via rueidis.CommandClient, keys, args []string) ([]rueidis.RedisMessage, error) {
 	if s.fn.usable() {
-		vals, err := fcall(ctx, client, keys, args)
+		vals, err := fcall(ctx, via, keys, args)
 		switch {
 		case hasPrefix(err, "Function not found"):
 			if s.fn.load(ctx, client) {
-				vals, err = fcall(ctx, client, keys, args)
+				vals, err = fcall(ctx, via, keys, args)
 				if !hasPrefix(err, "Function not found") {
 					return vals, err
 				}
@@ -159,7 +161,7 @@ func (s *Store) exec(ctx context.Context, client rueidis.Client, keys, args []st
 	return takeScript.Exec(ctx, client, keys, args).ToArray()
 }
 
-func fcall(ctx context.Context, client rueidis.Client, keys, args []string) ([]rueidis.RedisMessage, error) {
+func fcall(ctx context.Context, client rueidis.CommandClient, keys, args []string) ([]rueidis.RedisMessage, error) {
 	cmd := client.B().Fcall().Function(libName).Numkeys(int64(len(keys))).Key(keys...).Arg(args...).Build()
 	return client.Do(ctx, cmd).ToArray()
 }
