@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/api/sluicev1"
+	"github.com/sluicehq/sluice/internal/freeport"
 	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/shard"
@@ -53,33 +54,6 @@ func TestMain(m *testing.M) {
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
-
-// freeAddr returns a loopback address that nothing listens on now, never
-// one it returned before.
-func freeAddr(t *testing.T) string {
-	handedOut.Lock()
-	defer handedOut.Unlock()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		// The port was free, but a port handed out before and closed may
-		// come back: two flags of one command would then name one port.
-		if !handedOut.addrs[addr] {
-			handedOut.addrs[addr] = true
-			return addr
-		}
-	}
-}
-
-// handedOut is every address freeAddr returned.
-var handedOut = struct {
-	sync.Mutex
-	addrs map[string]bool
-}{addrs: map[string]bool{}}
 
 // proc is a running sluice process.
 type proc struct {
@@ -533,7 +507,7 @@ func TestProxy(t *testing.T) {
     match: "/shaped"
     shape: true
 `), 0o644)
-	addr, ops := freeAddr(t), freeAddr(t)
+	addr, ops := freeport.Addr(t), freeport.Addr(t)
 	cmd := exec.Command(binary, "proxy", "-config", file, "-upstream", upstream.URL, "-listen", addr, "-metrics", ops)
 	out := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
@@ -675,7 +649,7 @@ func waitSyncs(t *testing.T, p *proc, n float64) {
 // exactly by its owner whichever instance is asked, and when one instance
 // dies its keys move to the survivors within a membership interval.
 func TestShardThreeInstances(t *testing.T) {
-	grpcs := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
+	grpcs := []string{freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)}
 	file := filepath.Join(t.TempDir(), "shard.yaml")
 	os.WriteFile(file, []byte(`store:
   mode: shard
@@ -687,7 +661,7 @@ policies:
 `), 0o644)
 	var procs []*proc
 	for _, g := range grpcs {
-		p := &proc{http: freeAddr(t), grpc: g, admin: freeAddr(t), out: &logbuf.Buffer{}}
+		p := &proc{http: freeport.Addr(t), grpc: g, admin: freeport.Addr(t), out: &logbuf.Buffer{}}
 		p.cmd = exec.Command(binary, "serve", "-config", file, "-http", p.http, "-grpc", p.grpc, "-admin", p.admin)
 		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 		if err := p.cmd.Start(); err != nil {
@@ -905,8 +879,8 @@ func TestProxyReloadsUnderLoad(t *testing.T) {
 	defer upstream.Close()
 	file := filepath.Join(t.TempDir(), "proxy.yaml")
 	os.WriteFile(file, []byte("policies: [{name: p, limit: 1000000/1h, key: client_ip}]\n"), 0o644)
-	addr := freeAddr(t)
-	cmd := exec.Command(binary, "proxy", "-config", file, "-upstream", upstream.URL, "-listen", addr, "-metrics", freeAddr(t))
+	addr := freeport.Addr(t)
+	cmd := exec.Command(binary, "proxy", "-config", file, "-upstream", upstream.URL, "-listen", addr, "-metrics", freeport.Addr(t))
 	out := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/sluicehq/sluice/internal/freeport"
 	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -34,7 +35,7 @@ func TestServeEnvoyEnv(t *testing.T) {
 		}
 		os.WriteFile(filepath.Join(dir, f), data, 0o644)
 	}
-	port := func() string { a := freeAddr(t); return a[strings.LastIndex(a, ":")+1:] }
+	port := func() string { a := freeport.Addr(t); return a[strings.LastIndex(a, ":")+1:] }
 	httpPort, grpcPort, debugPort := port(), port(), port()
 	cmd := exec.Command(binary, "serve", "-envoy-env")
 	cmd.Env = append(os.Environ(), "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/freeport"
 	"github.com/sluicehq/sluice/internal/logbuf"
 )
 
@@ -110,7 +111,7 @@ policies:
   - {name: api, limit: fixed_window 3/1h, key: client_ip, match: "/api/"}
 `), 0o644)
 	p := start(t, nil, "-config", file)
-	listen := freeAddr(t)
+	listen := freeport.Addr(t)
 	addrs := map[string]string{"127.0.0.1:8080": p.http, "127.0.0.1:3000": strings.TrimPrefix(up.URL, "http://"), "127.0.0.1:8000": listen}
 	dir := t.TempDir()
 	cmd := exec.Command(bin, gw.setup(t, dir, addrs)...)

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/freeport"
 	"github.com/sluicehq/sluice/internal/logbuf"
 )
 
@@ -90,8 +91,8 @@ func TestProxyLimitChangeKeepsUsed(t *testing.T) {
 	defer upstream.Close()
 	file := filepath.Join(t.TempDir(), "proxy.yaml")
 	os.WriteFile(file, []byte(sixPolicies("1", true)), 0o644)
-	addr := freeAddr(t)
-	cmd := exec.Command(binary, "proxy", "-config", file, "-upstream", upstream.URL, "-listen", addr, "-metrics", freeAddr(t))
+	addr := freeport.Addr(t)
+	cmd := exec.Command(binary, "proxy", "-config", file, "-upstream", upstream.URL, "-listen", addr, "-metrics", freeport.Addr(t))
 	out := &logbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/freeport"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -143,7 +144,7 @@ func TestServeRefusesUserWithoutScripting(t *testing.T) {
 	store := "policies: [{name: api, limit: fixed_window 5/1h}]\nstore: {type: redis, url: \"redis://app:pw@" + srv.Addr + "\""
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, binary, "serve", "-config", writeConfig(t, store+"}\n"), "-http", freeAddr(t), "-grpc", freeAddr(t)).CombinedOutput()
+	out, err := exec.CommandContext(ctx, binary, "serve", "-config", writeConfig(t, store+"}\n"), "-http", freeport.Addr(t), "-grpc", freeport.Addr(t)).CombinedOutput()
 	if err == nil || !strings.Contains(string(out), `Redis user "app" may not run sluice's decision`) || !strings.Contains(string(out), "store.fail_mode") {
 		t.Fatalf("serve as a user without scripting: %v\n%s\nwant a refusal to start naming the user and store.fail_mode", err, out)
 	}

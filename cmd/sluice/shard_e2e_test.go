@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/sluicehq/sluice/internal/freeport"
 	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/shard"
 )
@@ -30,7 +31,7 @@ type shardCluster struct {
 func newShardCluster(t *testing.T, n int) *shardCluster {
 	c := &shardCluster{t: t, file: filepath.Join(t.TempDir(), "shard.yaml"), procs: make([]*proc, n)}
 	for range n {
-		c.grpcs = append(c.grpcs, freeAddr(t))
+		c.grpcs = append(c.grpcs, freeport.Addr(t))
 	}
 	os.WriteFile(c.file, []byte(`store:
   mode: shard
@@ -45,7 +46,7 @@ policies:
 
 // start runs member i (again, after a kill: on the same addresses).
 func (c *shardCluster) start(i int) {
-	p := &proc{http: freeAddr(c.t), grpc: c.grpcs[i], admin: freeAddr(c.t), out: &logbuf.Buffer{}}
+	p := &proc{http: freeport.Addr(c.t), grpc: c.grpcs[i], admin: freeport.Addr(c.t), out: &logbuf.Buffer{}}
 	if old := c.procs[i]; old != nil {
 		p.http, p.admin = old.http, old.admin
 	}

@@ -26,6 +26,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicehq/sluice/internal/freeport"
 )
 
 // Server is one redis-server process.
@@ -133,7 +135,7 @@ func StandaloneTLS(t testing.TB, certs *Certs) *Server {
 func startServer(t testing.TB, certs *Certs, extra []string) *Server {
 	t.Helper()
 	bin := binary(t, "redis-server")
-	port := freePort(t)
+	port := freeport.Port(t, 10000) // and its Cluster bus port
 	dir := t.TempDir()
 	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), t: t, dir: dir, tls: certs}
 	listen := []string{"--port", strconv.Itoa(port)}
@@ -238,29 +240,6 @@ func ping(addr string, certs *Certs) bool {
 	return err == nil && strings.HasPrefix(line, "+PONG")
 }
 
-// freePort returns a loopback port that is free, and whose Cluster bus
-// port (port + 10000) is free too.
-func freePort(t testing.TB) int {
-	t.Helper()
-	for range 100 {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		port := l.Addr().(*net.TCPAddr).Port
-		l.Close()
-		if port > 55000 {
-			continue
-		}
-		if bus, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+10000)); err == nil {
-			bus.Close()
-			return port
-		}
-	}
-	t.Fatal("redistest: no free port pair found")
-	return 0
-}
-
 // Cluster starts a 3-master Redis Cluster and returns its nodes once every
 // node reports cluster_state:ok.
 func Cluster(t testing.TB) []*Server {
@@ -324,7 +303,7 @@ func Sentinel(t testing.TB) (master *Server, sentinelAddr string) {
 // (after its port, bind and dir) and returns its address once it answers.
 func startSentinel(t testing.TB, monitor string) string {
 	t.Helper()
-	port := freePort(t)
+	port := freeport.Port(t)
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "sentinel.conf")
 	body := fmt.Sprintf("port %d\nbind 127.0.0.1\ndir %s\n%s", port, dir, monitor)
