@@ -209,8 +209,8 @@ func (s *Store) runBatch(client rueidis.Client, batch []*call) {
 // carries one call at a time, so a lone caller's call is always written
 // and read from its own goroutine, however busy the store was before.
 //
-// A call that fails on it for another reason than its caller's context
-// or its expiry turns it off: calls go on the shared connection until the
+// A call that fails on it for another reason than its caller's context,
+// its expiry or the client closing turns it off: calls go on the shared connection until the
 // clock's next measurement on it, a second later, succeeds. A connection
 // that cannot be made (maxclients, say) is thus never in the way.
 func (s *Store) send(ctx context.Context, client rueidis.Client, now string, calls []*call) {
@@ -224,7 +224,7 @@ func (s *Store) send(ctx context.Context, client rueidis.Client, now string, cal
 		return nil
 	})
 	o.ownMu.Unlock()
-	if err := calls[0].err; err != nil && !errors.Is(err, ErrExpired) && ctx.Err() == nil {
+	if err := calls[0].err; err != nil && !errors.Is(err, ErrExpired) && !errors.Is(err, rueidis.ErrClosing) && ctx.Err() == nil {
 		o.ownFailed(err)
 	}
 }
