@@ -278,6 +278,38 @@ func TestOpenErrorHidesPassword(t *testing.T) {
 	}
 }
 
+// namedClient returns a client of addr on one pipelined connection, and
+// its name, its own, so that CLIENT LIST can be read for this client's
+// connections alone: a shared server (SLUICE_REDIS_ADDR) holds other
+// tests' stores, whose clocks refresh on connections whose last command
+// is TIME too. By default rueidis spreads keyed commands over
+// log2(GOMAXPROCS) connections at random, and sends TIME, which has no
+// key, on the first.
+func namedClient(t *testing.T, addr string) (rueidis.Client, string) {
+	t.Helper()
+	name := strings.NewReplacer(":", "-", ".", "-").Replace(strings.TrimSuffix(uniquePrefix(t), ":"))
+	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{addr}, ClientName: name, PipelineMultiplex: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c, name
+}
+
+// refreshClock makes a measurement of s's Redis clock due, as every
+// clockRefresh does, calls take, which starts it beside its call, and
+// waits for it to end.
+func refreshClock(t *testing.T, s *redisstore.Store, take func()) {
+	t.Helper()
+	idle := redisstore.ClockDue(s)
+	take()
+	for give := time.Now().Add(time.Minute); !idle(); runtime.Gosched() {
+		if time.Now().After(give) {
+			t.Fatal("the clock's refresh never ended")
+		}
+	}
+}
+
 // The store knows Redis's clock from its first call on: that call
 // measures it, before it is sent, on the connection the calls share. Later
 // measurements run on a connection of their own, and once one has worked
@@ -288,18 +320,7 @@ func TestOpenErrorHidesPassword(t *testing.T) {
 // connection it went on.
 func TestClockFirstInlineThenOnItsOwnConnection(t *testing.T) {
 	srv := redistest.Standalone(t)
-	// A name of its own, so that CLIENT LIST can be read for this
-	// client's connections alone: a shared server (SLUICE_REDIS_ADDR)
-	// holds other tests' stores, whose clocks refresh on connections
-	// whose last command is TIME too. One pipelined connection: by
-	// default rueidis spreads keyed commands over log2(GOMAXPROCS) of
-	// them at random, and sends TIME, which has no key, on the first.
-	name := strings.NewReplacer(":", "-", ".", "-").Replace(strings.TrimSuffix(uniquePrefix(t), ":"))
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, ClientName: name, PipelineMultiplex: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c, name := namedClient(t, srv.Addr)
 	s := redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t)})
 	// A burst of 10,000, refilled at one an hour: what the calls take
 	// is what remains, give or take the one an hour may refill.
@@ -314,13 +335,7 @@ func TestClockFirstInlineThenOnItsOwnConnection(t *testing.T) {
 	}
 	refresh := func() {
 		t.Helper()
-		idle := redisstore.ClockDue(s) // as every clockRefresh
-		take()                         // starts the measurement beside it
-		for give := time.Now().Add(time.Minute); !idle(); runtime.Gosched() {
-			if time.Now().After(give) {
-				t.Fatal("the clock's refresh never ended")
-			}
-		}
+		refreshClock(t, s, take)
 	}
 	// CLIENT LIST names each connection's last command.
 	lastOn := func() map[string]string {
@@ -414,12 +429,7 @@ func TestClockFirstInlineThenOnItsOwnConnection(t *testing.T) {
 // clock's next measurement opens another, which lone calls use again.
 func TestOwnConnectionKilled(t *testing.T) {
 	srv := redistest.Standalone(t)
-	name := strings.NewReplacer(":", "-", ".", "-").Replace(strings.TrimSuffix(uniquePrefix(t), ":"))
-	c, err := rueidis.NewClient(rueidis.ClientOption{InitAddress: []string{srv.Addr}, ClientName: name, PipelineMultiplex: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(c.Close)
+	c, name := namedClient(t, srv.Addr)
 	var logged logbuf.Buffer
 	s := redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t), Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	take := func() error {
@@ -436,13 +446,7 @@ func TestOwnConnectionKilled(t *testing.T) {
 	}
 	refresh := func() {
 		t.Helper()
-		idle := redisstore.ClockDue(s)
-		mustTake()
-		for give := time.Now().Add(time.Minute); !idle(); runtime.Gosched() {
-			if time.Now().After(give) {
-				t.Fatal("the clock's refresh never ended")
-			}
-		}
+		refreshClock(t, s, mustTake)
 	}
 	// clockConn returns the id of the connection whose last command was
 	// TIME: the clock's own, after a refresh.
@@ -534,13 +538,7 @@ func TestClockFailuresCountedAndLogged(t *testing.T) {
 	}
 	refresh := func() {
 		t.Helper()
-		idle := redisstore.ClockDue(s)
-		take() // starts the measurement beside it
-		for give := time.Now().Add(time.Minute); !idle(); runtime.Gosched() {
-			if time.Now().After(give) {
-				t.Fatal("the clock's refresh never ended")
-			}
-		}
+		refreshClock(t, s, take)
 	}
 	setMaxClients := func(n string) {
 		t.Helper()
