@@ -199,8 +199,8 @@ func (s *Store) runBatch(client rueidis.Client, batch []*call) {
 	s.batch.release()
 }
 
-// send runs calls as run does: on the store's own connection when it is
-// free and worked last, else on the shared one. A call alone on the
+// send runs calls as run does, off Cluster: on the store's own connection
+// when it is free and worked last, else on the shared one. A call alone on the
 // shared connection is written from its caller's goroutine only until two
 // calls first overlap on it: rueidis then hands every call on it to a
 // writer goroutine for good, which costs a lone caller a goroutine

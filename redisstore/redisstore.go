@@ -405,7 +405,13 @@ func (s *Store) take(ctx context.Context, c *call) error {
 		} else {
 			c.deadline = s.clock.deadline(ctx, client)
 		}
-		s.send(ctx, client, now, []*call{c})
+		if cluster {
+			// Not on a dedicated connection, which is bound to one node
+			// and does not follow MOVED while slots migrate.
+			s.run(ctx, client, client, now, []*call{c})
+		} else {
+			s.send(ctx, client, now, []*call{c})
+		}
 		s.clock.answered(ctx, client, c.err)
 		return c.err
 	}
