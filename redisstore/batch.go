@@ -200,33 +200,33 @@ func (s *Store) runBatch(client rueidis.Client, batch []*call) {
 }
 
 // send runs calls as run does, off Cluster: on the store's own connection
-// when it is free and worked last, else on the shared one. A call alone on the
-// shared connection is written from its caller's goroutine only until two
-// calls first overlap on it: rueidis then hands every call on it to a
-// writer goroutine for good, which costs a lone caller a goroutine
+// (ownConn) when it is on and free, else on the shared one. A call alone
+// on the shared connection is written from its caller's goroutine only
+// until two calls first overlap on it: rueidis then hands every call on it
+// to a writer goroutine for good, which costs a lone caller a goroutine
 // hand-off each way, a third of its round trip to a near Redis. The own
-// connection (rueidis' Dedicated, the one Redis's clock is measured on)
-// carries one call at a time, so a lone caller's call is always written
-// and read from its own goroutine, however busy the store was before.
+// connection carries one thing at a time, so a lone caller's call is
+// always written and read from its own goroutine, however busy the store
+// was before.
 //
-// A call that fails on it for another reason than its caller's context,
-// its expiry or the client closing turns it off: calls go on the shared connection until the
-// clock's next measurement on it, a second later, succeeds. A connection
-// that cannot be made (maxclients, say) is thus never in the way.
+// An error that is not Redis's answer (a broken connection, a timeout
+// that abandoned the reply) gives the connection back: calls go on the
+// shared one until the clock's next measurement, a second later, opens
+// another. A connection that cannot be made (maxclients, say) is thus
+// never in a caller's way.
 func (s *Store) send(ctx context.Context, client rueidis.Client, now string, calls []*call) {
-	o := &s.clock
-	if !o.own.Load() || !o.ownMu.TryLock() {
+	dc, ok := s.clock.own.tryCall()
+	if !ok {
 		s.run(ctx, client, client, now, calls)
 		return
 	}
-	_ = client.Dedicated(func(dc rueidis.DedicatedClient) error {
-		s.run(ctx, client, dc, now, calls)
-		return nil
-	})
-	o.ownMu.Unlock()
-	if err := calls[0].err; err != nil && !errors.Is(err, ErrExpired) && !errors.Is(err, rueidis.ErrClosing) && ctx.Err() == nil {
-		o.ownFailed(err)
+	s.run(ctx, client, dc, now, calls)
+	var answered *rueidis.RedisError
+	if err := calls[0].err; err != nil && !errors.Is(err, ErrExpired) && !errors.As(err, &answered) {
+		s.clock.ownFailed(ctx, err)
+		return
 	}
+	s.clock.own.done(nil, false)
 }
 
 // run executes calls in one call of the decision function, by via (see

@@ -2,10 +2,10 @@ package redisstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,12 +44,9 @@ type clock struct {
 	failing  atomic.Int64
 	log      *slog.Logger
 
-	// own says the clock's own connection worked when last used: a lone
-	// call may go on it (Store.send). ownMu is held by what is on it, a
-	// call or a measurement, so that the two take turns on one
-	// connection rather than open a second.
-	own   atomic.Bool
-	ownMu sync.Mutex
+	// own is the connection refreshes run on, which a lone call may use
+	// too (Store.send).
+	own ownConn
 }
 
 // clockLogEvery is how many failures in a row go by between two lines.
@@ -128,16 +125,13 @@ func (c *clock) measure(ctx context.Context, client rueidis.Client, dedicated bo
 	}
 	var err error
 	if dedicated {
-		c.ownMu.Lock()
-		err = client.Dedicated(func(dc rueidis.DedicatedClient) error {
-			// The first TIME may wait for the connection to be made: the
-			// second is the one timed.
-			if err := read(dc); err != nil {
-				return err
-			}
-			return read(dc)
-		})
-		c.ownMu.Unlock()
+		// The first TIME may wait for the connection to be made: the
+		// second is the one timed.
+		dc := c.own.measure(client)
+		if err = read(dc); err == nil {
+			err = read(dc)
+		}
+		c.own.done(err, true)
 	} else {
 		err = read(client)
 	}
@@ -157,9 +151,7 @@ func (c *clock) measure(ctx context.Context, client rueidis.Client, dedicated bo
 	c.offset.Store(redisNow - mid)
 	c.spread.Store(got.Sub(sent).Microseconds()/2 + 1)
 	c.known.Store(true)
-	if dedicated {
-		c.own.Store(true)
-	} else {
+	if !dedicated {
 		c.next.Store(0) // measured on its own connection at the next call, which a lone call may then use
 	}
 	if n := c.failing.Swap(0); n > 0 && c.log != nil {
@@ -167,16 +159,20 @@ func (c *clock) measure(ctx context.Context, client rueidis.Client, dedicated bo
 	}
 }
 
-// ownFailed turns the own connection off after a call on it failed with
-// err, and has the clock measured on it a second later, which turns it
-// on again if it works.
-func (c *clock) ownFailed(err error) {
-	if !c.own.Swap(false) {
+// ownFailed gives the own connection back after a call on it failed with
+// err, a failure of the connection, and has the clock measured on a new
+// one a second later, which turns it on again if it works. The failure is
+// logged unless it is the caller's context ending or the client closing.
+func (c *clock) ownFailed(ctx context.Context, err error) {
+	if !c.own.done(err, false) {
+		return
+	}
+	if errors.Is(err, rueidis.ErrClosing) {
 		return
 	}
 	c.next.Store(time.Now().Add(time.Second).UnixNano())
-	if c.log != nil {
-		c.log.Warn("redisstore: a call on the store's own connection failed; calls go on the shared connection until Redis's clock is measured on it again",
+	if c.log != nil && ctx.Err() == nil {
+		c.log.Warn("redisstore: a call on the store's own connection failed; calls go on the shared connection until Redis's clock is measured on a new one",
 			"error", err)
 	}
 }

@@ -25,4 +25,4 @@ func ClockIdle(s *Store) bool { return !s.clock.measures.Load() }
 
 // OwnConnection reports whether a lone call of s goes on its own
 // connection, the one Redis's clock is measured on.
-func OwnConnection(s *Store) bool { return s.clock.own.Load() }
+func OwnConnection(s *Store) bool { return s.clock.own.works.Load() }

@@ -302,9 +302,11 @@ func (s *Store) Prefix() string { return s.prefix }
 // ending are not counted.
 func (s *Store) ClockErrors() uint64 { return s.clock.failures.Load() }
 
-// Close closes the client if Open opened it; later calls fail with
+// Close gives back the store's own connection to its client, and closes
+// the client if Open opened it; later calls on a store from Open fail with
 // ErrClosed, and none dials again.
 func (s *Store) Close() {
+	s.clock.own.close()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.closed = s.owned
