@@ -220,9 +220,7 @@ func (s *Store) send(ctx context.Context, client rueidis.Client, now string, cal
 		s.run(ctx, client, client, now, calls)
 		return
 	}
-	s.run(ctx, client, dc, now, calls)
-	var answered *rueidis.RedisError
-	if err := calls[0].err; err != nil && !errors.Is(err, ErrExpired) && !errors.As(err, &answered) {
+	if err := s.run(ctx, client, dc, now, calls); err != nil {
 		s.clock.ownFailed(ctx, err)
 		return
 	}
@@ -230,8 +228,10 @@ func (s *Store) send(ctx context.Context, client rueidis.Client, now string, cal
 }
 
 // run executes calls in one call of the decision function, by via (see
-// exec), and sets each call's decisions or error.
-func (s *Store) run(ctx context.Context, client rueidis.Client, via rueidis.CommandClient, now string, calls []*call) {
+// exec), and sets each call's decisions or error. It returns the error of
+// the call to Redis when Redis did not answer it (a broken connection, a
+// timeout), nil when it did, whatever the answer.
+func (s *Store) run(ctx context.Context, client rueidis.Client, via rueidis.CommandClient, now string, calls []*call) (unanswered error) {
 	keys := calls[0].keys
 	if len(calls) > 1 {
 		n := 0
@@ -244,6 +244,10 @@ func (s *Store) run(ctx context.Context, client rueidis.Client, via rueidis.Comm
 		}
 	}
 	vals, err := s.exec(ctx, client, via, keys, s.encode(now, calls))
+	var answered *rueidis.RedisError
+	if err != nil && !errors.As(err, &answered) {
+		unanswered = err
+	}
 	want := 0
 	for _, c := range calls {
 		want += 3 * len(c.reqs)
@@ -256,12 +260,13 @@ func (s *Store) run(ctx context.Context, client rueidis.Client, via rueidis.Comm
 		for _, c := range calls {
 			c.err = err
 		}
-		return
+		return unanswered
 	}
 	for _, c := range calls {
 		c.err = decode(vals[:3*len(c.reqs)], c.reqs, c.dst)
 		vals = vals[3*len(c.reqs):]
 	}
+	return nil
 }
 
 // encode returns the arguments of calls, as scripts/take.lua reads them:

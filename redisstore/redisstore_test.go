@@ -570,7 +570,8 @@ func TestOwnConnectionKilled(t *testing.T) {
 	srv := redistest.Standalone(t)
 	c, name := namedClient(t, srv.Addr)
 	var logged logbuf.Buffer
-	s := redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t), Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	prefix := uniquePrefix(t)
+	s := redisstore.New(c, redisstore.Options{Prefix: prefix, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	take := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -606,6 +607,27 @@ func TestOwnConnectionKilled(t *testing.T) {
 	if !redisstore.OwnConnection(s) {
 		t.Fatal("after a measurement on its own connection, lone calls do not go on it")
 	}
+
+	// Redis answering with an error is not the connection failing: the
+	// call fails, and the connection stays, unlogged.
+	keys := strings.Fields(srv.Do("KEYS", prefix+"*"))
+	if len(keys) != 1 {
+		t.Fatalf("keys of the test: %v, want one", keys)
+	}
+	srv.Do("DEL", keys[0])
+	srv.Do("SADD", keys[0], "not a state")
+	if err := take(); err == nil || !strings.Contains(err.Error(), "WRONGTYPE") {
+		t.Fatalf("a call on a key of another type: %v, want WRONGTYPE", err)
+	}
+	if !redisstore.OwnConnection(s) || logged.String() != "" {
+		t.Fatalf("Redis's error turned the own connection off (%v) or was logged as its failure:\n%s", redisstore.OwnConnection(s), logged.String())
+	}
+	srv.Do("DEL", keys[0])
+	mustTake()
+	if list := srv.Do("CLIENT", "LIST"); !strings.Contains(list, "id="+killed+" ") {
+		t.Fatalf("the clock's connection %s is gone after Redis's error:\n%s", killed, list)
+	}
+
 	srv.Do("CLIENT", "KILL", "ID", killed)
 	if err := take(); err != nil {
 		t.Logf("the call on the killed connection failed: %v", err)
