@@ -224,7 +224,7 @@ func (s *Store) send(ctx context.Context, client rueidis.Client, now string, cal
 		s.clock.ownFailed(ctx, err)
 		return
 	}
-	s.clock.own.done(nil, false)
+	s.clock.own.called(nil)
 }
 
 // run executes calls in one call of the decision function, by via (see

@@ -131,7 +131,7 @@ func (c *clock) measure(ctx context.Context, client rueidis.Client, dedicated bo
 		if err = read(dc); err == nil {
 			err = read(dc)
 		}
-		c.own.done(err, true)
+		c.own.measured(err)
 	} else {
 		err = read(client)
 	}
@@ -164,7 +164,7 @@ func (c *clock) measure(ctx context.Context, client rueidis.Client, dedicated bo
 // one a second later, which turns it on again if it works. The failure is
 // logged unless it is the caller's context ending or the client closing.
 func (c *clock) ownFailed(ctx context.Context, err error) {
-	if !c.own.done(err, false) {
+	if !c.own.called(err) {
 		return
 	}
 	if errors.Is(err, rueidis.ErrClosing) {

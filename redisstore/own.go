@@ -26,7 +26,7 @@ type ownConn struct {
 }
 
 // tryCall locks the connection for a call, unless it is off or in use.
-// The caller unlocks it with done.
+// The caller unlocks it with called.
 func (o *ownConn) tryCall() (rueidis.DedicatedClient, bool) {
 	if !o.works.Load() || !o.mu.TryLock() {
 		return nil, false
@@ -38,8 +38,20 @@ func (o *ownConn) tryCall() (rueidis.DedicatedClient, bool) {
 	return o.conn, true
 }
 
+// called unlocks the connection after a call that Redis answered (err
+// nil) or did not (err): then it gives the connection back, turns it off,
+// and reports whether it was on.
+func (o *ownConn) called(err error) (wasOn bool) {
+	defer o.mu.Unlock()
+	if err == nil {
+		return false
+	}
+	o.closeLocked()
+	return o.works.Swap(false)
+}
+
 // measure locks the connection for a measurement of Redis's clock,
-// opening it if there is none. The caller unlocks it with done.
+// opening it if there is none. The caller unlocks it with measured.
 func (o *ownConn) measure(client rueidis.Client) rueidis.DedicatedClient {
 	o.mu.Lock()
 	if o.conn == nil {
@@ -48,19 +60,15 @@ func (o *ownConn) measure(client rueidis.Client) rueidis.DedicatedClient {
 	return o.conn
 }
 
-// done unlocks the connection after a use that ended in err (nil for a
-// success). A measurement that succeeded turns it on; any failure gives
-// it back and turns it off, and reports whether it was on.
-func (o *ownConn) done(err error, measured bool) (wasOn bool) {
+// measured unlocks the connection after a measurement that ended in err:
+// one that succeeded turns it on, one that failed gives it back and turns
+// it off.
+func (o *ownConn) measured(err error) {
 	defer o.mu.Unlock()
-	if err == nil {
-		if measured {
-			o.works.Store(true)
-		}
-		return false
+	if err != nil {
+		o.closeLocked()
 	}
-	o.closeLocked()
-	return o.works.Swap(false)
+	o.works.Store(err == nil)
 }
 
 // close gives the connection back, for good if the store is closing.
