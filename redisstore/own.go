@@ -12,14 +12,14 @@ import (
 // works, which carries one thing at a time. Redis's clock is measured on
 // it, and off Cluster a call with nothing else in flight goes on it
 // (Store.send). A measurement opens it when there is none, and one that
-// succeeds turns it on; a failure on it, a measurement's or a call's,
-// gives it back (rueidis closes a broken one) and turns it off.
+// succeeds turns it on; a measurement that fails, or a call Redis did not
+// answer, gives it back (rueidis closes a broken one) and turns it off.
 //
 // Held, not borrowed per call: a caller never waits for rueidis' pool of
 // dedicated connections, which does not heed its context, and a call
 // costs no more than on the shared connection.
 type ownConn struct {
-	works   atomic.Bool             // conn is open and its last use succeeded
+	works   atomic.Bool             // conn is open, and worked when last used
 	mu      sync.Mutex              // held by what is on conn
 	conn    rueidis.DedicatedClient // guarded by mu; nil when none
 	release func()                  // gives conn back; guarded by mu
