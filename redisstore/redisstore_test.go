@@ -245,18 +245,13 @@ func TestClusterSlotMovesUnderCalls(t *testing.T) {
 		}
 	}
 
-	// Callers all along.
-	stop := make(chan struct{})
+	// Callers all along, until the slot has moved.
+	var moved atomic.Bool
 	var wg sync.WaitGroup
 	var failed atomic.Value
 	for range 8 {
 		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
+			for !moved.Load() {
 				if err := take(); err != nil {
 					failed.Store(err)
 					return
@@ -288,7 +283,7 @@ func TestClusterSlotMovesUnderCalls(t *testing.T) {
 	for range 50 {
 		mustTake()
 	}
-	close(stop)
+	moved.Store(true)
 	wg.Wait()
 	if err, _ := failed.Load().(error); err != nil {
 		t.Fatalf("a call failed while slot %d moved: %v", slot, err)
