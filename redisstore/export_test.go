@@ -1,6 +1,10 @@
 package redisstore
 
-import "time"
+import (
+	"context"
+	"runtime"
+	"time"
+)
 
 // Slot exposes slot to the external tests, which check it against Redis.
 var Slot = slot
@@ -26,3 +30,20 @@ func ClockIdle(s *Store) bool { return !s.clock.measures.Load() }
 // OwnConnection reports whether a lone call of s goes on its own
 // connection, the one Redis's clock is measured on.
 func OwnConnection(s *Store) bool { return s.clock.own.works.Load() }
+
+// MeasureClock measures Redis's clock on s's own connection now, as a
+// refresh does, with no call beside it, and returns when it is done; the
+// next refresh is then clockRefresh away.
+func MeasureClock(s *Store) error {
+	for !s.clock.measures.CompareAndSwap(false, true) {
+		runtime.Gosched() // one a call started: wait for it
+	}
+	s.clock.next.Store(time.Now().Add(clockRefresh).UnixNano())
+	client, _, err := s.conn()
+	if err != nil {
+		s.clock.measures.Store(false)
+		return err
+	}
+	s.clock.measure(context.Background(), client, true)
+	return nil
+}
