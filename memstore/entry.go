@@ -306,19 +306,69 @@ func (ix *index) slot(i uint64) *atomic.Pointer[entry] {
 	return &ix.groups[i/groupSlots].slots[i%groupSlots]
 }
 
-// home returns the first slot probed for hash h. The shard is chosen by
-// the low bits of h; the index uses the high 32, scaled to its size.
-func (ix *index) home(h uint64) uint64 { return (h >> 32) * ix.n >> 32 }
+// home returns the group and the slot in it that a probe for hash h
+// starts at. The shard is chosen by the low bits of h and the tag by bits
+// 24 to 31; the group is chosen by the high 32 bits, scaled to the
+// index's size, and the slot by bits 16 to 23.
+func (ix *index) home(h uint64) (g, j uint64) {
+	return (h >> 32) * uint64(len(ix.groups)) >> 32, (h >> 16 & 0xff) * groupSlots >> 8
+}
 
-// find returns the entry and slot of key, of hash h, or nil and the first
-// free slot (a tombstone or empty) on its probe sequence. At most 3/4 of
-// the slots are ever used, so the probe ends.
-func (ix *index) find(h uint64, key string) (*entry, uint64) {
+// Bytes of a group's tag word, eight at a time: lows holds 1 in each
+// byte, and slotHighs the high bit of each of the seven slots' tags.
+const (
+	lows      = 0x0101010101010101
+	slotHighs = 0x0080808080808080
+)
+
+// zeros returns the high bit of each byte of x that is zero, and no other
+// bit: a byte's low seven bits plus 0x7f carry into its high bit unless
+// they are all zero, and no byte carries into the next.
+func zeros(x uint64) uint64 {
+	const lows7 = 0x7f7f7f7f7f7f7f7f
+	return ^((x&lows7 + lows7) | x | lows7)
+}
+
+// find returns the entry of key, of hash h, or nil; readers call it
+// without a lock. It compares a group's seven tags at once and reads only
+// the entries whose tag is the key's, in the groups from the key's home up
+// to the first that holds an empty slot after the probe's start: a key is
+// never past an empty slot on its probe sequence (remove empties a slot
+// only when no probe needs to pass it), and an entry whose key is the key
+// is its entry wherever it is found. A lookup that finds its key in its
+// first group takes no branch that depends on where in the group the key
+// is, which in a large store the processor could not predict. At most 3/4
+// of the slots are ever used, so the probe ends.
+func (ix *index) find(h uint64, key string) *entry {
+	want := tagOf(h) * lows
+	g, j := ix.home(h)
+	last := uint64(len(ix.groups) - 1)
+	from := uint64(slotHighs) << (j * 8) & slotHighs
+	for {
+		grp := &ix.groups[g&last]
+		w := grp.tags.Load()
+		for m := zeros(w^want) & from; m != 0; m &= m - 1 {
+			if e := grp.slots[bits.TrailingZeros64(m)>>3].Load(); e != nil && e != tombstone && e.key == key {
+				return e
+			}
+		}
+		if zeros(w)&from != 0 {
+			return nil
+		}
+		g, from = g+1, slotHighs
+	}
+}
+
+// locate returns the entry and slot of key, of hash h, or nil and the
+// first free slot (a tombstone or empty) on its probe sequence, the one
+// find follows. The caller holds the shard lock.
+func (ix *index) locate(h uint64, key string) (*entry, uint64) {
 	free := ^uint64(0)
 	want := tagOf(h)
-	i := ix.home(h)
-	g, j := &ix.groups[i/groupSlots], i%groupSlots
-	w := g.tags.Load()
+	g, j := ix.home(h)
+	i := g*groupSlots + j
+	grp := &ix.groups[g]
+	w := grp.tags.Load()
 	for {
 		switch w >> (j * 8) & 0xff {
 		case tagEmpty:
@@ -331,7 +381,7 @@ func (ix *index) find(h uint64, key string) (*entry, uint64) {
 				free = i
 			}
 		case want:
-			if e := g.slots[j].Load(); e != nil && e != tombstone && e.key == key {
+			if e := grp.slots[j].Load(); e != nil && e != tombstone && e.key == key {
 				return e, i
 			}
 		}
@@ -339,8 +389,8 @@ func (ix *index) find(h uint64, key string) (*entry, uint64) {
 			if i == ix.n {
 				i = 0
 			}
-			g, j = &ix.groups[i/groupSlots], 0
-			w = g.tags.Load()
+			grp, j = &ix.groups[i/groupSlots], 0
+			w = grp.tags.Load()
 		}
 	}
 }
@@ -424,7 +474,7 @@ func (ix *index) rebuilt(hash func(string) uint64) *index {
 			continue
 		}
 		h := hash(e.key)
-		_, at := nx.find(h, e.key)
+		_, at := nx.locate(h, e.key)
 		nx.set(at, e, h)
 		nx.used++
 		nx.live++

@@ -36,7 +36,7 @@ func (s *Store) refund(req *sluice.Request, now int64) (sluice.Decision, error) 
 	default:
 		var st algorithm.State
 		if t != nil {
-			if e, _ := t.ix.Load().find(h, req.Key); e != nil {
+			if e := t.ix.Load().find(h, req.Key); e != nil {
 				old, _ := e.lock(t.swaps) // entries in the index are live under the shard lock
 				st = algorithm.Refund(alg, old, &params, taken, req.Cost)
 				e.unlock(st, t.swaps, t.unitOf(st.C))

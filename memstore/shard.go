@@ -204,7 +204,7 @@ func (t *table) unitAt(c *config, rate int64) unit {
 func (sh *shard) lookup(req *sluice.Request, h uint64) (*entry, *table, *config) {
 	l := &req.Limit
 	if c := sh.last.Load(); c != nil && sameFields(&c.limit, l) {
-		e, _ := c.t.ix.Load().find(h, req.Key)
+		e := c.t.ix.Load().find(h, req.Key)
 		return e, c.t, c
 	}
 	if l.Algorithm.Resolved() == sluice.SlidingLog {
@@ -218,7 +218,7 @@ func (sh *shard) lookup(req *sluice.Request, h uint64) (*entry, *table, *config)
 	if c == nil {
 		return nil, nil, nil
 	}
-	e, _ := t.ix.Load().find(h, req.Key)
+	e := t.ix.Load().find(h, req.Key)
 	return e, t, c
 }
 
@@ -263,7 +263,7 @@ func (sh *shard) decide(req *sluice.Request, now int64, p *pending) error {
 		return nil
 	}
 	if p.t != nil {
-		if p.e, _ = p.t.ix.Load().find(p.h, req.Key); p.e != nil {
+		if p.e = p.t.ix.Load().find(p.h, req.Key); p.e != nil {
 			p.old, _ = p.e.lock(p.t.swaps) // entries in the index are live under the shard lock
 			p.keep = p.old
 		}
@@ -326,7 +326,7 @@ func (sh *shard) commit(s *Store, req *sluice.Request, now int64, p *pending) {
 		t.ix.Store(ix)
 	}
 	// Look again: making room may have freed a slot on the way.
-	_, at := ix.find(p.h, req.Key)
+	_, at := ix.locate(p.h, req.Key)
 	e := newEntry(req.Key, p.s, t.unitOf(p.s.C))
 	if ix.slot(at).Load() == nil {
 		ix.used++
@@ -399,7 +399,7 @@ func (sh *shard) remove(s *Store, t *table, key string) {
 		return
 	}
 	ix := t.ix.Load()
-	if e, i := ix.find(s.hash(key), key); e != nil {
+	if e, i := ix.locate(s.hash(key), key); e != nil {
 		e.lock(t.swaps)
 		sh.removeAt(s, t, ix, i, e)
 	}
