@@ -27,17 +27,23 @@ type Proxy struct {
 	closed  bool
 	conns   map[net.Conn]struct{}
 	wg      sync.WaitGroup
+	dialled func() // called once the server is dialled for a new connection; nil but in tests
 }
 
 // Start listens on a free loopback port and forwards to target until the
 // test ends.
 func Start(t testing.TB, target string) *Proxy {
 	t.Helper()
+	return start(t, target, nil)
+}
+
+func start(t testing.TB, target string, dialled func()) *Proxy {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}}
+	p := &Proxy{Addr: ln.Addr().String(), target: target, ln: ln, conns: map[net.Conn]struct{}{}, dialled: dialled}
 	p.cond = sync.NewCond(&p.mu)
 	p.wg.Add(1)
 	go p.accept()
@@ -162,12 +168,23 @@ func (p *Proxy) accept() {
 			reset(c)
 			continue
 		}
+		if p.dialled != nil {
+			p.dialled()
+		}
 		p.mu.Lock()
 		if p.closed {
 			p.mu.Unlock()
 			c.Close()
 			s.Close()
 			return
+		}
+		if p.refuse {
+			// Down came while the server was dialled: its Reset did not
+			// see this connection, so it goes as the open ones did.
+			p.mu.Unlock()
+			reset(c)
+			reset(s)
+			continue
 		}
 		p.conns[c], p.conns[s] = struct{}{}, struct{}{}
 		p.mu.Unlock()

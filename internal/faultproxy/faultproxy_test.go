@@ -142,3 +142,25 @@ func TestDrain(t *testing.T) {
 	p.SetLatency(0)
 	p.Drain() // nothing pending: returns at once
 }
+
+// A connection whose server is being dialled when Down comes goes down
+// with the open ones: none survives the outage.
+func TestDownWhileDialling(t *testing.T) {
+	dialling, proceed := make(chan struct{}), make(chan struct{})
+	p := start(t, echo(t), func() {
+		close(dialling)
+		<-proceed
+	})
+	c, err := net.Dial("tcp", p.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	<-dialling
+	p.Down()
+	close(proceed)
+	c.Write([]byte("ping\n"))
+	if line, err := bufio.NewReader(c).ReadString('\n'); err == nil {
+		t.Fatalf("a connection made during Down answered %q", line)
+	}
+}
