@@ -94,8 +94,13 @@ func fitsBurst(nq, nr, now int64, p *Params) bool {
 }
 
 // overBurst returns ceil(TAT − now − Burst×T): how long until fitsBurst.
+// Both remainders are below Rate, so the remainders' part is 0 or 1.
 func overBurst(nq, nr, now int64, p *Params) int64 {
-	return nq - now - p.bq + ceilDiv(nr-p.br, p.Rate)
+	d := nq - now - p.bq
+	if nr > p.br {
+		d++
+	}
+	return d
 }
 
 // tatRemaining returns Burst − ceil((TAT − now)/T), at least 0: how many
@@ -103,13 +108,17 @@ func overBurst(nq, nr, now int64, p *Params) int64 {
 func tatRemaining(tq, tr, now int64, p *Params) int64 {
 	used, mr := mulDivBy(tq-now, p.Rate, &p.byPeriod)
 	// + ceil((mr + tr)/Period), with 0 ≤ mr < Period, 0 ≤ tr < Rate: most
-	// often 0 or 1, found without dividing.
+	// often 0 or 1, and never a divide instruction.
 	switch x := mr + tr; {
 	case x <= 0:
 	case x <= p.Period:
 		used++
 	default:
-		used += ceilDiv(x, p.Period)
+		q, r := p.byPeriod.divmod(uint64(x))
+		used += int64(q)
+		if r != 0 {
+			used++
+		}
 	}
 	return max(p.Burst-used, 0)
 }
