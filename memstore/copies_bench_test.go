@@ -11,9 +11,11 @@ import (
 var copiesSink bool
 
 // BenchmarkTakeCopies prices the whole copies of a Request and a Decision
-// that Take's values cost a caller: Take against the store's own
-// take(&req, &d) on one key, denied and allowed. With -count, the two
-// alternate:
+// that Take's values cost a caller, on one key, denied and allowed: Take;
+// TakeInto from a Request literal built per call (the Decision is not
+// copied, the literal still is, into the variable whose address is
+// passed); TakeInto with one Request and one Decision reused (neither
+// copied). With -count, the three alternate:
 //
 //	go test -run '^$' -bench TakeCopies -cpu 1 -count 8 ./memstore/
 func BenchmarkTakeCopies(b *testing.B) {
@@ -29,11 +31,20 @@ func BenchmarkTakeCopies(b *testing.B) {
 				copiesSink = d.Allowed
 			}
 		})
-		b.Run(limit.String()+"/pointers", func(b *testing.B) {
+		b.Run(limit.String()+"/literal", func(b *testing.B) {
+			var d sluice.Decision
 			for range b.N {
 				req := sluice.Request{Key: "key", Limit: limit, Cost: 1}
-				var d sluice.Decision
-				s.take(&req, &d)
+				s.TakeInto(ctx, &req, &d)
+				copiesSink = d.Allowed
+			}
+		})
+		b.Run(limit.String()+"/reused", func(b *testing.B) {
+			req := sluice.Request{Limit: limit, Cost: 1}
+			var d sluice.Decision
+			for range b.N {
+				req.Key = "key"
+				s.TakeInto(ctx, &req, &d)
 				copiesSink = d.Allowed
 			}
 		})

@@ -201,17 +201,24 @@ func (s *Store) now(t time.Time) int64 {
 // Take decides one request. On an existing key of an O(1) algorithm it
 // locks that key alone; a new key, a new limit and the sliding log take
 // the key's shard lock.
-func (s *Store) Take(_ context.Context, req sluice.Request) (d sluice.Decision, err error) {
+func (s *Store) Take(ctx context.Context, req sluice.Request) (d sluice.Decision, err error) {
 	// Small enough to be inlined: a caller holding a *Store then builds
-	// req and d in its own frame, where take reads and writes them,
+	// req and d in its own frame, where TakeInto reads and writes them,
 	// instead of copying 136 bytes in and 88 out.
-	err = s.take(&req, &d)
+	err = s.TakeInto(ctx, &req, &d)
 	return d, err
 }
 
-// take is Take deciding req into d.
-func (s *Store) take(req *sluice.Request, d *sluice.Decision) error {
+// TakeInto is Take for a caller that keeps its Request and Decision: it
+// reads *req and sets every field of *d (the zero Decision with an error),
+// and holds on to neither. Take's values cost a caller a copy of each,
+// which the Go compiler makes at every call even when Take is inlined; a
+// goroutine that reuses one Request (setting its Key per call) and one
+// Decision copies neither (BenchmarkTakeCopies prices the difference). The
+// two must not be shared between goroutines while a call runs.
+func (s *Store) TakeInto(_ context.Context, req *sluice.Request, d *sluice.Decision) error {
 	if err := req.CheckKeyAndCost(); err != nil {
+		*d = sluice.Decision{}
 		return err // the limit is checked once per table and limit
 	}
 	// The clock is read before any lock: the algorithms never admit more

@@ -3,6 +3,7 @@ package memstore_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -52,5 +53,55 @@ func TestTakeChecksRequestsAtTheStoresClock(t *testing.T) {
 		if tc.want == nil {
 			s.Reset(ctx, tc.req.Key, limit)
 		}
+	}
+}
+
+// TakeInto decides what Take decides: two stores, one driven by Take and
+// one by TakeInto with a single Request and Decision reused throughout,
+// step by step on every algorithm, through admissions, denials, peeks, a
+// refund and invalid requests, after which the reused Decision must be
+// the zero one and not what the call before left in it.
+func TestTakeIntoDecidesAsTake(t *testing.T) {
+	ctx := context.Background()
+	start := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	for a := sluice.FixedWindow; a <= sluice.Calendar; a++ {
+		t.Run(a.String(), func(t *testing.T) {
+			byValue, byPointer := memstore.New(memstore.Options{}), memstore.New(memstore.Options{})
+			limit := sluice.Limit{Algorithm: a, Rate: 3, Period: time.Minute}
+			if a == sluice.Calendar {
+				limit.Period = time.Hour
+			}
+			var req sluice.Request
+			var d sluice.Decision
+			steps := []sluice.Request{
+				{Key: "a", Limit: limit, Cost: 1, Now: start},
+				{Key: "a", Limit: limit, Cost: 2, Now: start.Add(time.Second)},
+				{Key: "a", Limit: limit, Cost: 1, Now: start.Add(2 * time.Second)}, // denied
+				{Key: "a", Limit: limit, Cost: 0, Now: start.Add(3 * time.Second)}, // a peek
+				{Key: "", Limit: limit, Cost: 1, Now: start.Add(4 * time.Second)},  // invalid
+				{Key: "b", Limit: limit, Cost: 1, Now: start.Add(5 * time.Second)},
+				{Key: "a", Limit: limit, Cost: 9, Now: start.Add(6 * time.Second)}, // over capacity
+				{Key: "a", Limit: limit, Cost: 1, Now: start.Add(7 * time.Second), Refund: start.Add(time.Second)},
+				{Key: "a", Limit: limit, Cost: 1, Now: start.Add(8 * time.Second)},
+				{Key: "a", Limit: limit, Cost: 1, Now: start.Add(30 * time.Second)},
+			}
+			for i, step := range steps {
+				want, wantErr := byValue.Take(ctx, step)
+				req = step
+				err := byPointer.TakeInto(ctx, &req, &d)
+				if fmt.Sprint(err) != fmt.Sprint(wantErr) {
+					t.Fatalf("step %d: TakeInto error %v, Take's %v", i, err, wantErr)
+				}
+				if d != want {
+					t.Fatalf("step %d: TakeInto decided %+v, Take %+v", i, d, want)
+				}
+				if req != step {
+					t.Fatalf("step %d: TakeInto changed the request to %+v", i, req)
+				}
+				if err != nil && d != (sluice.Decision{}) {
+					t.Fatalf("step %d: an error left %+v in the Decision", i, d)
+				}
+			}
+		})
 	}
 }
