@@ -116,6 +116,10 @@ func TestTakeAllocatesNothingOnAnExistingKey(t *testing.T) {
 		if n := testing.AllocsPerRun(100, func() { s.Take(ctx, req) }); n != 0 {
 			t.Errorf("%v: %v allocations per Take", alg, n)
 		}
+		var d sluice.Decision
+		if n := testing.AllocsPerRun(100, func() { s.TakeInto(ctx, &req, &d) }); n != 0 {
+			t.Errorf("%v: %v allocations per TakeInto", alg, n)
+		}
 	}
 	reqs := []sluice.Request{
 		{Key: "k", Limit: sluice.PerSecond(1e6), Cost: 1},
