@@ -202,9 +202,10 @@ func (s *Store) now(t time.Time) int64 {
 // locks that key alone; a new key, a new limit and the sliding log take
 // the key's shard lock.
 func (s *Store) Take(ctx context.Context, req sluice.Request) (d sluice.Decision, err error) {
-	// Small enough to be inlined: a caller holding a *Store then builds
-	// req and d in its own frame, where TakeInto reads and writes them,
-	// instead of copying 136 bytes in and 88 out.
+	// Small enough to be inlined, so that req and d live in the caller's
+	// frame rather than being copied into and out of Take's. The caller
+	// still copies each once (req into this parameter, whose address is
+	// taken; d out of this result): see TakeInto.
 	err = s.TakeInto(ctx, &req, &d)
 	return d, err
 }
