@@ -342,7 +342,7 @@ func zeros(x uint64) uint64 {
 func (ix *index) find(h uint64, key string) *entry {
 	want := tagOf(h) * lows
 	g, j := ix.home(h)
-	last := uint64(len(ix.groups) - 1)
+	last := uint64(len(ix.groups) - 1) // a power of two (newIndex): g&last wraps
 	from := uint64(slotHighs) << (j * 8) & slotHighs
 	for {
 		grp := &ix.groups[g&last]
