@@ -241,15 +241,17 @@ func TestDockerfileBuild(t *testing.T) {
 		t.Fatalf("the binary needs %v: not static", libs)
 	}
 	f.Close()
-	// grpcnotrace, as cmd/sluice's TestReleaseBuildPrunesMethods builds it.
+	// grpcnotrace and vtprotobuf, as cmd/sluice's end-to-end tests build it.
 	info, err := buildinfo.ReadFile(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.ContainsFunc(info.Settings, func(s debug.BuildSetting) bool {
-		return s.Key == "-tags" && slices.Contains(strings.Split(s.Value, ","), "grpcnotrace")
-	}) {
-		t.Errorf("the binary is built without -tags grpcnotrace: %v", info.Settings)
+	for _, tag := range []string{"grpcnotrace", "vtprotobuf"} {
+		if !slices.ContainsFunc(info.Settings, func(s debug.BuildSetting) bool {
+			return s.Key == "-tags" && slices.Contains(strings.Split(s.Value, ","), tag)
+		}) {
+			t.Errorf("the binary is built without -tags %s: %v", tag, info.Settings)
+		}
 	}
 	srv := exec.Command(out, "serve", "-http", "127.0.0.1:0", "-grpc", "127.0.0.1:0", "-admin", "")
 	var buf bytes.Buffer

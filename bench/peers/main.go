@@ -156,7 +156,7 @@ domains:
 func (r *run) main(envoyRL, guber, sluiceBin string, rounds int, levels []int) error {
 	if sluiceBin == "" {
 		sluiceBin = filepath.Join(r.dir, "sluice")
-		build := exec.Command("go", "build", "-tags", "grpcnotrace", "-o", sluiceBin, "github.com/sluicehq/sluice/cmd/sluice") // as deploy/Dockerfile
+		build := exec.Command("go", "build", "-tags", "grpcnotrace,vtprotobuf", "-o", sluiceBin, "github.com/sluicehq/sluice/cmd/sluice") // as deploy/Dockerfile
 		build.Stderr = os.Stderr
 		if err := build.Run(); err != nil {
 			return fmt.Errorf("building sluice: %w", err)

@@ -44,9 +44,9 @@ func TestMain(m *testing.M) {
 	}
 	binary = filepath.Join(dir, "sluice")
 	// -buildvcs=true: the binary names its commit, as a release's does,
-	// whatever GOFLAGS says here; -tags grpcnotrace, as deploy/Dockerfile
-	// builds it (TestReleaseBuildPrunesMethods).
-	if out, err := exec.Command("go", "build", "-buildvcs=true", "-tags", "grpcnotrace", "-o", binary, ".").CombinedOutput(); err != nil {
+	// whatever GOFLAGS says here; -tags grpcnotrace,vtprotobuf, as
+	// deploy/Dockerfile builds it (TestReleaseBuildPrunesMethods).
+	if out, err := exec.Command("go", "build", "-buildvcs=true", "-tags", "grpcnotrace,vtprotobuf", "-o", binary, ".").CombinedOutput(); err != nil {
 		fmt.Fprintf(os.Stderr, "building sluice: %v\n%s", err, out)
 		os.Exit(1)
 	}

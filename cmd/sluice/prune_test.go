@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// The release build (-tags grpcnotrace, as deploy/Dockerfile and the
+// The release build (-tags grpcnotrace,vtprotobuf, as deploy/Dockerfile and the
 // README build it) executes no text/template: template execution looks
 // methods up by name (reflect's MethodByName), and a binary that can do
 // that keeps every exported method of every type, reachable or not —

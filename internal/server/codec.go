@@ -15,13 +15,22 @@ import (
 // with more than maxDescriptors descriptors is refused from its wire
 // form, which is read field by field without decoding the descriptors,
 // before any of them is decoded: refused or not, a request of 100,000
-// descriptors would otherwise cost their decoding and their memory.
+// descriptors would otherwise cost their decoding and their memory. A
+// response is encoded by marshalResponse when the build has one (-tags
+// vtprotobuf, as the release build).
 type rlsCodec struct{ encoding.CodecV2 }
 
 // descriptorsField is RateLimitRequest.descriptors' field number.
 const descriptorsField = 2
 
 func newRLSCodec() rlsCodec { return rlsCodec{encoding.GetCodecV2("proto")} }
+
+func (c rlsCodec) Marshal(v any) (mem.BufferSlice, error) {
+	if r, ok := v.(*rlspb.RateLimitResponse); ok && marshalResponse != nil {
+		return marshalResponse(r)
+	}
+	return c.CodecV2.Marshal(v)
+}
 
 func (c rlsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	req, ok := v.(*rlspb.RateLimitRequest)
