@@ -156,8 +156,14 @@ domains:
 func (r *run) main(envoyRL, guber, sluiceBin string, rounds int, levels []int) error {
 	if sluiceBin == "" {
 		sluiceBin = filepath.Join(r.dir, "sluice")
-		build := exec.Command("go", "build", "-tags", "grpcnotrace,vtprotobuf", "-o", sluiceBin, "github.com/sluicehq/sluice/cmd/sluice") // as deploy/Dockerfile
-		build.Stderr = os.Stderr
+		// In sluice's own module, whose go.sum holds what the command
+		// needs beyond what this module imports.
+		dir, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/sluicehq/sluice").Output()
+		if err != nil {
+			return fmt.Errorf("finding sluice's module: %w", err)
+		}
+		build := exec.Command("go", "build", "-tags", "grpcnotrace,vtprotobuf", "-o", sluiceBin, "./cmd/sluice") // as deploy/Dockerfile
+		build.Dir, build.Stderr = strings.TrimSpace(string(dir)), os.Stderr
 		if err := build.Run(); err != nil {
 			return fmt.Errorf("building sluice: %w", err)
 		}

@@ -1,0 +1,82 @@
+package main_test
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// memoryCgroup makes a memory cgroup of limit bytes below this process's
+// own (cgroup v1's memory hierarchy, or v2's) and returns the file a
+// process writes its PID to to join it, or skips the test where this
+// process may not make one (not root, a read-only hierarchy).
+func memoryCgroup(t *testing.T, limit int64) string {
+	t.Helper()
+	f, err := os.Open("/proc/self/cgroup")
+	if err != nil {
+		t.Skip("no /proc/self/cgroup:", err)
+	}
+	defer f.Close()
+	var dir, limitFile string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		// hierarchy-ID:controllers:path
+		parts := strings.SplitN(sc.Text(), ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		switch {
+		case strings.Contains(","+parts[1]+",", ",memory,"):
+			dir, limitFile = filepath.Join("/sys/fs/cgroup/memory", parts[2]), "memory.limit_in_bytes"
+		case parts[0] == "0" && dir == "":
+			dir, limitFile = filepath.Join("/sys/fs/cgroup", parts[2]), "memory.max"
+		}
+	}
+	cg := filepath.Join(dir, fmt.Sprintf("sluice-memlimit-%d", os.Getpid()))
+	if err := os.Mkdir(cg, 0o755); err != nil {
+		t.Skip("cannot make a memory cgroup:", err)
+	}
+	t.Cleanup(func() { os.Remove(cg) }) // once its process has exited (cleanups run last-in first-out)
+	if err := os.WriteFile(filepath.Join(cg, limitFile), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
+		t.Skip("cannot limit a memory cgroup's memory:", err)
+	}
+	return filepath.Join(cg, "cgroup.procs")
+}
+
+// In a container with a memory limit, sluice serve limits the Go
+// runtime's memory to 90% of it, so that the collector runs before the
+// container is killed; a GOMEMLIMIT of its environment wins.
+func TestMemoryLimitFollowsTheContainer(t *testing.T) {
+	const limit = 256 << 20
+	procs := memoryCgroup(t, limit)
+	// The process joins the cgroup before sluice starts, as a container's
+	// process is in its cgroup from the start.
+	wrapper := filepath.Join(t.TempDir(), "sluice")
+	script := fmt.Sprintf("#!/bin/sh\necho $$ > %s && exec %s \"$@\"\n", procs, binary)
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		env  []string
+		want float64
+		from string
+	}{
+		{"from the container", []string{"GOMEMLIMIT="}, 241_591_910, "container"}, // 90% of 256 MiB, in whole bytes
+		{"GOMEMLIMIT set", []string{"GOMEMLIMIT=100MiB"}, 100 << 20, "GOMEMLIMIT"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p := startBinary(t, wrapper, c.env)
+			if got := metric(t, p.http, "go_gc_gomemlimit_bytes"); got != c.want {
+				t.Errorf("go_gc_gomemlimit_bytes %v, want %v", got, c.want)
+			}
+			if log := fmt.Sprintf(`msg="memory limit" bytes=%d from=%s`, int64(c.want), c.from); !strings.Contains(p.out.String(), log) {
+				t.Errorf("no %s in the log:\n%s", log, p.out)
+			}
+		})
+	}
+}
