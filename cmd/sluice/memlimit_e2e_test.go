@@ -3,10 +3,12 @@ package main_test
 import (
 	"bufio"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -47,19 +49,25 @@ func memoryCgroup(t *testing.T, limit int64) string {
 	return filepath.Join(cg, "cgroup.procs")
 }
 
-// In a container with a memory limit, sluice serve limits the Go
-// runtime's memory to 90% of it, so that the collector runs before the
-// container is killed; a GOMEMLIMIT of its environment wins.
-func TestMemoryLimitFollowsTheContainer(t *testing.T) {
-	const limit = 256 << 20
+// inCgroup returns a script that runs sluice in a memory cgroup of limit
+// bytes: the process joins it before sluice starts, as a container's
+// process is in its cgroup from the start.
+func inCgroup(t *testing.T, limit int64) string {
+	t.Helper()
 	procs := memoryCgroup(t, limit)
-	// The process joins the cgroup before sluice starts, as a container's
-	// process is in its cgroup from the start.
 	wrapper := filepath.Join(t.TempDir(), "sluice")
 	script := fmt.Sprintf("#!/bin/sh\necho $$ > %s && exec %s \"$@\"\n", procs, binary)
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
+	return wrapper
+}
+
+// In a container with a memory limit, sluice serve limits the Go
+// runtime's memory to 90% of it, so that the collector runs before the
+// container is killed; a GOMEMLIMIT of its environment wins.
+func TestMemoryLimitFollowsTheContainer(t *testing.T) {
+	wrapper := inCgroup(t, 256<<20)
 	for _, c := range []struct {
 		name string
 		env  []string
@@ -78,5 +86,59 @@ func TestMemoryLimitFollowsTheContainer(t *testing.T) {
 				t.Errorf("no %s in the log:\n%s", log, p.out)
 			}
 		})
+	}
+}
+
+// A memory store filled to its max_bytes in a container whose limit is
+// above what it holds but below twice that (the heap Go's collector would
+// let it reach) keeps serving: the runtime's limit makes the collector
+// run before the container's kills the process.
+func TestFullMemoryStoreFitsItsContainer(t *testing.T) {
+	const limit, maxBytes = 160 << 20, 64 << 20
+	wrapper := inCgroup(t, limit)
+	file := writeConfig(t, fmt.Sprintf("store:\n  max_bytes: %d\npolicies:\n  - name: p\n    limit: 10/1h\n    key: header:X-Key\n", maxBytes))
+	p := startBinary(t, wrapper, []string{"GOMEMLIMIT="}, "-config", file)
+	// Twice the keys max_bytes holds, 100 a request, from 4 clients.
+	const keys, perRequest, clients = 1_400_000, 100, 4
+	var wg sync.WaitGroup
+	errs := make(chan error, clients)
+	for c := range clients {
+		wg.Go(func() {
+			var body strings.Builder
+			for r := c; r*perRequest < keys; r += clients {
+				body.Reset()
+				body.WriteString(`{"checks":[`)
+				for i := range perRequest {
+					if i > 0 {
+						body.WriteByte(',')
+					}
+					fmt.Fprintf(&body, `{"policy":"p","key":"client-%d"}`, r*perRequest+i)
+				}
+				body.WriteString(`]}`)
+				resp, err := http.Post("http://"+p.http+"/v1/check", "application/json", strings.NewReader(body.String()))
+				if err != nil {
+					errs <- fmt.Errorf("request %d: %w", r, err)
+					return
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusOK {
+					errs <- fmt.Errorf("request %d: status %d", r, resp.StatusCode)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	select {
+	case <-p.exited:
+		t.Fatalf("sluice exited (%v)", p.exitErr)
+	default:
+	}
+	if n := metric(t, p.http, "sluice_memstore_live_evictions_total"); n == 0 {
+		t.Errorf("no key evicted: the store never filled (%v bytes held)", metric(t, p.http, "sluice_memstore_bytes"))
 	}
 }
