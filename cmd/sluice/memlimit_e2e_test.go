@@ -10,13 +10,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // memoryCgroup makes a memory cgroup of limit bytes below this process's
 // own (cgroup v1's memory hierarchy, or v2's) and returns the file a
-// process writes its PID to to join it, or skips the test where this
-// process may not make one (not root, a read-only hierarchy).
-func memoryCgroup(t *testing.T, limit int64) string {
+// process writes its PID to to join it, and a function that sets its
+// limit; or skips the test where this process may not make one (not
+// root, a read-only hierarchy).
+func memoryCgroup(t *testing.T, limit int64) (procs string, setLimit func(int64) error) {
 	t.Helper()
 	f, err := os.Open("/proc/self/cgroup")
 	if err != nil {
@@ -43,31 +45,35 @@ func memoryCgroup(t *testing.T, limit int64) string {
 		t.Skip("cannot make a memory cgroup:", err)
 	}
 	t.Cleanup(func() { os.Remove(cg) }) // once its process has exited (cleanups run last-in first-out)
-	if err := os.WriteFile(filepath.Join(cg, limitFile), []byte(strconv.FormatInt(limit, 10)), 0o644); err != nil {
+	setLimit = func(limit int64) error {
+		return os.WriteFile(filepath.Join(cg, limitFile), []byte(strconv.FormatInt(limit, 10)), 0o644)
+	}
+	if err := setLimit(limit); err != nil {
 		t.Skip("cannot limit a memory cgroup's memory:", err)
 	}
-	return filepath.Join(cg, "cgroup.procs")
+	return filepath.Join(cg, "cgroup.procs"), setLimit
 }
 
 // inCgroup returns a script that runs sluice in a memory cgroup of limit
 // bytes: the process joins it before sluice starts, as a container's
 // process is in its cgroup from the start.
-func inCgroup(t *testing.T, limit int64) string {
+func inCgroup(t *testing.T, limit int64) (wrapper string, setLimit func(int64) error) {
 	t.Helper()
-	procs := memoryCgroup(t, limit)
-	wrapper := filepath.Join(t.TempDir(), "sluice")
+	procs, setLimit := memoryCgroup(t, limit)
+	wrapper = filepath.Join(t.TempDir(), "sluice")
 	script := fmt.Sprintf("#!/bin/sh\necho $$ > %s && exec %s \"$@\"\n", procs, binary)
 	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	return wrapper
+	return wrapper, setLimit
 }
 
 // In a container with a memory limit, sluice serve limits the Go
 // runtime's memory to 90% of it, so that the collector runs before the
-// container is killed; a GOMEMLIMIT of its environment wins.
+// container is killed, and follows the container's limit when it
+// changes; a GOMEMLIMIT of its environment wins.
 func TestMemoryLimitFollowsTheContainer(t *testing.T) {
-	wrapper := inCgroup(t, 256<<20)
+	wrapper, setLimit := inCgroup(t, 256<<20)
 	for _, c := range []struct {
 		name string
 		env  []string
@@ -87,6 +93,24 @@ func TestMemoryLimitFollowsTheContainer(t *testing.T) {
 			}
 		})
 	}
+	t.Run("the container resized", func(t *testing.T) {
+		p := startBinary(t, wrapper, []string{"GOMEMLIMIT="})
+		if err := setLimit(192 << 20); err != nil {
+			t.Fatal(err)
+		}
+		// Read again within memoryRefresh (10 s): wait for it.
+		const want = 181_193_932 // 90% of 192 MiB, in whole bytes
+		for metric(t, p.http, "go_gc_gomemlimit_bytes") != want {
+			select {
+			case <-p.exited:
+				t.Fatalf("sluice exited (%v)", p.exitErr)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if log := fmt.Sprintf(`msg="memory limit" bytes=%d from=container`, want); !strings.Contains(p.out.String(), log) {
+			t.Errorf("no %s in the log:\n%s", log, p.out)
+		}
+	})
 }
 
 // A memory store filled to its max_bytes in a container whose limit is
@@ -95,7 +119,7 @@ func TestMemoryLimitFollowsTheContainer(t *testing.T) {
 // run before the container's kills the process.
 func TestFullMemoryStoreFitsItsContainer(t *testing.T) {
 	const limit, maxBytes = 160 << 20, 64 << 20
-	wrapper := inCgroup(t, limit)
+	wrapper, _ := inCgroup(t, limit)
 	file := writeConfig(t, fmt.Sprintf("store:\n  max_bytes: %d\npolicies:\n  - name: p\n    limit: 10/1h\n    key: header:X-Key\n", maxBytes))
 	p := startBinary(t, wrapper, []string{"GOMEMLIMIT="}, "-config", file)
 	// Twice the keys max_bytes holds, 100 a request, from 4 clients.
