@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/sluicehq/sluice/internal/sample"
 )
@@ -43,7 +44,8 @@ const DefaultTimeout = time.Second
 type Guard struct {
 	store    Store
 	opts     GuardOptions
-	inproc   bool // the store cannot fail for reasons of its own
+	inproc   bool      // the store cannot fail for reasons of its own
+	into     intoTaker // the store, when it is in process and decides into a Decision
 	breaker  breaker
 	standin  *standin // nil without opts.Local
 	logs     *sample.Sampler
@@ -92,9 +94,24 @@ type GuardOptions struct {
 
 // InProcess is implemented by stores whose calls never leave the process
 // and so never fail for reasons outside the request (the memory store): a
-// Guard calls them without a timeout, breaker or stand-in.
+// Guard calls them without a timeout, breaker or stand-in. Such a store
+// that also has TakeInto(ctx, *Request, *Decision) error, as the memory
+// store does, is called through it for one request, with a Request and a
+// Decision that may live on the caller's stack: it must keep neither
+// pointer past its return.
 type InProcess interface {
 	InProcess() bool
+}
+
+// intoTaker is a store that decides one request into a caller's Decision
+// from a caller's Request (memstore.Store.TakeInto): it reads *req, sets
+// every field of *d (the zero Decision with an error), and keeps neither
+// pointer past its return (memstore's TestTakeIntoKeepsNeitherPointer
+// holds it to that). Through it a Guard of an in-process store decides on
+// its callers' own Request and Decision, where Store.Take would copy each
+// twice on the way (a Request is 17 words).
+type intoTaker interface {
+	TakeInto(ctx context.Context, req *Request, d *Decision) error
 }
 
 // NewGuard returns a Guard deciding through store.
@@ -112,6 +129,7 @@ func NewGuard(store Store, opts GuardOptions) (*Guard, error) {
 	g := &Guard{store: store, opts: opts, logs: sample.New(opts.LogsPerSecond)}
 	if ip, ok := store.(InProcess); ok && ip.InProcess() {
 		g.inproc = true
+		g.into, _ = store.(intoTaker)
 	}
 	g.breaker.init(opts, g.transition)
 	g.breaker.onRecover = g.recovered
@@ -239,11 +257,18 @@ func (g *Guard) Decide(ctx context.Context, c *Check, ds, sds []Decision) Verdic
 // Take is Decide for a check of one enforced request and no shadow, in
 // the form that does not allocate: the decision is written to *d.
 func (g *Guard) Take(ctx context.Context, label string, req Request, mode FailMode, d *Decision) Verdict {
+	return g.take(ctx, label, &req, mode, d)
+}
+
+// take is Take on a caller's Request, which it does not keep: a Request is
+// 17 words, and each copy of it on the way down stalls the caller
+// (docs/performance.md, the Limiter over its store).
+func (g *Guard) take(ctx context.Context, label string, req *Request, mode FailMode, d *Decision) Verdict {
 	err := g.call1(ctx, req, d)
 	switch {
 	case err == nil:
 		if g.standin != nil && mode == FailLocal {
-			g.standin.record1(&req, d)
+			g.standin.record1(req, d)
 		}
 		if !d.Allowed {
 			return Verdict{Outcome: Denied}
@@ -253,7 +278,7 @@ func (g *Guard) Take(ctx context.Context, label string, req Request, mode FailMo
 		return Verdict{Outcome: Invalid, Closest: -1, Err: err}
 	}
 	ds := []Decision{{}}
-	v := g.failed(ctx, &Check{Label: label, Enforced: []Request{req}, Modes: []FailMode{mode}}, ds, err)
+	v := g.failed(ctx, &Check{Label: label, Enforced: []Request{*req}, Modes: []FailMode{mode}}, ds, err)
 	*d = ds[0]
 	return v
 }
@@ -277,9 +302,18 @@ func (g *Guard) call(ctx context.Context, reqs []Request, ds []Decision) error {
 }
 
 // call1 is call for one request.
-func (g *Guard) call1(ctx context.Context, req Request, d *Decision) (err error) {
+func (g *Guard) call1(ctx context.Context, req *Request, d *Decision) (err error) {
+	if g.into != nil {
+		// Through an interface the compiler cannot see that TakeInto keeps
+		// neither pointer, and would move both to the heap, an allocation
+		// each a call; intoTaker promises it does not, and noescape says
+		// so. What *req points to (the key's bytes, the zone) may still be
+		// kept, and reaches the heap as the compiler sees it: failed copies
+		// *req into a Check.
+		return g.into.TakeInto(ctx, (*Request)(noescape(unsafe.Pointer(req))), (*Decision)(noescape(unsafe.Pointer(d))))
+	}
 	if g.inproc {
-		*d, err = g.store.Take(ctx, req)
+		*d, err = g.store.Take(ctx, *req)
 		return err
 	}
 	c, err := g.begin(ctx)
@@ -288,10 +322,10 @@ func (g *Guard) call1(ctx context.Context, req Request, d *Decision) (err error)
 	}
 	if c.detach {
 		ds := [1]Decision{}
-		err = bounded(c.ctx, g.store, []Request{req}, ds[:])
+		err = bounded(c.ctx, g.store, []Request{*req}, ds[:])
 		*d = ds[0]
 	} else {
-		*d, err = g.store.Take(c.ctx, req)
+		*d, err = g.store.Take(c.ctx, *req)
 	}
 	g.finish(ctx, c, err)
 	return err
@@ -564,3 +598,16 @@ func IsInputError(err error) bool {
 
 var inputErrors = []error{ErrEmptyKey, ErrKeyTooLong, ErrCostExceedsBurst, ErrNegativeCost, ErrInvalidTime, ErrDuplicateRequest, ErrRefundInBatch, ErrInvalidLimit,
 	ErrEmptyLease, ErrInvalidConcurrency}
+
+// noescape hides p from escape analysis, as the runtime's and
+// strings.Builder's do: for a pointer passed where the compiler cannot see
+// that it is not kept (an interface method that promises not to).
+//
+// The pointer goes through a uintptr, which escape analysis does not
+// follow, and comes back as the same pointer: the object neither moves
+// nor is freed meanwhile, as nothing between can grow the stack or run
+// the collector's marking of it.
+func noescape(p unsafe.Pointer) unsafe.Pointer {
+	x := uintptr(p)
+	return *(*unsafe.Pointer)(unsafe.Pointer(&x))
+}

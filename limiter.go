@@ -222,7 +222,8 @@ func (l *Limiter) take(ctx context.Context, key string, cost int64, d *Decision)
 			return nil
 		}
 	}
-	v := l.guard.Take(ctx, l.label, Request{Key: key, Limit: l.limit, Cost: cost}, l.opts.FailMode, d)
+	req := Request{Key: key, Limit: l.limit, Cost: cost}
+	v := l.guard.take(ctx, l.label, &req, l.opts.FailMode, d)
 	switch v.Outcome {
 	case Invalid, FailedClosed:
 		return v.Err

@@ -146,3 +146,24 @@ func (c *countingStore) Take(ctx context.Context, r sluice.Request) (sluice.Deci
 	c.calls.Add(1)
 	return c.Store.Take(ctx, r)
 }
+
+// Allow on an existing key of a memory store allocates nothing: the
+// Guard hands the store the caller's Request and Decision (TakeInto)
+// without moving either to the heap.
+func TestLimiterAllowAllocatesNothing(t *testing.T) {
+	l, err := sluice.NewLimiter(memstore.New(memstore.Options{}), sluice.Limit{Rate: 1000, Period: time.Hour, Burst: 100_000_000}, sluice.LimiterOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := l.Allow(ctx, "key"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if d, err := l.Allow(ctx, "key"); err != nil || !d.Allowed {
+			t.Fatal(d, err)
+		}
+	}); n != 0 {
+		t.Errorf("Allow allocates %v times a call; want 0", n)
+	}
+}
