@@ -21,13 +21,14 @@ import (
 // Outside a container nothing changes.
 //
 // A container's limit can change while it runs (a pod resized in place):
-// until ctx ends, the limit is read again every memoryRefresh, and a
-// change is followed and logged.
-func containerMemory(ctx context.Context, log *slog.Logger) {
+// until stop is called, the limit is read again every memoryRefresh, and
+// a change is followed and logged.
+func containerMemory(log *slog.Logger) (stop func()) {
 	m := &memoryLimit{log: log, limit: math.MaxInt64}
 	if !m.set() {
-		return
+		return func() {}
 	}
+	ctx, stop := context.WithCancel(context.Background())
 	go func() {
 		t := time.NewTicker(memoryRefresh)
 		defer t.Stop()
@@ -40,6 +41,7 @@ func containerMemory(ctx context.Context, log *slog.Logger) {
 			}
 		}
 	}()
+	return stop
 }
 
 // memoryRefresh is how often containerMemory reads the container's limit

@@ -86,9 +86,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		fail(stderr, "serve", err)
 		return 2
 	}
-	memCtx, stopMem := context.WithCancel(context.Background())
-	defer stopMem()
-	containerMemory(memCtx, log)
+	defer containerMemory(log)()
 	if len(ee.unsupported) > 0 {
 		log.Warn("-envoy-env: these envoyproxy/ratelimit variables are set and sluice does not support them (docs/envoy.md)", "variables", strings.Join(ee.unsupported, ", "))
 	}
@@ -174,9 +172,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 		fail(stderr, "proxy", err)
 		return 2
 	}
-	memCtx, stopMem := context.WithCancel(context.Background())
-	defer stopMem()
-	containerMemory(memCtx, log)
+	defer containerMemory(log)()
 	if !admin.resolve(cli, log, stderr, "proxy") {
 		return 2
 	}
