@@ -161,6 +161,26 @@ func (s *Server) decide(ctx context.Context, sub subject, key string, limits []s
 	return out
 }
 
+// giveBack returns hits to key's limits (Guard.GiveBack): an Envoy
+// descriptor's is_negative_hits, which refills what earlier checks took.
+// It is never denied, and a store that fails gives nothing back (failed
+// open, logged and counted by the Guard), whatever the fail mode:
+// returning is not a check, and it is not counted as one.
+func (s *Server) giveBack(ctx context.Context, domain, key string, limits []sluice.Limit, hits int64, shadow bool) outcome {
+	out := outcome{Shadow: shadow, Decisions: make([]sluice.Decision, len(limits))}
+	for i, l := range limits {
+		v := s.guard.GiveBack(ctx, domain, sluice.Request{Key: key, Limit: l, Cost: hits}, &out.Decisions[i])
+		switch v.Outcome {
+		case sluice.Invalid:
+			return outcome{Closest: -1, Err: inputError("%v", strings.TrimPrefix(v.Err.Error(), "sluice: "))}
+		case sluice.FailedOpen:
+			out.Result = sluice.FailedOpen
+		}
+	}
+	out.Closest = sluice.Closest(out.Decisions)
+	return out
+}
+
 // checkPolicy decides one native check against a named policy.
 func (s *Server) checkPolicy(ctx context.Context, cfg *config.Config, ck Check) outcome {
 	p := cfg.Policy(ck.Policy)
@@ -192,6 +212,7 @@ type descriptor struct {
 	Node      *config.Descriptor
 	Limits    []config.RateLimit
 	Unlimited bool
+	Returned  bool // its hits given back (is_negative_hits), not taken
 }
 
 // override is a request descriptor's own limit (RateLimitDescriptor.limit).
@@ -206,7 +227,8 @@ type override struct {
 // replaces left out. An unknown domain decides nothing: every descriptor
 // is OK without a limit, as envoyproxy/ratelimit answers, so an Envoy
 // configured ahead of the service is not turned into errors. Hits past a
-// limit are over it, without a store call.
+// limit are over it, without a store call. Negative hits (a descriptor's
+// is_negative_hits) are given back to its limits (giveBack).
 func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domain string, descs [][]config.Entry, hits []int64, overrides []*override) ([]descriptor, error) {
 	if len(descs) == 0 || len(descs) > maxDescriptors {
 		return nil, inputError("%d descriptors: want 1 to %d", len(descs), maxDescriptors)
@@ -214,9 +236,6 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 	for i, entries := range descs {
 		if err := checkEntries(i, entries); err != nil {
 			return nil, err
-		}
-		if hits[i] < 0 {
-			return nil, inputError("descriptor %d: hits_addend overflows", i)
 		}
 	}
 	outs := make([]descriptor, len(descs))
@@ -288,6 +307,14 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 			return nil, inputError("descriptor %d: its entries make a key of %d bytes; at most %d", i, len(key), sluice.MaxKeyLen)
 		}
 		limits := make([]sluice.Limit, len(o.Limits))
+		shadow := o.Node.Shadow && overrides[i] == nil
+		if h := hits[i]; h < 0 {
+			for j, l := range o.Limits {
+				limits[j] = l.Limit
+			}
+			o.outcome, o.Returned = s.giveBack(ctx, domain, key, limits, -h, shadow), true
+			continue
+		}
 		over, h := false, hits[i]
 		for j, l := range o.Limits {
 			limits[j] = l.Limit
@@ -300,7 +327,6 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 				over = true
 			}
 		}
-		shadow := o.Node.Shadow && overrides[i] == nil
 		if over {
 			o.outcome = s.overLimit(subject{name: domain, domain: true}, key, limits, shadow)
 			continue

@@ -93,7 +93,7 @@ func newMetrics() *metrics {
 		}),
 		descriptors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_envoy_descriptor_checks_total",
-			Help: "Envoy descriptors decided, by the config node that limited them (envoyproxy/ratelimit's key: domain.key_value...; the request's own values under detailed_metric or value_to_metric, at most 1000 such series, then \"(overflow)\") and result.",
+			Help: "Envoy descriptors decided, by the config node that limited them (envoyproxy/ratelimit's key: domain.key_value...; the request's own values under detailed_metric or value_to_metric, at most 1000 such series, then \"(overflow)\") and result (returned: its hits given back, is_negative_hits).",
 		}, []string{"descriptor", "result"}),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_grpc_refused_total",

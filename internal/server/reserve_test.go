@@ -13,6 +13,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -170,5 +171,80 @@ func TestEnvoyHitsOnStreamDone(t *testing.T) {
 	}
 	if got := ask(1); got != rlspb.RateLimitResponse_OVER_LIMIT {
 		t.Fatalf("request 5: %v, want OVER_LIMIT: the 4th answer's tokens were charged past the limit", got)
+	}
+}
+
+// A descriptor with is_negative_hits gives its hits back to the limits it
+// matches, on every algorithm and both stores: 10 a day taken whole and
+// refused the 11th, 4 given back let exactly 4 more through, and more
+// given back than was taken fills the limit to its capacity, no further.
+// The give-back is OK, never over, and does not make its request so.
+func TestEnvoyNegativeHitsGiveBack(t *testing.T) {
+	var cfg strings.Builder
+	cfg.WriteString("domains:\n  - domain: d\n    descriptors:\n")
+	algs := []string{"fixed_window", "sliding_window", "sliding_log", "token_bucket", "leaky_bucket", "gcra"}
+	for _, a := range algs {
+		fmt.Fprintf(&cfg, "      - key: %s\n        rate_limit: {unit: day, requests_per_unit: 10, algorithm: %s}\n", a, a)
+	}
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			url := ""
+			if store == "redis" {
+				url = redistest.Standalone(t).URL()
+			}
+			r := start(t, cfg.String(), url)
+			conn, err := grpc.NewClient(r.Addrs().GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			rl := rlspb.NewRateLimitServiceClient(conn)
+			for _, alg := range algs {
+				desc := func(hits uint64, back bool) *ratelimitv3.RateLimitDescriptor {
+					return &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: alg, Value: "ann"}},
+						HitsAddend: wrapperspb.UInt64(hits), IsNegativeHits: back}
+				}
+				ask := func(ds ...*ratelimitv3.RateLimitDescriptor) *rlspb.RateLimitResponse {
+					t.Helper()
+					resp, err := rl.ShouldRateLimit(t.Context(), &rlspb.RateLimitRequest{Domain: "d", Descriptors: ds})
+					if err != nil {
+						t.Fatalf("%s: %v", alg, err)
+					}
+					return resp
+				}
+				if got := ask(desc(10, false)); got.OverallCode != rlspb.RateLimitResponse_OK {
+					t.Fatalf("%s: 10 of 10: %v", alg, got.OverallCode)
+				}
+				if got := ask(desc(1, false)); got.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+					t.Fatalf("%s: the 11th: %v, want OVER_LIMIT", alg, got.OverallCode)
+				}
+				// Given back beside a descriptor over its limit: that one
+				// decides the request, the give-back is OK on its own.
+				got := ask(desc(1, false), desc(4, true))
+				if got.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT || got.Statuses[1].Code != rlspb.RateLimitResponse_OK ||
+					got.Statuses[1].LimitRemaining != 4 {
+					t.Fatalf("%s: 4 given back beside one over: overall %v, give-back's status %v, want OVER_LIMIT and OK with 4 remaining",
+						alg, got.OverallCode, got.Statuses[1])
+				}
+				for i := range 4 {
+					if got := ask(desc(1, false)); got.OverallCode != rlspb.RateLimitResponse_OK {
+						t.Fatalf("%s: given back %d of 4: %v", alg, i+1, got.OverallCode)
+					}
+				}
+				if got := ask(desc(1, false)); got.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+					t.Fatalf("%s: past the 4 given back: %v, want OVER_LIMIT", alg, got.OverallCode)
+				}
+				if got := ask(desc(1000, true)); got.OverallCode != rlspb.RateLimitResponse_OK || got.Statuses[0].LimitRemaining != 10 {
+					t.Fatalf("%s: 1000 given back: %v, %d remaining, want OK and 10 (the capacity)", alg, got.OverallCode, got.Statuses[0].LimitRemaining)
+				}
+				if got := ask(desc(11, false)); got.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+					t.Fatalf("%s: 11 after a refill past the capacity: %v, want OVER_LIMIT", alg, got.OverallCode)
+				}
+				series := fmt.Sprintf(`sluice_envoy_descriptor_checks_total{descriptor="d.%s",result="returned"}`, alg)
+				if got := metricValue(t, r, series); got != 2 {
+					t.Errorf("%s = %v, want 2", series, got)
+				}
+			}
+		})
 	}
 }

@@ -69,7 +69,13 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 		if d.GetHitsAddend() != nil {
 			h = d.GetHitsAddend().GetValue()
 		}
-		hits[i] = int64(min(h, 1<<63)) // past int64: negative, refused as an overflow
+		if h > math.MaxInt64 {
+			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d overflows", i, h)
+		}
+		hits[i] = int64(h)
+		if d.GetIsNegativeHits() {
+			hits[i] = -hits[i] // given back
+		}
 		if o := d.GetLimit(); o != nil {
 			overrides[i] = &override{Rate: int64(o.GetRequestsPerUnit()), Unit: strings.ToLower(o.GetUnit().String())}
 		}
@@ -93,7 +99,7 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 		st := r.status(&o, now, &sts[i])
 		resp.Statuses[i] = st
 		r.count(req.Domain, descs[i], &o)
-		if o.Unlimited {
+		if o.Unlimited || o.Returned { // neither limits the request
 			continue
 		}
 		if closest == nil && st.CurrentLimit != nil || closest != nil && st.CurrentLimit != nil && st.LimitRemaining < closest.LimitRemaining {
@@ -199,9 +205,12 @@ func (r *rls) count(domain string, entries []config.Entry, o *descriptor) {
 		}
 		name = r.s.metrics.detailed.name(b.String())
 	}
-	result := "unlimited"
-	if !o.Unlimited {
-		result = o.Result.String()
+	result := o.Result.String()
+	switch {
+	case o.Unlimited:
+		result = "unlimited"
+	case o.Returned && o.Result == sluice.Allowed:
+		result = "returned"
 	}
 	r.s.metrics.descriptors.WithLabelValues(name, result).Inc()
 }
