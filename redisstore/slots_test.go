@@ -74,8 +74,8 @@ func TestKilledHolderFreesItsSlot(t *testing.T) {
 		if d.Allowed {
 			break
 		}
-		if time.Since(killed) > 3*time.Second {
-			t.Fatal("the killed holder's slot was not freed 3s after, with a 1s lease")
+		if time.Since(killed) > 15*time.Second {
+			t.Fatal("the killed holder's slot was not freed 15s after, with a 1s lease")
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -96,8 +96,8 @@ func TestTracesReachOTLP(t *testing.T) {
 			}
 			break
 		}
-		if time.Since(sent) > 3*time.Second {
-			t.Fatalf("no check and store spans 3s after the check: %v", rec.spans)
+		if time.Since(sent) > 30*time.Second {
+			t.Fatalf("no check and store spans 30s after the check: %v", rec.spans)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -165,8 +165,8 @@ func TestTracesReachOTLPOverGRPC(t *testing.T) {
 		if check == traceID {
 			break
 		}
-		if time.Since(sent) > 3*time.Second {
-			t.Fatalf("no check span in the caller's trace 3s after the check: %v", rec.spans)
+		if time.Since(sent) > 30*time.Second {
+			t.Fatalf("no check span in the caller's trace 30s after the check: %v", rec.spans)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
