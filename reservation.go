@@ -100,17 +100,20 @@ func (g *Guard) Settle(ctx context.Context, label string, req Request, taken tim
 // holds now, as a refund (Request.Refund) of a take made now: a window's
 // count less the cost, a bucket's tokens or a GCRA's and a leaky
 // bucket's room back up to full, a sliding log's entries of the last
-// period, the oldest first. For cost taken earlier whose time the caller
-// did not keep, such as an Envoy descriptor's is_negative_hits; near a
-// window's start, a window that has just ended holds none of it. It is
-// never denied; a failed store gives nothing back and fails open
-// (logged and counted as any failure). The state after it is written to
-// *d.
+// period (less a second), the oldest first. For cost taken earlier whose
+// time the caller did not keep, such as an Envoy descriptor's
+// is_negative_hits; near a window's start, a window that has just ended
+// holds none of it. It is never denied; a failed store gives nothing
+// back and fails open (logged and counted as any failure). The state
+// after it is written to *d.
 func (g *Guard) GiveBack(ctx context.Context, label string, req Request, d *Decision) Verdict {
 	now := time.Now()
 	req.Cost, req.Refund, req.Force = min(req.Cost, req.Limit.Capacity()), now.Add(-clockSkew), false
-	if req.Limit.Algorithm.Resolved() == SlidingLog {
-		req.Refund = now.Add(clockSkew - req.Limit.Period) // the oldest entry the log still holds
+	if p := req.Limit.Period; req.Limit.Algorithm.Resolved() == SlidingLog {
+		// The log's entries of its period less a second (half of it when
+		// shorter), so that they are still in the log when the refund
+		// reaches the store, however late.
+		req.Refund = now.Add(min(p/2, time.Second) - p)
 	}
 	return g.Take(ctx, label, req, FailOpen, d)
 }
