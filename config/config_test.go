@@ -172,6 +172,39 @@ descriptors:
 	}
 }
 
+// unit_multiplier makes a limit's period that many units, as Envoy's
+// RateLimitOverride has it: one fixed window of 10 minutes, not ten of
+// one. Below 1, or past the longest period, it is refused at its field.
+func TestEnvoyUnitMultiplier(t *testing.T) {
+	c, err := config.Parse("envoy.yaml", []byte(`domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, unit_multiplier: 10, requests_per_unit: 100}
+  - key: one
+    rate_limit: {unit: minute, requests_per_unit: 100}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, _ := c.Domains["d"].Match([]config.Entry{{"k", "v"}})
+	if l := n.Limits[0]; l.Limit.Period != 10*time.Minute || l.Units != 10 || l.Unit != "minute" || l.Limit.Rate != 100 {
+		t.Fatalf("unit_multiplier 10: %+v, want 100 per 10m", l)
+	}
+	if n, _ := c.Domains["d"].Match([]config.Entry{{"one", "v"}}); n.Limits[0].Units != 1 || n.Limits[0].Limit.Period != time.Minute {
+		t.Fatalf("no unit_multiplier: %+v, want 100 per 1m", n.Limits[0])
+	}
+	for src, want := range map[string]string{
+		"{unit: second, unit_multiplier: 0, requests_per_unit: 1}":          "f.yaml:4:49: descriptors[0].rate_limit.unit_multiplier: 0: want 1 or more",
+		"{unit: year, unit_multiplier: 101, requests_per_unit: 1}":          "f.yaml:4:47: descriptors[0].rate_limit.unit_multiplier: 101: a period past 876000h0m0s",
+		"{unit: second, unit_multiplier: 3153600000, requests_per_unit: 1}": "",
+	} {
+		_, err := config.Parse("f.yaml", []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: "+src+"\n"))
+		if want == "" && err != nil || want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("%s:\n got %v\nwant %q", src, err, want)
+		}
+	}
+}
+
 // Every store combination the server does not run is refused at the field
 // that asks for it, with a message in the file's terms.
 func TestStoreCombinationsRefused(t *testing.T) {

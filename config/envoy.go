@@ -47,7 +47,10 @@ type RateLimit struct {
 	Name  string // for replaces, and current_limit.name
 	Limit sluice.Limit
 	Unit  string // as written: second, minute, hour, day, ...
-	Rate  int64  // requests_per_unit
+	// Units is unit_multiplier: the period is this many Units, 1 unless
+	// the limit says otherwise.
+	Units uint32
+	Rate  int64 // requests_per_unit
 	// Block is requests_per_unit: 0: every request is over the limit,
 	// decided without the store.
 	Block bool
@@ -80,11 +83,12 @@ type descriptorYAML struct {
 
 type rateLimitYAML struct {
 	Unit            string        `yaml:"unit"`
+	UnitMultiplier  *int64        `yaml:"unit_multiplier"` // the period in units, 1 by default
 	RequestsPerUnit *int64        `yaml:"requests_per_unit"`
 	Unlimited       bool          `yaml:"unlimited"`
 	Name            string        `yaml:"name"`
 	Replaces        []replaceYAML `yaml:"replaces"`
-	Algorithm       string        `yaml:"algorithm"` // sluice: the algorithm, default GCRA
+	Algorithm       string        `yaml:"algorithm"` // sluice: the algorithm, default the fixed window
 	Burst           int64         `yaml:"burst"`     // sluice: the burst
 	// sluice: "all" records every hit, over the limit or not (as
 	// envoyproxy/ratelimit counts), so that hits sent once the answer is
@@ -102,6 +106,19 @@ type replaceYAML struct {
 func Unit(name string) (time.Duration, bool) {
 	p, ok := units[strings.ToLower(name)]
 	return p, ok
+}
+
+// Units returns the period of n units of length unit (Envoy's
+// unit_multiplier), or why there is none: n is 1 or more, and the period
+// at most sluice.MaxSpan.
+func Units(unit time.Duration, n int64) (time.Duration, error) {
+	switch {
+	case n < 1:
+		return 0, fmt.Errorf("%d: want 1 or more", n)
+	case n > int64(sluice.MaxSpan/unit):
+		return 0, fmt.Errorf("%d: a period past %v", n, sluice.MaxSpan)
+	}
+	return time.Duration(n) * unit, nil
 }
 
 func (c *checker) domain(n *yaml.Node, field string) *Domain {
@@ -176,10 +193,19 @@ func (c *checker) rateLimit(n *yaml.Node, field string, d *Descriptor) {
 		d.Unlimited = true
 		return
 	}
-	r := RateLimit{Name: y.Name, Unit: strings.ToLower(y.Unit)}
+	r := RateLimit{Name: y.Name, Unit: strings.ToLower(y.Unit), Units: 1}
 	period, ok := units[r.Unit]
 	if !ok {
 		c.add(cmp.Or(m["unit"], n), field+".unit", "%q: want second, minute, hour, day, week, month or year", r.Unit)
+	}
+	if y.UnitMultiplier != nil && ok {
+		p, err := Units(period, *y.UnitMultiplier)
+		if err != nil {
+			c.add(cmp.Or(m["unit_multiplier"], n), field+".unit_multiplier", "%v", err)
+			ok = false
+		} else {
+			period, r.Units = p, uint32(*y.UnitMultiplier)
+		}
 	}
 	if y.RequestsPerUnit == nil {
 		c.add(n, field+".requests_per_unit", "required (or unlimited: true)")

@@ -217,8 +217,9 @@ type descriptor struct {
 
 // override is a request descriptor's own limit (RateLimitDescriptor.limit).
 type override struct {
-	Rate int64
-	Unit string
+	Rate  int64
+	Unit  string
+	Units int64 // unit_multiplier, 1 when not sent
 }
 
 // checkDescriptors decides an envoyproxy/ratelimit request as it does:
@@ -254,12 +255,16 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 		outs[i].Closest = -1
 		if o := overrides[i]; o != nil {
 			// The request's own limit: no shadow, no name, no replaces.
-			period, ok := config.Unit(o.Unit)
+			unit, ok := config.Unit(o.Unit)
 			if !ok {
 				return nil, inputError("descriptor %d: limit override unit %q", i, o.Unit)
 			}
+			period, err := config.Units(unit, o.Units)
+			if err != nil {
+				return nil, inputError("descriptor %d: limit override unit_multiplier %v", i, err)
+			}
 			outs[i].Node = &config.Descriptor{Key: entries[len(entries)-1].Key}
-			outs[i].Limits = []config.RateLimit{{Unit: o.Unit, Rate: o.Rate, Block: o.Rate == 0,
+			outs[i].Limits = []config.RateLimit{{Unit: o.Unit, Units: uint32(o.Units), Rate: o.Rate, Block: o.Rate == 0,
 				Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: max(o.Rate, 1), Period: period}}}
 			continue
 		}

@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
@@ -77,7 +78,10 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 			hits[i] = -hits[i] // given back
 		}
 		if o := d.GetLimit(); o != nil {
-			overrides[i] = &override{Rate: int64(o.GetRequestsPerUnit()), Unit: strings.ToLower(o.GetUnit().String())}
+			overrides[i] = &override{Rate: int64(o.GetRequestsPerUnit()), Unit: strings.ToLower(o.GetUnit().String()), Units: 1}
+			if m := o.GetUnitMultiplier(); m != nil {
+				overrides[i].Units = int64(m.GetValue())
+			}
 		}
 	}
 	cfg := r.s.state().cfg
@@ -139,12 +143,13 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 type descriptorStatus struct {
 	status rlspb.RateLimitResponse_DescriptorStatus
 	limit  rlspb.RateLimitResponse_RateLimit
+	units  wrapperspb.UInt32Value
 	reset  durationpb.Duration
 }
 
 // status is one descriptor's answer, filled into a as envoyproxy/ratelimit
 // fills it: for a decided limit, current_limit (requests_per_unit, unit,
-// name), limit_remaining (0 when over) and duration_until_reset (to the
+// unit_multiplier when the period is more than one unit, name), limit_remaining (0 when over) and duration_until_reset (to the
 // window's end for its fixed windows; to full for sluice's other
 // algorithms); for an unlimited descriptor, OK with 4294967295 remaining;
 // for no limit, OK alone. A shadow limit is OK whatever it says.
@@ -167,6 +172,10 @@ func (r *rls) status(o *descriptor, now time.Time, a *descriptorStatus) *rlspb.R
 		rate = 0
 	}
 	a.limit.RequestsPerUnit, a.limit.Unit, a.limit.Name = rate, unitOf[l.Unit], l.Name
+	if l.Units > 1 {
+		a.units.Value = l.Units
+		a.limit.UnitMultiplier = &a.units
+	}
 	st.CurrentLimit = &a.limit
 	reset := d.ResetAfter
 	if l.Limit.Algorithm.Resolved() == sluice.FixedWindow {
