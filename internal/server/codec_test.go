@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 	"pgregory.net/rapid"
 )
 
@@ -27,6 +28,9 @@ func responseGen() *rapid.Generator[*rlspb.RateLimitResponse] {
 					Name:            rapid.String().Draw(t, "name"),
 					RequestsPerUnit: rapid.Uint32().Draw(t, "rate"),
 					Unit:            rlspb.RateLimitResponse_RateLimit_Unit(rapid.IntRange(0, 7).Draw(t, "unit")),
+				}
+				if rapid.Bool().Draw(t, "multiplied") {
+					st.CurrentLimit.UnitMultiplier = wrapperspb.UInt32(rapid.Uint32Min(2).Draw(t, "units"))
 				}
 				st.DurationUntilReset = &durationpb.Duration{Seconds: rapid.Int64Range(0, 1<<40).Draw(t, "s"), Nanos: rapid.Int32Range(0, 999_999_999).Draw(t, "ns")}
 			}
