@@ -143,7 +143,6 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 type descriptorStatus struct {
 	status rlspb.RateLimitResponse_DescriptorStatus
 	limit  rlspb.RateLimitResponse_RateLimit
-	units  wrapperspb.UInt32Value
 	reset  durationpb.Duration
 }
 
@@ -172,9 +171,8 @@ func (r *rls) status(o *descriptor, now time.Time, a *descriptorStatus) *rlspb.R
 		rate = 0
 	}
 	a.limit.RequestsPerUnit, a.limit.Unit, a.limit.Name = rate, unitOf[l.Unit], l.Name
-	if l.Units > 1 {
-		a.units.Value = l.Units
-		a.limit.UnitMultiplier = &a.units
+	if l.Units > 1 { // rare: allocated only then
+		a.limit.UnitMultiplier = wrapperspb.UInt32(l.Units)
 	}
 	st.CurrentLimit = &a.limit
 	reset := d.ResetAfter
