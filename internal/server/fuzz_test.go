@@ -11,6 +11,7 @@ import (
 	extrl "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 )
@@ -66,10 +67,11 @@ func FuzzCheckRequest(f *testing.F) {
 
 // FuzzRLSRequest feeds the Envoy rate limit service arbitrary requests, as
 // protobuf over gRPC and as JSON over /json: each is answered, or refused
-// with InvalidArgument (400 over /json); none panics.
+// with InvalidArgument (400 over /json); none panics. The listener's codec
+// decodes each protobuf request to what proto.Unmarshal makes of it.
 func FuzzRLSRequest(f *testing.F) {
 	s := fuzzServer(f)
-	svc := &rls{s: s}
+	svc, codec := &rls{s: s}, newRLSCodec()
 	for _, req := range []*rlspb.RateLimitRequest{
 		{Domain: "edge", Descriptors: []*extrl.RateLimitDescriptor{{Entries: []*extrl.RateLimitDescriptor_Entry{{Key: "remote_address", Value: "10.0.0.1"}}}}},
 		{Domain: "edge", HitsAddend: 3, Descriptors: []*extrl.RateLimitDescriptor{{Entries: []*extrl.RateLimitDescriptor_Entry{{Key: "api_key", Value: "k"}, {Key: "path", Value: "/x"}}}}},
@@ -90,8 +92,16 @@ func FuzzRLSRequest(f *testing.F) {
 			}
 			return
 		}
-		var req rlspb.RateLimitRequest
-		if proto.Unmarshal(data, &req) != nil {
+		// Decoded by the listener's codec, as by proto.Unmarshal.
+		var req, want rlspb.RateLimitRequest
+		err := codec.Unmarshal(mem.BufferSlice{mem.SliceBuffer(data)}, &req)
+		wantErr := proto.Unmarshal(data, &want)
+		switch {
+		case (err != nil) != (wantErr != nil) && len(want.Descriptors) <= maxDescriptors:
+			t.Fatalf("%x: listener's codec %v, proto.Unmarshal %v", data, err, wantErr)
+		case err == nil && !proto.Equal(&req, &want):
+			t.Fatalf("%x: listener's codec %v, proto.Unmarshal %v", data, &req, &want)
+		case err != nil:
 			return
 		}
 		resp, err := svc.ShouldRateLimit(context.Background(), &req)
