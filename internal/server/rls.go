@@ -148,10 +148,11 @@ type descriptorStatus struct {
 
 // status is one descriptor's answer, filled into a as envoyproxy/ratelimit
 // fills it: for a decided limit, current_limit (requests_per_unit, unit,
-// unit_multiplier when the period is more than one unit, name), limit_remaining (0 when over) and duration_until_reset (to the
-// window's end for its fixed windows; to full for sluice's other
-// algorithms); for an unlimited descriptor, OK with 4294967295 remaining;
-// for no limit, OK alone. A shadow limit is OK whatever it says.
+// unit_multiplier when the period is more than one unit, name),
+// limit_remaining (0 when over) and duration_until_reset (to the window's
+// end for its fixed windows; to full for sluice's other algorithms); for
+// an unlimited descriptor, OK with 4294967295 remaining; for no limit, OK
+// alone. A shadow limit is OK whatever it says.
 func (r *rls) status(o *descriptor, now time.Time, a *descriptorStatus) *rlspb.RateLimitResponse_DescriptorStatus {
 	st := &a.status
 	st.Code = rlspb.RateLimitResponse_OK
