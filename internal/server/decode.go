@@ -11,21 +11,22 @@ import (
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
 
-// Field numbers of the Envoy RLS request's messages.
+// The tags (field number and wire type) of the Envoy RLS request's
+// messages' fields.
 const (
-	requestDomain      = 1 // RateLimitRequest
-	requestDescriptors = 2
-	requestHits        = 3
-	descEntries        = 1 // RateLimitDescriptor
-	descLimit          = 2
-	descHits           = 3
-	descNegative       = 4
-	entryKey           = 1 // RateLimitDescriptor.Entry
-	entryValue         = 2
-	limitRate          = 1 // RateLimitDescriptor.RateLimitOverride
-	limitUnit          = 2
-	limitUnits         = 3
-	wrapperValue       = 1 // google.protobuf.UInt64Value, UInt32Value
+	tagDomain      = 1<<3 | uint64(protowire.BytesType) // RateLimitRequest
+	tagDescriptors = 2<<3 | uint64(protowire.BytesType)
+	tagHits        = 3<<3 | uint64(protowire.VarintType)
+	tagEntries     = 1<<3 | uint64(protowire.BytesType) // RateLimitDescriptor
+	tagLimit       = 2<<3 | uint64(protowire.BytesType)
+	tagDescHits    = 3<<3 | uint64(protowire.BytesType)
+	tagNegative    = 4<<3 | uint64(protowire.VarintType)
+	tagKey         = 1<<3 | uint64(protowire.BytesType) // RateLimitDescriptor.Entry
+	tagValue       = 2<<3 | uint64(protowire.BytesType)
+	tagRate        = 1<<3 | uint64(protowire.VarintType) // RateLimitDescriptor.RateLimitOverride
+	tagUnit        = 2<<3 | uint64(protowire.VarintType)
+	tagUnits       = 3<<3 | uint64(protowire.BytesType)
+	tagWrapped     = 1<<3 | uint64(protowire.VarintType) // google.protobuf.UInt64Value, UInt32Value
 )
 
 // requestShape is what a first walk of a request's wire form finds: how
@@ -61,32 +62,19 @@ func decodeRequest(b []byte, req *rlspb.RateLimitRequest, shape requestShape) bo
 	var hits uint32
 	d, e := 0, 0
 	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
+		tag, x, v, n := nextField(b)
 		if n < 0 {
 			return false
 		}
 		b = b[n:]
 		switch {
-		case num == requestDomain && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 || !utf8.Valid(v) {
-				return false
-			}
-			domain, b = text.str(v), b[n:]
-		case num == requestHits && typ == protowire.VarintType:
-			v, n := protowire.ConsumeVarint(b)
-			if n < 0 {
-				return false
-			}
-			hits, b = uint32(v), b[n:]
-		case num == requestDescriptors && typ == protowire.BytesType:
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return false
-			}
-			b = b[n:]
+		case tag == tagDomain && utf8.Valid(v):
+			domain = text.str(v)
+		case tag == tagHits:
+			hits = uint32(x)
+		case tag == tagDescriptors && d < len(descs):
 			first := e
-			if d == len(descs) || !decodeDescriptor(v, &descs[d], ents, eptrs, &e, text) {
+			if !decodeDescriptor(v, &descs[d], ents, eptrs, &e, text) {
 				return false
 			}
 			if e > first {
@@ -105,54 +93,34 @@ func decodeRequest(b []byte, req *rlspb.RateLimitRequest, shape requestShape) bo
 	return true
 }
 
-// decodeDescriptor decodes one RateLimitDescriptor's wire form v into
+// decodeDescriptor decodes one RateLimitDescriptor's wire form b into
 // out, its entries into ents from *e on, as decodeRequest does.
-func decodeDescriptor(v []byte, out *commonpb.RateLimitDescriptor, ents []commonpb.RateLimitDescriptor_Entry,
+func decodeDescriptor(b []byte, out *commonpb.RateLimitDescriptor, ents []commonpb.RateLimitDescriptor_Entry,
 	eptrs []*commonpb.RateLimitDescriptor_Entry, e *int, text *textBuf) bool {
-	for len(v) > 0 {
-		num, typ, n := protowire.ConsumeTag(v)
+	for len(b) > 0 {
+		tag, x, v, n := nextField(b)
 		if n < 0 {
 			return false
 		}
-		v = v[n:]
+		b = b[n:]
 		switch {
-		case num == descNegative && typ == protowire.VarintType:
-			x, n := protowire.ConsumeVarint(v)
-			if n < 0 {
-				return false
-			}
-			out.IsNegativeHits, v = x != 0, v[n:]
-			continue
-		case typ != protowire.BytesType:
-			return false
-		}
-		m, n := protowire.ConsumeBytes(v)
-		if n < 0 {
-			return false
-		}
-		v = v[n:]
-		switch num {
-		case descEntries:
-			if *e == len(ents) {
-				return false
-			}
+		case tag == tagNegative:
+			out.IsNegativeHits = x != 0
+		case tag == tagEntries && *e < len(ents):
 			entry := &ents[*e]
-			if !decodeEntry(m, entry, text) {
+			if !decodeEntry(v, entry, text) {
 				return false
 			}
 			eptrs[*e] = entry
 			*e++
-		case descLimit:
-			if out.Limit != nil { // merged by proto
-				return false
-			}
+		case tag == tagLimit && out.Limit == nil: // a second one proto would merge
 			out.Limit = &commonpb.RateLimitDescriptor_RateLimitOverride{}
-			if !decodeOverride(m, out.Limit) {
+			if !decodeOverride(v, out.Limit) {
 				return false
 			}
-		case descHits:
-			x, ok := decodeWrapper(m)
-			if !ok || out.HitsAddend != nil {
+		case tag == tagDescHits && out.HitsAddend == nil:
+			x, ok := decodeWrapper(v)
+			if !ok {
 				return false
 			}
 			out.HitsAddend = wrapperspb.UInt64(x)
@@ -163,25 +131,62 @@ func decodeDescriptor(v []byte, out *commonpb.RateLimitDescriptor, ents []common
 	return true
 }
 
-func decodeEntry(v []byte, out *commonpb.RateLimitDescriptor_Entry, text *textBuf) bool {
-	for len(v) > 0 {
-		num, typ, n := protowire.ConsumeTag(v)
-		if n < 0 || typ != protowire.BytesType || num != entryKey && num != entryValue {
+func decodeEntry(b []byte, out *commonpb.RateLimitDescriptor_Entry, text *textBuf) bool {
+	for len(b) > 0 {
+		tag, _, v, n := nextField(b)
+		if n < 0 || !utf8.Valid(v) {
 			return false
 		}
-		v = v[n:]
-		s, n := protowire.ConsumeBytes(v)
-		if n < 0 || !utf8.Valid(s) {
+		b = b[n:]
+		switch tag {
+		case tagKey:
+			out.Key = text.str(v)
+		case tagValue:
+			out.Value = text.str(v)
+		default:
 			return false
-		}
-		v = v[n:]
-		if num == entryKey {
-			out.Key = text.str(s)
-		} else {
-			out.Value = text.str(s)
 		}
 	}
 	return true
+}
+
+func decodeOverride(b []byte, out *commonpb.RateLimitDescriptor_RateLimitOverride) bool {
+	for len(b) > 0 {
+		tag, x, v, n := nextField(b)
+		if n < 0 {
+			return false
+		}
+		b = b[n:]
+		switch {
+		case tag == tagRate:
+			out.RequestsPerUnit = uint32(x)
+		case tag == tagUnit:
+			out.Unit = typepb.RateLimitUnit(int32(x))
+		case tag == tagUnits && out.UnitMultiplier == nil:
+			x, ok := decodeWrapper(v)
+			if !ok {
+				return false
+			}
+			out.UnitMultiplier = wrapperspb.UInt32(uint32(x))
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// decodeWrapper decodes a UInt64Value's or a UInt32Value's wire form, its
+// value truncated to the field's width by the caller.
+func decodeWrapper(b []byte) (uint64, bool) {
+	var value uint64
+	for len(b) > 0 {
+		tag, x, _, n := nextField(b)
+		if n < 0 || tag != tagWrapped {
+			return 0, false
+		}
+		b, value = b[n:], x
+	}
+	return value, true
 }
 
 // textBuf holds a request's strings' bytes, sized for them all by its
@@ -197,60 +202,28 @@ func (t *textBuf) str(v []byte) string {
 	return unsafe.String(&t.b[len(t.b)-len(v)], len(v))
 }
 
-func decodeOverride(v []byte, out *commonpb.RateLimitDescriptor_RateLimitOverride) bool {
-	for len(v) > 0 {
-		num, typ, n := protowire.ConsumeTag(v)
-		if n < 0 {
-			return false
-		}
-		v = v[n:]
-		switch {
-		case num == limitRate && typ == protowire.VarintType:
-			x, n := protowire.ConsumeVarint(v)
-			if n < 0 {
-				return false
-			}
-			out.RequestsPerUnit, v = uint32(x), v[n:]
-		case num == limitUnit && typ == protowire.VarintType:
-			x, n := protowire.ConsumeVarint(v)
-			if n < 0 {
-				return false
-			}
-			out.Unit, v = typepb.RateLimitUnit(int32(x)), v[n:]
-		case num == limitUnits && typ == protowire.BytesType && out.UnitMultiplier == nil:
-			m, n := protowire.ConsumeBytes(v)
-			if n < 0 {
-				return false
-			}
-			x, ok := decodeWrapper(m)
-			if !ok {
-				return false
-			}
-			out.UnitMultiplier, v = wrapperspb.UInt32(uint32(x)), v[n:]
-		default:
-			return false
-		}
+// nextField splits the first field off b: its tag (number and wire
+// type), a varint's value or a length-delimited field's contents, and
+// the bytes it takes, -1 for a malformed field. Results rather than a
+// struct, so that they come back in registers.
+func nextField(b []byte) (tag, x uint64, v []byte, size int) {
+	num, typ, n := protowire.ConsumeTag(b)
+	if n < 0 {
+		return 0, 0, nil, -1
 	}
-	return true
-}
-
-// decodeWrapper decodes a UInt64Value's or a UInt32Value's wire form, its
-// value truncated to the field's width by the caller.
-func decodeWrapper(v []byte) (uint64, bool) {
-	var x uint64
-	for len(v) > 0 {
-		num, typ, n := protowire.ConsumeTag(v)
-		if n < 0 || num != wrapperValue || typ != protowire.VarintType {
-			return 0, false
-		}
-		v = v[n:]
-		x, n = protowire.ConsumeVarint(v)
-		if n < 0 {
-			return 0, false
-		}
-		v = v[n:]
+	var m int
+	switch typ {
+	case protowire.VarintType:
+		x, m = protowire.ConsumeVarint(b[n:])
+	case protowire.BytesType:
+		v, m = protowire.ConsumeBytes(b[n:])
+	default:
+		m = protowire.ConsumeFieldValue(num, typ, b[n:])
 	}
-	return x, true
+	if m < 0 {
+		return 0, 0, nil, -1
+	}
+	return protowire.EncodeTag(num, typ), x, v, n + m
 }
 
 // measureRequest walks the wire form b of a RateLimitRequest and returns
@@ -259,25 +232,15 @@ func decodeWrapper(v []byte) (uint64, bool) {
 func measureRequest(b []byte, most int) requestShape {
 	var s requestShape
 	for len(b) > 0 && s.descriptors < most {
-		num, typ, n := protowire.ConsumeTag(b)
+		tag, _, v, n := nextField(b)
 		if n < 0 {
 			return s
 		}
 		b = b[n:]
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return s
-		}
-		field := b[:n]
-		b = b[n:]
-		if typ != protowire.BytesType {
-			continue
-		}
-		v, _ := protowire.ConsumeBytes(field)
-		switch num {
-		case requestDomain:
+		switch tag {
+		case tagDomain:
 			s.text += len(v)
-		case requestDescriptors:
+		case tagDescriptors:
 			s.descriptors++
 			measureDescriptor(v, &s)
 		}
@@ -286,39 +249,23 @@ func measureRequest(b []byte, most int) requestShape {
 }
 
 // measureDescriptor adds a descriptor's entries and their text to s.
-func measureDescriptor(v []byte, s *requestShape) {
-	for len(v) > 0 {
-		num, typ, n := protowire.ConsumeTag(v)
+func measureDescriptor(b []byte, s *requestShape) {
+	for len(b) > 0 {
+		tag, _, v, n := nextField(b)
 		if n < 0 {
 			return
 		}
-		v = v[n:]
-		n = protowire.ConsumeFieldValue(num, typ, v)
-		if n < 0 {
-			return
-		}
-		field := v[:n]
-		v = v[n:]
-		if num != descEntries || typ != protowire.BytesType {
+		b = b[n:]
+		if tag != tagEntries {
 			continue
 		}
 		s.entries++
-		m, _ := protowire.ConsumeBytes(field)
-		for len(m) > 0 {
-			num, typ, n := protowire.ConsumeTag(m)
+		for len(v) > 0 {
+			_, _, text, n := nextField(v)
 			if n < 0 {
 				return
 			}
-			m = m[n:]
-			n = protowire.ConsumeFieldValue(num, typ, m)
-			if n < 0 {
-				return
-			}
-			if typ == protowire.BytesType {
-				x, _ := protowire.ConsumeBytes(m[:n])
-				s.text += len(x)
-			}
-			m = m[n:]
+			v, s.text = v[n:], s.text+len(text)
 		}
 	}
 }

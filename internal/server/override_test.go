@@ -7,9 +7,7 @@ import (
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 )
@@ -29,12 +27,7 @@ func TestEnvoyLimitOverrideUnits(t *testing.T) {
       - key: hourly
         rate_limit: {unit: minute, unit_multiplier: 60, requests_per_unit: 2}
 `, "")
-	conn, err := grpc.NewClient(r.Addrs().GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	rl := rlspb.NewRateLimitServiceClient(conn)
+	rl := r.rlsClient(t)
 	ask := func(key string, o *ratelimitv3.RateLimitDescriptor_RateLimitOverride) (*rlspb.RateLimitResponse, int64, int64, error) {
 		t.Helper()
 		before := time.Now().Unix()

@@ -11,8 +11,6 @@ import (
 
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -149,12 +147,7 @@ func TestEnvoyHitsOnStreamDone(t *testing.T) {
       - key: user
         rate_limit: {unit: minute, requests_per_unit: 10000, count: all}
 `, "")
-	conn, err := grpc.NewClient(r.Addrs().GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	rl := rlspb.NewRateLimitServiceClient(conn)
+	rl := r.rlsClient(t)
 	ask := func(hits uint32) rlspb.RateLimitResponse_Code {
 		resp, err := rl.ShouldRateLimit(t.Context(), &rlspb.RateLimitRequest{Domain: "llm", HitsAddend: hits,
 			Descriptors: []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "ann"}}}}})
@@ -193,12 +186,7 @@ func TestEnvoyNegativeHitsGiveBack(t *testing.T) {
 				url = redistest.Standalone(t).URL()
 			}
 			r := start(t, cfg.String(), url)
-			conn, err := grpc.NewClient(r.Addrs().GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer conn.Close()
-			rl := rlspb.NewRateLimitServiceClient(conn)
+			rl := r.rlsClient(t)
 			for _, alg := range algs {
 				desc := func(hits uint64, back bool) *ratelimitv3.RateLimitDescriptor {
 					return &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: alg, Value: "ann"}},

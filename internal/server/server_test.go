@@ -17,6 +17,10 @@ import (
 	"testing"
 	"time"
 
+	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
 	"github.com/sluicehq/sluice/internal/faultproxy"
 	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -86,6 +90,18 @@ func (r *running) tryCheck(policy, key string) (CheckResult, int, error) {
 		return CheckResult{}, resp.StatusCode, fmt.Errorf("response %s: %v", data, err)
 	}
 	return out.Results[0], resp.StatusCode, nil
+}
+
+// rlsClient returns a client of r's Envoy rate limit service, over a
+// connection of its own that closes with the test.
+func (r *running) rlsClient(t testing.TB) rlspb.RateLimitServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(r.Addrs().GRPC, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return rlspb.NewRateLimitServiceClient(conn)
 }
 
 // metrics returns the text of /metrics.
