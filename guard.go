@@ -56,7 +56,8 @@ type Guard struct {
 	lastFailed    atomic.Int64 // when a check last failed, Unix ns
 	replaying     sync.Mutex   // held by the one replay at a time
 	replayed      atomic.Int64 // cost the stand-in admitted and the store was told
-	replayDropped atomic.Int64 // cost admitted for keys past maxOwed, never told
+	replayedBack  atomic.Int64 // cost given back locally and then to the store
+	replayDropped atomic.Int64 // cost decided for keys past maxOwed, never told
 }
 
 // GuardOptions configures a Guard. Every field has a usable zero value.
@@ -562,17 +563,19 @@ type Health struct {
 	// the Guard was made.
 	FailedChecks int64
 	// Replayed is the cost the stand-in admitted during outages and the
-	// store was told when it recovered; ReplayDropped what it admitted for
-	// keys past its bound, which the store was never told. Since the Guard
-	// was made.
-	Replayed, ReplayDropped int64
+	// store was told when it recovered; ReplayedBack the cost given back
+	// during outages (refunds, GiveBack) beyond what the stand-in admitted,
+	// and given back to the store when it recovered; ReplayDropped what
+	// was admitted or given back for keys past the stand-in's bound, which
+	// the store was never told. Since the Guard was made.
+	Replayed, ReplayedBack, ReplayDropped int64
 }
 
 // Health reports the store's health.
 func (g *Guard) Health() Health {
 	h := g.breaker.health()
 	h.FailedChecks = g.failures.Load()
-	h.Replayed, h.ReplayDropped = g.replayed.Load(), g.replayDropped.Load()
+	h.Replayed, h.ReplayedBack, h.ReplayDropped = g.replayed.Load(), g.replayedBack.Load(), g.replayDropped.Load()
 	return h
 }
 

@@ -258,12 +258,8 @@ func TestGuardOutageEndsExactly(t *testing.T) {
 	}
 	c.proxy.Stall(false)
 	// No check from here on: the Guard finds the store back by itself.
-	deadline := time.Now().Add(30 * time.Second)
-	for h := c.guard.Health(); h.Breaker != "closed" || h.Replayed < 18; h = c.guard.Health() {
-		if time.Now().After(deadline) {
-			t.Fatalf("30 s after the store came back, with no checks: %+v; want the breaker closed and 18 replayed", h)
-		}
-		time.Sleep(10 * time.Millisecond) // polling for the event
+	if h := c.recovered(t, func(h sluice.Health) bool { return h.Replayed >= 18 }); h.Replayed != 18 {
+		t.Fatalf("told the store %d; want 18", h.Replayed)
 	}
 	for key, want := range map[string]int64{"k": 0, "fresh": 0} {
 		d, err := c.store.Take(context.Background(), sluice.Request{Key: key, Limit: limit})
@@ -393,5 +389,102 @@ func TestVerdictStaysInRegisters(t *testing.T) {
 	v := reflect.TypeFor[sluice.Verdict]()
 	if v.NumField() > 4 || v.Size() > 4*reflect.TypeFor[uintptr]().Size() {
 		t.Errorf("Verdict has %d fields in %d bytes: want at most 4 fields in %d", v.NumField(), v.Size(), 4*reflect.TypeFor[uintptr]().Size())
+	}
+}
+
+// recovered waits for the breaker to close and the replay to have told the
+// store at least cost, with no check meanwhile: the Guard finds the store
+// back by itself. 30 s guards against a hang.
+func (c *chaos) recovered(t *testing.T, ok func(sluice.Health) bool) sluice.Health {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for h := c.guard.Health(); ; h = c.guard.Health() {
+		if h.Breaker == "closed" && ok(h) {
+			return h
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the store came back, with no checks: %+v", h)
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the event
+	}
+}
+
+// Hits given back during an outage under fail_mode local are given back
+// to the stand-in, which admits them again, and to the store when it
+// recovers, net of what the stand-in admitted: a key given back more than
+// it took meanwhile is refunded in the store, not left charged.
+func TestGuardGiveBackDuringOutage(t *testing.T) {
+	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
+	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Hour}
+	for _, key := range []string{"spent", "net-back"} {
+		for range 8 {
+			if v, _ := c.take(t, key, limit, sluice.FailLocal, answered); v.Outcome != sluice.Allowed {
+				t.Fatalf("healthy: %v", v.Outcome)
+			}
+		}
+	}
+	c.proxy.Stall(true)
+	ctx := context.Background()
+	for _, key := range []string{"spent", "net-back"} {
+		var d sluice.Decision
+		v := c.guard.GiveBack(ctx, "p", sluice.Request{Key: key, Limit: limit, Cost: 5}, sluice.FailLocal, &d)
+		if v.Outcome != sluice.LocalAllowed || d.Remaining != 7 {
+			t.Fatalf("%s given back 5 during the outage: %v %+v; want local_allowed with 7 remaining (2 the store left, and 5)", key, v.Outcome, d)
+		}
+	}
+	admitted := map[string]int{}
+	for key, tries := range map[string]int{"spent": 20, "net-back": 2} {
+		for range tries {
+			if v, _ := c.take(t, key, limit, sluice.FailLocal, answered); v.Outcome == sluice.LocalAllowed {
+				admitted[key]++
+			}
+		}
+	}
+	if admitted["spent"] != 7 || admitted["net-back"] != 2 {
+		t.Fatalf("the stand-in admitted %v; want spent 7 (2 left and 5 given back), net-back 2", admitted)
+	}
+	// Given back under fail_mode open, nothing was counted locally and
+	// nothing is given back.
+	var d sluice.Decision
+	if v := c.guard.GiveBack(ctx, "p", sluice.Request{Key: "open", Limit: limit, Cost: 5}, sluice.FailOpen, &d); v.Outcome != sluice.FailedOpen {
+		t.Fatalf("given back under fail_mode open: %v; want failed_open", v.Outcome)
+	}
+	c.proxy.Stall(false)
+	h := c.recovered(t, func(h sluice.Health) bool { return h.Replayed >= 2 && h.ReplayedBack >= 3 })
+	if h.Replayed != 2 || h.ReplayedBack != 3 {
+		t.Fatalf("told the store %d taken and %d given back; want 2 (spent: 7 admitted less 5 given back) and 3 (net-back: 5 less 2)", h.Replayed, h.ReplayedBack)
+	}
+	for key, want := range map[string]int64{"spent": 0, "net-back": 5} {
+		d, err := c.store.Take(ctx, sluice.Request{Key: key, Limit: limit})
+		if err != nil || d.Remaining != want {
+			t.Fatalf("%s in the store after the outage: %+v, %v; want %d remaining", key, d, err, want)
+		}
+	}
+}
+
+// An outage longer than a window lets the stand-in admit more than the
+// capacity in all; the store is told the capacity, in the window current
+// at the recovery, and nothing stays owed: a forced take of more than the
+// capacity would be refused as input, and kept owed at every recovery.
+func TestGuardOutageLongerThanAWindow(t *testing.T) {
+	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
+	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: 100 * time.Millisecond}
+	c.proxy.Stall(true)
+	admitted := 0
+	for deadline := time.Now().Add(answered); admitted <= 2*10; {
+		if v, _ := c.take(t, "k", limit, sluice.FailLocal, answered); v.Outcome == sluice.LocalAllowed {
+			admitted++
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the stand-in admitted %d in %v; want more than 20 (windows of 100 ms)", admitted, answered)
+		}
+	}
+	c.proxy.Stall(false)
+	h := c.recovered(t, func(h sluice.Health) bool { return h.Replayed > 0 })
+	if h.Replayed != 10 {
+		t.Fatalf("told the store %d; want 10, the capacity", h.Replayed)
+	}
+	if log := c.log.String(); !strings.Contains(log, "keys_left_owed=0") {
+		t.Fatalf("something stayed owed:\n%s", log)
 	}
 }

@@ -42,57 +42,74 @@ const (
 // nothing.
 var probeRequest = Request{Key: "sluice:probe", Limit: Limit{Algorithm: FixedWindow, Rate: 1, Period: time.Second}}
 
-// owedKey is a key and limit the stand-in admitted for.
+// owedKey is a key and limit the stand-in decided for.
 type owedKey struct {
 	key   string
 	limit Limit
 }
 
-// ledger is what the stand-in admitted and the store has not been told.
+// owed is what the store has not been told of a key and limit: cost the
+// stand-in admitted, less what was given back meanwhile (Request.Refund);
+// below 0, cost to give back to the store, as a refund of a take at
+// refund, the latest of the refunds it sums (the one that gives back
+// least).
+type owed struct {
+	cost   int64
+	refund time.Time
+}
+
+// ledger is what the stand-in decided and the store has not been told.
 type ledger struct {
 	mu      sync.Mutex
-	owed    map[owedKey]int64
-	dropped int64 // cost admitted for keys past maxOwed, never told
+	owed    map[owedKey]owed
+	dropped int64 // cost decided for keys past maxOwed, never told
 }
 
 // add records cost admitted locally for key under limit.
 func (l *ledger) add(key string, limit Limit, cost int64) {
-	if cost <= 0 {
+	l.note(key, limit, cost, time.Time{})
+}
+
+// give records cost given back locally for key under limit, as a refund
+// of a take at refund: it first cancels what the key owes the store, and
+// the rest is owed back to it.
+func (l *ledger) give(key string, limit Limit, cost int64, refund time.Time) {
+	l.note(key, limit, -cost, refund)
+}
+
+// note adds cost to what key owes under limit, and records refund when it
+// is later than the one recorded.
+func (l *ledger) note(key string, limit Limit, cost int64, refund time.Time) {
+	if cost == 0 {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	k := owedKey{key, limit}
-	if _, ok := l.owed[k]; !ok {
+	o, ok := l.owed[k]
+	if !ok {
 		if len(l.owed) >= maxOwed {
-			l.dropped += cost
+			l.dropped += max(cost, -cost)
 			return
 		}
 		if l.owed == nil {
-			l.owed = map[owedKey]int64{}
+			l.owed = map[owedKey]owed{}
 		}
 		k.key = strings.Clone(key) // not the caller's memory
 	}
-	l.owed[k] += cost
-}
-
-// give takes cost off what key owes under limit: a refund decided while
-// the store failed.
-func (l *ledger) give(key string, limit Limit, cost int64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	k := owedKey{key, limit}
-	if owed, ok := l.owed[k]; ok {
-		if owed -= min(cost, owed); owed == 0 {
-			delete(l.owed, k)
-		} else {
-			l.owed[k] = owed
-		}
+	o.cost += cost
+	if refund.After(o.refund) {
+		o.refund = refund
 	}
+	if o.cost == 0 {
+		delete(l.owed, k)
+		return
+	}
+	l.owed[k] = o
 }
 
 // take empties the ledger, returning what it held.
-func (l *ledger) take() (map[owedKey]int64, int64) {
+func (l *ledger) take() (map[owedKey]owed, int64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	owed, dropped := l.owed, l.dropped
@@ -101,10 +118,24 @@ func (l *ledger) take() (map[owedKey]int64, int64) {
 }
 
 // restore puts back what a replay could not tell.
-func (l *ledger) restore(owed map[owedKey]int64) {
-	for k, cost := range owed {
-		l.add(k.key, k.limit, cost)
+func (l *ledger) restore(owed map[owedKey]owed) {
+	for k, o := range owed {
+		l.note(k.key, k.limit, o.cost, o.refund)
 	}
+}
+
+// request is what tells the store o for k: a forced take of what the
+// stand-in admitted, or a refund of what was given back, either at most
+// the capacity (past it, the capacity: as a window current at the
+// recovery, the state holds no more).
+func (o owed) request(k owedKey) Request {
+	r := Request{Key: k.key, Limit: k.limit, Cost: min(max(o.cost, -o.cost), k.limit.Capacity())}
+	if o.cost > 0 {
+		r.Force = true
+	} else {
+		r.Refund = o.refund
+	}
+	return r
 }
 
 // startProber starts the prober unless it runs.
@@ -163,21 +194,26 @@ func (g *Guard) replay() {
 	deadline := start.Add(replayBudget)
 	work := make(chan owedKey)
 	var mu sync.Mutex
-	var told, cost int64
+	var told, cost, back int64
 	var wg sync.WaitGroup
 	for range min(replayWorkers, len(owed)) {
 		wg.Go(func() {
 			for k := range work {
 				mu.Lock()
-				c := owed[k]
+				r := owed[k].request(k)
 				mu.Unlock()
 				d := [1]Decision{}
-				if err := g.call(context.Background(), []Request{{Key: k.key, Limit: k.limit, Cost: c, Force: true}}, d[:]); err != nil {
+				if err := g.call(context.Background(), []Request{r}, d[:]); err != nil {
 					continue // stays owed
 				}
 				mu.Lock()
 				delete(owed, k)
-				told, cost = told+1, cost+c
+				told++
+				if r.Force {
+					cost += r.Cost
+				} else {
+					back += r.Cost
+				}
 				mu.Unlock()
 			}
 		})
@@ -196,12 +232,13 @@ func (g *Guard) replay() {
 	wg.Wait()
 	g.standin.ledger.restore(owed)
 	g.replayed.Add(cost)
+	g.replayedBack.Add(back)
 	g.replayDropped.Add(dropped)
 	level := slog.LevelInfo
 	if len(owed) > 0 || dropped > 0 {
 		level = slog.LevelWarn
 	}
 	g.transition(level, "rate limit store told what was admitted locally during the outage",
-		slog.Int64("keys", told), slog.Int64("cost", cost), slog.Int("keys_left_owed", len(owed)),
+		slog.Int64("keys", told), slog.Int64("cost", cost), slog.Int64("given_back", back), slog.Int("keys_left_owed", len(owed)),
 		slog.Int64("dropped_cost", dropped), slog.Duration("took", time.Since(start)))
 }

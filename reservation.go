@@ -103,10 +103,13 @@ func (g *Guard) Settle(ctx context.Context, label string, req Request, taken tim
 // period (less a second), the oldest first. For cost taken earlier whose
 // time the caller did not keep, such as an Envoy descriptor's
 // is_negative_hits; near a window's start, a window that has just ended
-// holds none of it. It is never denied; a failed store gives nothing
-// back and fails open (logged and counted as any failure). The state
-// after it is written to *d.
-func (g *Guard) GiveBack(ctx context.Context, label string, req Request, d *Decision) Verdict {
+// holds none of it. It is never denied. When the store fails, mode
+// FailLocal gives it back to the stand-in, which counted what was taken
+// during the outage, and to the store when it recovers (net of what the
+// stand-in admitted); FailOpen and FailClosed give nothing back (failed
+// open: there was nothing counted locally to give back to). A failure is
+// logged and counted as any other. The state after it is written to *d.
+func (g *Guard) GiveBack(ctx context.Context, label string, req Request, mode FailMode, d *Decision) Verdict {
 	now := time.Now()
 	req.Cost, req.Refund, req.Force = min(req.Cost, req.Limit.Capacity()), now.Add(-clockSkew), false
 	if p := req.Limit.Period; req.Limit.Algorithm.Resolved() == SlidingLog {
@@ -115,5 +118,8 @@ func (g *Guard) GiveBack(ctx context.Context, label string, req Request, d *Deci
 		// reaches the store, however late.
 		req.Refund = now.Add(min(p/2, time.Second) - p)
 	}
-	return g.Take(ctx, label, req, FailOpen, d)
+	if mode != FailLocal {
+		mode = FailOpen
+	}
+	return g.Take(ctx, label, req, mode, d)
 }

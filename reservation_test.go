@@ -127,7 +127,7 @@ func TestGuardGiveBack(t *testing.T) {
 					t.Fatalf("100 of 100: %+v %+v", v, d)
 				}
 				req.Cost = 30
-				if v := g.GiveBack(ctx, "p", req, &d); v.Outcome != sluice.Allowed || !d.Allowed || d.Remaining != 30 {
+				if v := g.GiveBack(ctx, "p", req, sluice.FailLocal, &d); v.Outcome != sluice.Allowed || !d.Allowed || d.Remaining != 30 {
 					t.Fatalf("30 given back: %+v %+v, want allowed with 30 remaining", v, d)
 				}
 				if v := g.Take(ctx, "p", req, sluice.FailClosed, &d); v.Outcome != sluice.Allowed || d.Remaining != 0 {
@@ -138,7 +138,7 @@ func TestGuardGiveBack(t *testing.T) {
 					t.Fatalf("past what was given back: %+v, want denied", v)
 				}
 				req.Cost = 1000
-				if v := g.GiveBack(ctx, "p", req, &d); v.Outcome != sluice.Allowed || d.Remaining != 100 {
+				if v := g.GiveBack(ctx, "p", req, sluice.FailLocal, &d); v.Outcome != sluice.Allowed || d.Remaining != 100 {
 					t.Fatalf("1000 given back: %+v %+v, want 100 remaining (the capacity)", v, d)
 				}
 			})

@@ -304,7 +304,7 @@ func (s *standin) decide(ctx context.Context, c *Check, epoch uint64, ds []Decis
 			if r.Refund.IsZero() {
 				s.ledger.add(r.Key, r.Limit, r.Cost)
 			} else {
-				s.ledger.give(r.Key, r.Limit, r.Cost) // owed no more
+				s.ledger.give(r.Key, r.Limit, r.Cost, r.Refund)
 			}
 		}
 	}

@@ -163,13 +163,18 @@ func (s *Server) decide(ctx context.Context, sub subject, key string, limits []s
 
 // giveBack returns hits to key's limits (Guard.GiveBack): an Envoy
 // descriptor's is_negative_hits, which refills what earlier checks took.
-// It is never denied, and a store that fails gives nothing back (failed
-// open, logged and counted by the Guard), whatever the fail mode:
-// returning is not a check, and it is not counted as one.
-func (s *Server) giveBack(ctx context.Context, domain, key string, limits []sluice.Limit, hits int64, shadow bool) outcome {
+// It is never denied. When the store fails, fail_mode local gives the
+// hits back to the stand-in that counted them, and to the store when it
+// recovers; open and closed give nothing back (failed open, logged and
+// counted by the Guard). Returning is not a check, and it is not counted
+// as one.
+func (s *Server) giveBack(ctx context.Context, domain, key string, limits []sluice.Limit, hits int64, shadow bool, fail sluice.FailMode) outcome {
 	out := outcome{Shadow: shadow, Decisions: make([]sluice.Decision, len(limits))}
+	if shadow {
+		fail = sluice.FailOpen // a shadow limit's checks were never decided locally
+	}
 	for i, l := range limits {
-		v := s.guard.GiveBack(ctx, domain, sluice.Request{Key: key, Limit: l, Cost: hits}, &out.Decisions[i])
+		v := s.guard.GiveBack(ctx, domain, sluice.Request{Key: key, Limit: l, Cost: hits}, fail, &out.Decisions[i])
 		switch v.Outcome {
 		case sluice.Invalid:
 			return outcome{Closest: -1, Err: inputError("%v", strings.TrimPrefix(v.Err.Error(), "sluice: "))}
@@ -317,7 +322,7 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 			for j, l := range o.Limits {
 				limits[j] = l.Limit
 			}
-			o.outcome, o.Returned = s.giveBack(ctx, domain, key, limits, -h, shadow), true
+			o.outcome, o.Returned = s.giveBack(ctx, domain, key, limits, -h, shadow, cfg.Store.FailMode), true
 			continue
 		}
 		over, h := false, hits[i]

@@ -13,6 +13,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/sluicehq/sluice/internal/faultproxy"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -234,5 +235,61 @@ func TestEnvoyNegativeHitsGiveBack(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Hits an Envoy descriptor gives back while Redis hangs, under fail_mode
+// local, go back to the stand-in that counted the outage's hits, and to
+// Redis when it recovers, net of what the stand-in admitted: 8 of 10
+// taken, 5 given back during the hang, and then exactly 7 are admitted,
+// and Redis is told the 2 taken beyond what was given back.
+func TestEnvoyGiveBackDuringOutage(t *testing.T) {
+	redis := redistest.Standalone(t)
+	proxy := faultproxy.Start(t, redis.Addr)
+	r := start(t, `store: {type: redis, url: redis://127.0.0.1:1, timeout: 200ms, fail_mode: local}
+domains:
+  - domain: d
+    descriptors:
+      - {key: user, rate_limit: {unit: day, requests_per_unit: 10}}
+`, redis.URLVia(proxy.Addr))
+	rl := r.rlsClient(t)
+	ask := func(hits uint64, back bool) *rlspb.RateLimitResponse {
+		t.Helper()
+		resp, err := rl.ShouldRateLimit(t.Context(), &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "ann"}}, HitsAddend: wrapperspb.UInt64(hits), IsNegativeHits: back}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+	if got := ask(8, false); got.OverallCode != rlspb.RateLimitResponse_OK {
+		t.Fatalf("8 of 10 while Redis answers: %v", got.OverallCode)
+	}
+	proxy.Stall(true)
+	if got := ask(5, true); got.OverallCode != rlspb.RateLimitResponse_OK || got.Statuses[0].LimitRemaining != 7 {
+		t.Fatalf("5 given back while Redis hangs: %v, %d remaining; want OK and 7 (2 left and 5 given back)", got.OverallCode, got.Statuses[0].LimitRemaining)
+	}
+	admitted := 0
+	for range 10 {
+		if ask(1, false).OverallCode == rlspb.RateLimitResponse_OK {
+			admitted++
+		}
+	}
+	if admitted != 7 {
+		t.Fatalf("the hang admitted %d; want 7", admitted)
+	}
+	proxy.Stall(false)
+	// The service finds Redis back by itself and tells it: the event.
+	const told = "sluice_store_replayed_cost_total"
+	for deadline := time.Now().Add(30 * time.Second); metricValue(t, r, told) == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after Redis came back, nothing told:\n%s", r.log)
+		}
+	}
+	if got, back := metricValue(t, r, told), metricValue(t, r, "sluice_store_replayed_given_back_total"); got != 2 || back != 0 {
+		t.Fatalf("told Redis %v taken and %v given back; want 2 (7 admitted less 5 given back) and 0", got, back)
+	}
+	if got := ask(1, false); got.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("after the recovery: %v, want OVER_LIMIT (10 of 10 in Redis)", got.OverallCode)
 	}
 }

@@ -178,7 +178,10 @@ func (s *Server) openGuard(cfg *config.Config) error {
 		Name: "sluice_store_replayed_cost_total", Help: "Cost that fail_mode local admitted during outages and the store was told when it recovered (forced takes)."},
 		func() float64 { return float64(g.Health().Replayed) }))
 	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-		Name: "sluice_store_replay_dropped_cost_total", Help: "Cost that fail_mode local admitted during outages for keys past its bound of 100,000, which the store was never told."},
+		Name: "sluice_store_replayed_given_back_total", Help: "Cost given back during outages (is_negative_hits, settled reservations) beyond what fail_mode local admitted, and given back to the store when it recovered."},
+		func() float64 { return float64(g.Health().ReplayedBack) }))
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "sluice_store_replay_dropped_cost_total", Help: "Cost that fail_mode local admitted or gave back during outages for keys past its bound of 100,000, which the store was never told."},
 		func() float64 { return float64(g.Health().ReplayDropped) }))
 	return nil
 }
