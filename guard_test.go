@@ -409,13 +409,14 @@ func (c *chaos) recovered(t *testing.T, ok func(sluice.Health) bool) sluice.Heal
 	}
 }
 
-// Hits given back during an outage under fail_mode local are given back
-// to the stand-in, which admits them again, and to the store when it
-// recovers, net of what the stand-in admitted: a key given back more than
-// it took meanwhile is refunded in the store, not left charged.
+// Hits given back during an outage under fail_mode local (GiveBack, or a
+// reservation settled for less) are given back to the stand-in, which
+// admits them again, and to the store when it recovers, net of what the
+// stand-in admitted: a key given back more than it took meanwhile is
+// refunded in the store, not left charged.
 func TestGuardGiveBackDuringOutage(t *testing.T) {
 	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
-	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Hour}
+	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: 24 * time.Hour}
 	for _, key := range []string{"spent", "net-back"} {
 		for range 8 {
 			if v, _ := c.take(t, key, limit, sluice.FailLocal, answered); v.Outcome != sluice.Allowed {
@@ -423,10 +424,14 @@ func TestGuardGiveBackDuringOutage(t *testing.T) {
 			}
 		}
 	}
-	c.proxy.Stall(true)
 	ctx := context.Background()
+	taken := time.Now()
+	var d sluice.Decision
+	if v := c.guard.Take(ctx, "p", sluice.Request{Key: "settled", Limit: limit, Cost: 8}, sluice.FailLocal, &d); v.Outcome != sluice.Allowed {
+		t.Fatalf("8 reserved while healthy: %v", v.Outcome)
+	}
+	c.proxy.Stall(true)
 	for _, key := range []string{"spent", "net-back"} {
-		var d sluice.Decision
 		v := c.guard.GiveBack(ctx, "p", sluice.Request{Key: key, Limit: limit, Cost: 5}, sluice.FailLocal, &d)
 		if v.Outcome != sluice.LocalAllowed || d.Remaining != 7 {
 			t.Fatalf("%s given back 5 during the outage: %v %+v; want local_allowed with 7 remaining (2 the store left, and 5)", key, v.Outcome, d)
@@ -443,18 +448,22 @@ func TestGuardGiveBackDuringOutage(t *testing.T) {
 	if admitted["spent"] != 7 || admitted["net-back"] != 2 {
 		t.Fatalf("the stand-in admitted %v; want spent 7 (2 left and 5 given back), net-back 2", admitted)
 	}
+	// A reservation taken before the outage and settled for less during
+	// it: the refund of that take is given back to the store too.
+	if v := c.guard.Settle(ctx, "p", sluice.Request{Key: "settled", Limit: limit}, taken, 8, 3, sluice.FailLocal); v.Outcome != sluice.LocalAllowed {
+		t.Fatalf("settled 8 to 3 during the outage: %v; want local_allowed", v.Outcome)
+	}
 	// Given back under fail_mode open, nothing was counted locally and
 	// nothing is given back.
-	var d sluice.Decision
 	if v := c.guard.GiveBack(ctx, "p", sluice.Request{Key: "open", Limit: limit, Cost: 5}, sluice.FailOpen, &d); v.Outcome != sluice.FailedOpen {
 		t.Fatalf("given back under fail_mode open: %v; want failed_open", v.Outcome)
 	}
 	c.proxy.Stall(false)
-	h := c.recovered(t, func(h sluice.Health) bool { return h.Replayed >= 2 && h.ReplayedBack >= 3 })
-	if h.Replayed != 2 || h.ReplayedBack != 3 {
-		t.Fatalf("told the store %d taken and %d given back; want 2 (spent: 7 admitted less 5 given back) and 3 (net-back: 5 less 2)", h.Replayed, h.ReplayedBack)
+	h := c.recovered(t, func(h sluice.Health) bool { return h.Replayed >= 2 && h.ReplayedBack >= 8 })
+	if h.Replayed != 2 || h.ReplayedBack != 8 {
+		t.Fatalf("told the store %d taken and %d given back; want 2 (spent: 7 admitted less 5 given back) and 8 (net-back: 5 less 2; settled: 5)", h.Replayed, h.ReplayedBack)
 	}
-	for key, want := range map[string]int64{"spent": 0, "net-back": 5} {
+	for key, want := range map[string]int64{"spent": 0, "net-back": 5, "settled": 7} {
 		d, err := c.store.Take(ctx, sluice.Request{Key: key, Limit: limit})
 		if err != nil || d.Remaining != want {
 			t.Fatalf("%s in the store after the outage: %+v, %v; want %d remaining", key, d, err, want)
