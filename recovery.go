@@ -203,7 +203,15 @@ func (g *Guard) replay() {
 				r := owed[k].request(k)
 				mu.Unlock()
 				d := [1]Decision{}
-				if err := g.call(context.Background(), []Request{r}, d[:]); err != nil {
+				err := g.call(context.Background(), []Request{r}, d[:])
+				switch {
+				case IsInputError(err): // refused, and would be at every recovery
+					mu.Lock()
+					delete(owed, k)
+					dropped += r.Cost
+					mu.Unlock()
+					continue
+				case err != nil:
 					continue // stays owed
 				}
 				mu.Lock()
