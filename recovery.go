@@ -20,13 +20,14 @@ import (
 //     breaker closes, after proberIdle without a failed check, or when
 //     the store says it is closed (ErrStoreClosed).
 //   - What the stand-in admitted during the outage was never told to the
-//     store. The stand-in keeps it, per key and limit (owed, at most
-//     maxOwed keys: the cost of further keys is counted as dropped and
-//     logged), and when the breaker closes the Guard tells the store with
-//     forced takes (Request.Force: they count even past the limit), one
-//     per key, replayWorkers at a time, within replayBudget; what it could
-//     not tell (the store failed again, the budget ran out) stays owed for
-//     the next recovery.
+//     store, nor what was given back meanwhile. The stand-in keeps their
+//     balance, per key and limit (owed, at most maxOwed keys: the cost of
+//     further keys is counted as dropped and logged), and when the breaker
+//     closes the Guard tells the store with forced takes (Request.Force:
+//     they count even past the limit) or refunds, at most the capacity
+//     each, one per key, replayWorkers at a time, within replayBudget;
+//     what it could not tell (the store failed again, the budget ran out)
+//     stays owed for the next recovery.
 //
 // So a key's admissions across an outage and the rest of its window are
 // at most its limit plus, per instance, its share of what the stand-in
