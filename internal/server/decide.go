@@ -128,8 +128,17 @@ func (s *Server) decide(ctx context.Context, sub subject, key string, limits []s
 	ds := make([]sluice.Decision, len(reqs))
 	start := time.Now()
 	v := s.guard.Decide(ctx, &sluice.Check{Label: label, Enforced: reqs, Modes: modes}, ds, nil)
-	if shadow && v.Outcome == sluice.Denied {
+	switch {
+	case shadow && v.Outcome == sluice.Denied:
 		v.Outcome = sluice.ShadowDenied
+	case cost == 0 && sub.domain && v.Outcome == sluice.Denied:
+		// Envoy's 0 hits ask for nothing, which no limit refuses
+		// (envoyproxy/ratelimit is over only once hits pass the limit);
+		// a native check of cost 0 peeks: would one more be allowed.
+		v.Outcome = sluice.Allowed
+		for i := range ds {
+			ds[i].Allowed = true
+		}
 	}
 	out.Result = v.Outcome
 	policy, domain := sub.labels()
@@ -220,6 +229,14 @@ type descriptor struct {
 	Returned  bool // its hits given back (is_negative_hits), not taken
 }
 
+// addend is what a request descriptor asks of its limits: hits to take,
+// or, with back set (is_negative_hits), hits to give back. 0 hits take
+// and give nothing, and report what is left.
+type addend struct {
+	hits int64
+	back bool
+}
+
 // override is a request descriptor's own limit (RateLimitDescriptor.limit).
 type override struct {
 	Rate  int64
@@ -233,9 +250,9 @@ type override struct {
 // replaces left out. An unknown domain decides nothing: every descriptor
 // is OK without a limit, as envoyproxy/ratelimit answers, so an Envoy
 // configured ahead of the service is not turned into errors. Hits past a
-// limit are over it, without a store call. Negative hits (a descriptor's
-// is_negative_hits) are given back to its limits (giveBack).
-func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domain string, descs [][]config.Entry, hits []int64, overrides []*override) ([]descriptor, error) {
+// limit are over it, without a store call; 0 hits never are. Hits given
+// back (a descriptor's is_negative_hits) go to its limits (giveBack).
+func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domain string, descs [][]config.Entry, adds []addend, overrides []*override) ([]descriptor, error) {
 	if len(descs) == 0 || len(descs) > maxDescriptors {
 		return nil, inputError("%d descriptors: want 1 to %d", len(descs), maxDescriptors)
 	}
@@ -318,14 +335,14 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 		}
 		limits := make([]sluice.Limit, len(o.Limits))
 		shadow := o.Node.Shadow && overrides[i] == nil
-		if h := hits[i]; h < 0 {
+		if a := adds[i]; a.back {
 			for j, l := range o.Limits {
 				limits[j] = l.Limit
 			}
-			o.outcome, o.Returned = s.giveBack(ctx, domain, key, limits, -h, shadow, cfg.Store.FailMode), true
+			o.outcome, o.Returned = s.giveBack(ctx, domain, key, limits, a.hits, shadow, cfg.Store.FailMode), true
 			continue
 		}
-		over, h := false, hits[i]
+		over, h := false, adds[i].hits
 		for j, l := range o.Limits {
 			limits[j] = l.Limit
 			switch c := l.Limit.Capacity(); {

@@ -293,3 +293,54 @@ domains:
 		t.Fatalf("after the recovery: %v, want OVER_LIMIT (10 of 10 in Redis)", got.OverallCode)
 	}
 }
+
+// A descriptor of 0 hits asks for nothing, which no limit refuses: on a
+// used-up key it is OK with 0 remaining, as envoyproxy/ratelimit answers
+// (OVER_LIMIT only once a request's hits pass the limit), and it takes
+// nothing. Given back (is_negative_hits), 0 hits give nothing back and
+// are OK too: a give-back never makes its request OVER_LIMIT.
+func TestEnvoyZeroHits(t *testing.T) {
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			url := ""
+			if store == "redis" {
+				url = redistest.Standalone(t).URL()
+			}
+			r := start(t, "domains:\n  - domain: d\n    descriptors:\n      - {key: user, rate_limit: {unit: day, requests_per_unit: 3}}\n", url)
+			rl := r.rlsClient(t)
+			ask := func(hits uint64, back bool) *rlspb.RateLimitResponse {
+				t.Helper()
+				resp, err := rl.ShouldRateLimit(t.Context(), &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+					Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "ann"}}, HitsAddend: wrapperspb.UInt64(hits), IsNegativeHits: back}}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp
+			}
+			if got := ask(0, false); got.OverallCode != rlspb.RateLimitResponse_OK || got.Statuses[0].LimitRemaining != 3 {
+				t.Fatalf("0 hits on a fresh key: %v, %d remaining; want OK and 3", got.OverallCode, got.Statuses[0].LimitRemaining)
+			}
+			if got := ask(3, false); got.OverallCode != rlspb.RateLimitResponse_OK || got.Statuses[0].LimitRemaining != 0 {
+				t.Fatalf("3 of 3: %v, %d remaining; want OK and 0 (0 hits took nothing)", got.OverallCode, got.Statuses[0].LimitRemaining)
+			}
+			for _, back := range []bool{false, true} {
+				got := ask(0, back)
+				if got.OverallCode != rlspb.RateLimitResponse_OK || got.Statuses[0].Code != rlspb.RateLimitResponse_OK || got.Statuses[0].LimitRemaining != 0 {
+					t.Fatalf("0 hits (given back: %v) on a used-up key: %v, status %v; want OK with 0 remaining", back, got.OverallCode, got.Statuses[0])
+				}
+			}
+			if got := ask(1, false); got.OverallCode != rlspb.RateLimitResponse_OVER_LIMIT {
+				t.Fatalf("1 hit on the used-up key: %v, want OVER_LIMIT", got.OverallCode)
+			}
+			for series, want := range map[string]float64{
+				`sluice_envoy_descriptor_checks_total{descriptor="d.user",result="allowed"}`:  3,
+				`sluice_envoy_descriptor_checks_total{descriptor="d.user",result="returned"}`: 1,
+				`sluice_envoy_descriptor_checks_total{descriptor="d.user",result="denied"}`:   1,
+			} {
+				if got := metricValue(t, r, series); got != want {
+					t.Errorf("%s = %v, want %v", series, got, want)
+				}
+			}
+		})
+	}
+}

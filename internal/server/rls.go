@@ -57,7 +57,7 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 	// One allocation each for what a request's descriptors hold, whatever
 	// their number.
 	all := make([]config.Entry, 0, entries)
-	descs, hits, overrides := make([][]config.Entry, n), make([]int64, n), make([]*override, n)
+	descs, adds, overrides := make([][]config.Entry, n), make([]addend, n), make([]*override, n)
 	for i, d := range req.Descriptors {
 		for _, e := range d.Entries {
 			all = append(all, config.Entry{Key: e.Key, Value: e.Value})
@@ -73,10 +73,7 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 		if h > math.MaxInt64 {
 			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d overflows", i, h)
 		}
-		hits[i] = int64(h)
-		if d.GetIsNegativeHits() {
-			hits[i] = -hits[i] // given back
-		}
+		adds[i] = addend{hits: int64(h), back: d.GetIsNegativeHits()}
 		if o := d.GetLimit(); o != nil {
 			overrides[i] = &override{Rate: int64(o.GetRequestsPerUnit()), Unit: strings.ToLower(o.GetUnit().String()), Units: 1}
 			if m := o.GetUnitMultiplier(); m != nil {
@@ -85,7 +82,7 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 		}
 	}
 	cfg := r.s.state().cfg
-	outs, err := r.s.checkDescriptors(ctx, cfg, req.Domain, descs, hits, overrides)
+	outs, err := r.s.checkDescriptors(ctx, cfg, req.Domain, descs, adds, overrides)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
