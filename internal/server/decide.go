@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -226,7 +227,9 @@ type descriptor struct {
 	Node      *config.Descriptor
 	Limits    []config.RateLimit
 	Unlimited bool
-	Returned  bool // its hits given back (is_negative_hits), not taken
+	Returned  bool   // its hits given back (is_negative_hits), not taken
+	Key       string // the store key its limits were decided on
+	Hits      int64  // what it asked of them
 }
 
 // addend is what a request descriptor asks of its limits: hits to take,
@@ -335,6 +338,7 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 		}
 		limits := make([]sluice.Limit, len(o.Limits))
 		shadow := o.Node.Shadow && overrides[i] == nil
+		o.Key, o.Hits = key, adds[i].hits
 		if a := adds[i]; a.back {
 			for j, l := range o.Limits {
 				limits[j] = l.Limit
@@ -361,6 +365,37 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 		o.outcome = s.decide(ctx, subject{name: domain, domain: true}, key, limits, h, shadow, cfg.Store.FailMode)
 	}
 	return outs, nil
+}
+
+// giveBackRefused gives back what the descriptors of a request answered
+// OVER_LIMIT took, as refunds of takes at taken (Guard.Settle): Envoy
+// refuses the request, and a refused request takes nothing, whichever of
+// its descriptors refused it (envoyproxy/ratelimit keeps every hit). A
+// limit that counts every request (count: all) keeps its charge. Each
+// status given back reports what is left without the request.
+func (s *Server) giveBackRefused(ctx context.Context, domain string, outs []descriptor, sts []descriptorStatus, taken time.Time, fail sluice.FailMode) {
+	for i := range outs {
+		o := &outs[i]
+		if o.Returned || o.Unlimited || o.Hits == 0 || o.Decisions == nil ||
+			o.Result != sluice.Allowed && o.Result != sluice.LocalAllowed { // took nothing
+			continue
+		}
+		mode := fail
+		if o.Shadow {
+			mode = sluice.FailOpen // decided as one that fails open
+		}
+		back := false
+		for _, l := range o.Limits {
+			if !l.Limit.CountAll {
+				s.guard.Settle(ctx, domain, sluice.Request{Key: o.Key, Limit: l.Limit}, taken, o.Hits, 0, mode)
+				back = true
+			}
+		}
+		if st := &sts[i].status; back && st.CurrentLimit != nil {
+			c := o.Limits[o.Closest].Limit.Capacity()
+			st.LimitRemaining = uint32(min(int64(st.LimitRemaining)+o.Hits, c, math.MaxUint32))
+		}
+	}
 }
 
 // checkEntries refuses descriptor i's entries unless they name one

@@ -22,6 +22,7 @@ import (
 // compatCase is one line of testdata/envoy/cases.txt.
 type compatCase struct {
 	line     int
+	only     string // "sluice" or "envoyproxy/ratelimit": an answer only it gives, by choice; "" both
 	domain   string
 	descs    [][][2]string
 	hits     uint32
@@ -54,6 +55,11 @@ func readCompatCases(t *testing.T, path string) []compatCase {
 		}
 		bad := func(why string) { t.Fatalf("%s:%d: %s: %q", path, n, why, line) }
 		c := compatCase{line: n, repeat: 1}
+		for _, only := range []string{"sluice", "envoyproxy/ratelimit"} {
+			if rest, ok := strings.CutPrefix(line, only+": "); ok {
+				c.only, line = only, rest
+			}
+		}
 		if i := strings.LastIndex(line, " x"); i > 0 {
 			if r, err := strconv.Atoi(line[i+2:]); err == nil {
 				c.repeat, line = r, line[:i]
@@ -130,8 +136,9 @@ var unitSeconds = map[string]int64{"second": 1, "minute": 60, "hour": 3600, "day
 // fresh Redis) instead, to check the cases themselves.
 func TestEnvoyCompatibility(t *testing.T) {
 	cases := readCompatCases(t, "testdata/envoy/cases.txt")
-	addr := os.Getenv("SLUICE_ENVOY_RATELIMIT_ADDR")
+	addr, target := os.Getenv("SLUICE_ENVOY_RATELIMIT_ADDR"), "envoyproxy/ratelimit"
 	if addr == "" {
+		target = "sluice"
 		redis := redistest.Standalone(t)
 		s, err := New(Options{Config: "testdata/envoy/config", RedisURL: redis.URL(), HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0"})
 		if err != nil {
@@ -154,6 +161,9 @@ func TestEnvoyCompatibility(t *testing.T) {
 		time.Sleep(time.Duration(left)*time.Second + 100*time.Millisecond)
 	}
 	for _, c := range cases {
+		if c.only != "" && c.only != target {
+			continue
+		}
 		req := &rlspb.RateLimitRequest{Domain: c.domain, HitsAddend: c.hits}
 		for _, d := range c.descs {
 			var entries []*extrl.RateLimitDescriptor_Entry

@@ -2,10 +2,13 @@ package server
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -340,6 +343,126 @@ func TestEnvoyZeroHits(t *testing.T) {
 				if got := metricValue(t, r, series); got != want {
 					t.Errorf("%s = %v, want %v", series, got, want)
 				}
+			}
+		})
+	}
+}
+
+// A request answered OVER_LIMIT takes nothing: Envoy refuses it, so the
+// descriptors its other limits allowed give their hits back, on every
+// algorithm and both stores. With a per-user limit of 10 and a per-path
+// limit of 2 in one request, the 3rd to 7th requests are refused by the
+// path's limit and leave the user's 8 untouched, and the user then gets
+// exactly 8 more. A limit that counts every request (count: all) keeps
+// them.
+func TestEnvoyRefusedRequestTakesNothing(t *testing.T) {
+	var cfg strings.Builder
+	cfg.WriteString("domains:\n  - domain: d\n    descriptors:\n      - {key: path, rate_limit: {unit: day, requests_per_unit: 2}}\n")
+	algs := []string{"fixed_window", "sliding_window", "sliding_log", "token_bucket", "leaky_bucket", "gcra"}
+	for _, a := range algs {
+		fmt.Fprintf(&cfg, "      - {key: %s, rate_limit: {unit: day, requests_per_unit: 10, algorithm: %s}}\n", a, a)
+	}
+	cfg.WriteString("      - {key: counted, rate_limit: {unit: day, requests_per_unit: 10, count: all}}\n")
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			url := ""
+			if store == "redis" {
+				url = redistest.Standalone(t).URL()
+			}
+			rl := start(t, cfg.String(), url).rlsClient(t)
+			for _, user := range append(algs, "counted") {
+				ask := func(path string) *rlspb.RateLimitResponse {
+					t.Helper()
+					ds := []*ratelimitv3.RateLimitDescriptor{{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: user, Value: "ann"}}}}
+					if path != "" {
+						ds = append(ds, &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "path", Value: path}}})
+					}
+					resp, err := rl.ShouldRateLimit(t.Context(), &rlspb.RateLimitRequest{Domain: "d", Descriptors: ds})
+					if err != nil {
+						t.Fatal(err)
+					}
+					return resp
+				}
+				for i := range 7 {
+					want, left := rlspb.RateLimitResponse_OK, uint32(9-i)
+					if i >= 2 {
+						want, left = rlspb.RateLimitResponse_OVER_LIMIT, 8 // the path's limit refuses: nothing taken
+					}
+					if user == "counted" && i >= 2 {
+						left = uint32(max(8-(i-1), 0)) // counts every request
+					}
+					got := ask("/" + user)
+					if got.OverallCode != want || got.Statuses[0].Code != rlspb.RateLimitResponse_OK || got.Statuses[0].LimitRemaining != left {
+						t.Fatalf("%s: request %d with the path: %v, user's status %v; want %v, the user OK with %d remaining", user, i+1, got.OverallCode, got.Statuses[0], want, left)
+					}
+				}
+				admitted := 0
+				for range 12 {
+					if ask("").OverallCode == rlspb.RateLimitResponse_OK {
+						admitted++
+					}
+				}
+				if want := map[bool]int{true: 3, false: 8}[user == "counted"]; admitted != want {
+					t.Fatalf("%s: the user alone admitted %d after the refused requests; want %d", user, admitted, want)
+				}
+			}
+		})
+	}
+}
+
+// Refused requests give back exactly what they took, however many race:
+// 64 callers send 10 requests each of a user (50 a day) on a path (20 a
+// day); exactly 20 are OK, and the user, charged for those 20 alone, then
+// gets exactly 30 more.
+func TestEnvoyRefusedRequestsUnderConcurrency(t *testing.T) {
+	const cfg = "domains:\n  - domain: d\n    descriptors:\n      - {key: path, rate_limit: {unit: day, requests_per_unit: 20}}\n      - {key: user, rate_limit: {unit: day, requests_per_unit: 50}}\n"
+	for _, store := range []string{"memory", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			url := ""
+			if store == "redis" {
+				url = redistest.Standalone(t).URL()
+			}
+			rl := start(t, cfg, url).rlsClient(t)
+			user := &ratelimitv3.RateLimitDescriptor{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "ann"}}}
+			both := &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{user,
+				{Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "path", Value: "/p"}}}}}
+			var ok atomic.Int64
+			var wg sync.WaitGroup
+			errs := make(chan error, 64)
+			for range 64 {
+				wg.Go(func() {
+					for range 10 {
+						resp, err := rl.ShouldRateLimit(context.Background(), both)
+						if err != nil {
+							errs <- err
+							return
+						}
+						if resp.OverallCode == rlspb.RateLimitResponse_OK {
+							ok.Add(1)
+						}
+					}
+				})
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Fatal(err)
+			}
+			if ok.Load() != 20 {
+				t.Fatalf("%d requests OK; want 20, the path's limit", ok.Load())
+			}
+			alone := 0
+			for range 40 {
+				resp, err := rl.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{user}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.OverallCode == rlspb.RateLimitResponse_OK {
+					alone++
+				}
+			}
+			if alone != 30 {
+				t.Fatalf("the user alone got %d after; want 30 (50 less the 20 OK)", alone)
 			}
 		})
 	}

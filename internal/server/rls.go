@@ -82,6 +82,7 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 		}
 	}
 	cfg := r.s.state().cfg
+	taken := time.Now() // what a refused request's refunds give back from
 	outs, err := r.s.checkDescriptors(ctx, cfg, req.Domain, descs, adds, overrides)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -122,8 +123,12 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 	if overLimit || quota > 0 && quota == quotaOver {
 		resp.OverallCode = rlspb.RateLimitResponse_OVER_LIMIT
 	}
-	if resp.OverallCode == rlspb.RateLimitResponse_OVER_LIMIT && cfg.Envoy.ShadowMode {
+	switch {
+	case resp.OverallCode == rlspb.RateLimitResponse_OK:
+	case cfg.Envoy.ShadowMode:
 		resp.OverallCode = rlspb.RateLimitResponse_OK
+	default:
+		r.s.giveBackRefused(ctx, req.Domain, outs, sts, taken, cfg.Store.FailMode)
 	}
 	if e := cfg.Envoy; e.ResponseHeaders && closest != nil {
 		resp.ResponseHeadersToAdd = []*corepb.HeaderValue{
