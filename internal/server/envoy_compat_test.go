@@ -15,6 +15,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -25,6 +26,7 @@ type compatCase struct {
 	only     string // "sluice" or "envoyproxy/ratelimit": an answer only it gives, by choice; "" both
 	domain   string
 	descs    [][][2]string
+	dhits    []*wrapperspb.UInt64Value // a descriptor's own hits_addend (key=value@N), or nil
 	hits     uint32
 	overall  string
 	statuses []compatStatus
@@ -80,8 +82,18 @@ func readCompatCases(t *testing.T, path string) []compatCase {
 		}
 		c.hits = uint32(hits)
 		for _, d := range strings.Split(strings.Join(fields[1:len(fields)-1], " "), ";") {
+			d = strings.TrimSpace(d)
+			var dh *wrapperspb.UInt64Value
+			if i := strings.LastIndexByte(d, '@'); i >= 0 {
+				h, err := strconv.ParseUint(d[i+1:], 10, 64)
+				if err != nil {
+					bad("a descriptor's hits")
+				}
+				d, dh = d[:i], wrapperspb.UInt64(h)
+			}
+			c.dhits = append(c.dhits, dh)
 			var entries [][2]string
-			for _, e := range strings.Split(strings.TrimSpace(d), ",") {
+			for _, e := range strings.Split(d, ",") {
 				k, v, _ := strings.Cut(e, "=")
 				entries = append(entries, [2]string{k, v})
 			}
@@ -165,12 +177,12 @@ func TestEnvoyCompatibility(t *testing.T) {
 			continue
 		}
 		req := &rlspb.RateLimitRequest{Domain: c.domain, HitsAddend: c.hits}
-		for _, d := range c.descs {
+		for i, d := range c.descs {
 			var entries []*extrl.RateLimitDescriptor_Entry
 			for _, e := range d {
 				entries = append(entries, &extrl.RateLimitDescriptor_Entry{Key: e[0], Value: e[1]})
 			}
-			req.Descriptors = append(req.Descriptors, &extrl.RateLimitDescriptor{Entries: entries})
+			req.Descriptors = append(req.Descriptors, &extrl.RateLimitDescriptor{Entries: entries, HitsAddend: c.dhits[i]})
 		}
 		for r := range c.repeat {
 			resp, err := rl.ShouldRateLimit(context.Background(), req)
