@@ -241,6 +241,20 @@ func TestEnvoyNegativeHitsGiveBack(t *testing.T) {
 	}
 }
 
+// annsHits returns a function that sends domain d one descriptor,
+// user=ann, of hits, given back when back is set.
+func annsHits(t *testing.T, rl rlspb.RateLimitServiceClient) func(hits uint64, back bool) *rlspb.RateLimitResponse {
+	return func(hits uint64, back bool) *rlspb.RateLimitResponse {
+		t.Helper()
+		resp, err := rl.ShouldRateLimit(t.Context(), &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
+			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "ann"}}, HitsAddend: wrapperspb.UInt64(hits), IsNegativeHits: back}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp
+	}
+}
+
 // Hits an Envoy descriptor gives back while Redis hangs, under fail_mode
 // local, go back to the stand-in that counted the outage's hits, and to
 // Redis when it recovers, net of what the stand-in admitted: 8 of 10
@@ -255,16 +269,7 @@ domains:
     descriptors:
       - {key: user, rate_limit: {unit: day, requests_per_unit: 10}}
 `, redis.URLVia(proxy.Addr))
-	rl := r.rlsClient(t)
-	ask := func(hits uint64, back bool) *rlspb.RateLimitResponse {
-		t.Helper()
-		resp, err := rl.ShouldRateLimit(t.Context(), &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-			Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "ann"}}, HitsAddend: wrapperspb.UInt64(hits), IsNegativeHits: back}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp
-	}
+	ask := annsHits(t, r.rlsClient(t))
 	if got := ask(8, false); got.OverallCode != rlspb.RateLimitResponse_OK {
 		t.Fatalf("8 of 10 while Redis answers: %v", got.OverallCode)
 	}
@@ -310,16 +315,7 @@ func TestEnvoyZeroHits(t *testing.T) {
 				url = redistest.Standalone(t).URL()
 			}
 			r := start(t, "domains:\n  - domain: d\n    descriptors:\n      - {key: user, rate_limit: {unit: day, requests_per_unit: 3}}\n", url)
-			rl := r.rlsClient(t)
-			ask := func(hits uint64, back bool) *rlspb.RateLimitResponse {
-				t.Helper()
-				resp, err := rl.ShouldRateLimit(t.Context(), &rlspb.RateLimitRequest{Domain: "d", Descriptors: []*ratelimitv3.RateLimitDescriptor{{
-					Entries: []*ratelimitv3.RateLimitDescriptor_Entry{{Key: "user", Value: "ann"}}, HitsAddend: wrapperspb.UInt64(hits), IsNegativeHits: back}}})
-				if err != nil {
-					t.Fatal(err)
-				}
-				return resp
-			}
+			ask := annsHits(t, r.rlsClient(t))
 			if got := ask(0, false); got.OverallCode != rlspb.RateLimitResponse_OK || got.Statuses[0].LimitRemaining != 3 {
 				t.Fatalf("0 hits on a fresh key: %v, %d remaining; want OK and 3", got.OverallCode, got.Statuses[0].LimitRemaining)
 			}
