@@ -193,6 +193,9 @@ type Envoy struct {
 	// ShadowMode answers OK whatever the limits say (SHADOW_MODE), still
 	// counting and reporting OVER_LIMIT per descriptor.
 	ShadowMode bool
+	// QuotaMode puts every descriptor in quota mode (QUOTA_MODE): a request
+	// is OVER_LIMIT only when all of its descriptors are.
+	QuotaMode bool
 }
 
 // Metrics configures what the service counts beyond results.
@@ -379,7 +382,9 @@ func loadDir(dir string) (*Config, error) {
 	var problems Problems
 	var domainFiles []*Config
 	for _, name := range names {
-		if ext := filepath.Ext(name); ext != ".yaml" && ext != ".yml" {
+		// A dot file is an editor's (a lock, a backup) or a tool's, not
+		// the operator's: envoyproxy/ratelimit's RUNTIME_IGNOREDOTFILES.
+		if ext := filepath.Ext(name); ext != ".yaml" && ext != ".yml" || strings.HasPrefix(filepath.Base(name), ".") {
 			continue
 		}
 		data, err := os.ReadFile(name)
@@ -502,6 +507,7 @@ type envoyYAML struct {
 	RemainingHeader string `yaml:"remaining_header"`
 	ResetHeader     string `yaml:"reset_header"`
 	ShadowMode      bool   `yaml:"shadow_mode"`
+	QuotaMode       bool   `yaml:"quota_mode"`
 }
 
 type gossipYAML struct {

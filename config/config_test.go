@@ -2,6 +2,8 @@ package config_test
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -364,5 +366,27 @@ func TestCostFromTheAnswer(t *testing.T) {
 	}
 	if p := c.Policy("plain"); p.Cost != 2 || p.CostFrom.String() != "" {
 		t.Fatalf("plain: cost %d from %q", p.Cost, p.CostFrom)
+	}
+}
+
+// A directory's dot files are not loaded, as envoyproxy/ratelimit's
+// RUNTIME_IGNOREDOTFILES skips them: an editor's lock (.#name.yaml, a
+// link to nowhere) or backup beside the files would otherwise refuse the
+// whole directory, or add a domain twice.
+func TestLoadDirIgnoresDotFiles(t *testing.T) {
+	dir := t.TempDir()
+	const domain = "domain: d\ndescriptors:\n  - {key: k, rate_limit: {unit: second, requests_per_unit: 5}}\n"
+	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(domain), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, ".d.yaml"), []byte(domain), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("user@host.1234:1700000000", filepath.Join(dir, ".#d.yaml")); err != nil {
+		t.Fatal(err)
+	}
+	c, err := config.Load(dir)
+	if err != nil || c.Domains["d"] == nil {
+		t.Fatalf("load: %v, %v; want domain d from d.yaml alone", c, err)
 	}
 }

@@ -25,25 +25,50 @@ type envoyEnv struct {
 
 // envoyUnsupported are envoyproxy/ratelimit's variables that sluice does
 // not act on: statistics backends (sluice serves Prometheus on /metrics),
-// memcache, xDS config, its own TLS and per-second Redis. Set, they are
-// named in one log line at start, never silently ignored.
+// memcache, xDS config, its own TLS, per-second Redis, tracing, and the
+// few settings sluice has no counterpart for. Set, they are named in one
+// log line at start, never silently ignored. Every variable of
+// envoyproxy/ratelimit's settings is read, or listed here or in
+// envoyIneffective (TestEveryEnvoyVariableIsAccountedFor).
 var envoyUnsupported = []string{
 	"USE_STATSD", "STATSD_HOST", "STATSD_PORT", "USE_DOG_STATSD", "USE_DOG_STATSD_MOGRIFIERS", "EXTRA_TAGS",
 	"STATS_FLUSH_INTERVAL", "DISABLE_STATS", "USE_PROMETHEUS", "PROMETHEUS_ADDR", "PROMETHEUS_PATH",
-	"PROMETHEUS_MAPPER_YAML", "BACKEND_TYPE", "MEMCACHE_HOST_PORT", "MEMCACHE_SRV", "CONFIG_TYPE",
-	"CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_NODE_ID", "GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT",
-	"GRPC_SERVER_TLS_KEY", "GRPC_UDS", "REDIS_PERSECOND", "REDIS_PERSECOND_URL", "REDIS_PERSECOND_TYPE",
-	"REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT", "CACHE_KEY_PREFIX",
-	"EXPIRATION_JITTER_MAX_SECONDS", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "RESPONSE_DYNAMIC_METADATA",
-	"TRACING_ENABLED", "GLOBAL_QUOTA_MODE", "MERGE_DOMAIN_CONFIG",
+	"PROMETHEUS_MAPPER_YAML", "PROMETHEUS_RESPONSE_TIME_AS_MILLISECONDS", "BACKEND_TYPE",
+	"MEMCACHE_HOST_PORT", "MEMCACHE_SRV", "MEMCACHE_SRV_REFRESH", "MEMCACHE_MAX_IDLE_CONNS", "MEMCACHE_TLS",
+	"MEMCACHE_TLS_CACERT", "MEMCACHE_TLS_CLIENT_CERT", "MEMCACHE_TLS_CLIENT_KEY", "MEMCACHE_TLS_SKIP_HOSTNAME_VERIFICATION",
+	"CONFIG_TYPE", "CONFIG_GRPC_XDS_SERVER_URL", "CONFIG_GRPC_XDS_NODE_ID", "CONFIG_GRPC_XDS_NODE_METADATA",
+	"CONFIG_GRPC_XDS_SERVER_USE_TLS", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "CONFIG_GRPC_XDS_SERVER_TLS_SAN",
+	"CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS",
+	"CONFIG_GRPC_XDS_SERVER_CONNECT_RETRY_INTERVAL", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "XDS_CLIENT_BACKOFF_MAX_INTERVAL",
+	"XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "XDS_CLIENT_BACKOFF_JITTER", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES",
+	"GRPC_SERVER_USE_TLS", "GRPC_SERVER_TLS_CERT", "GRPC_SERVER_TLS_KEY", "GRPC_CLIENT_TLS_CACERT", "GRPC_CLIENT_TLS_SAN",
+	"GRPC_UDS", "GRPC_MAX_CONNECTION_AGE", "GRPC_MAX_CONNECTION_AGE_GRACE",
+	"REDIS_PERSECOND", "REDIS_PERSECOND_URL", "REDIS_PERSECOND_TYPE", "REDIS_PERSECOND_SOCKET_TYPE", "REDIS_PERSECOND_AUTH",
+	"REDIS_PERSECOND_SENTINEL_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
+	"REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
+	"REDIS_PERSECOND_TIMEOUT", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT",
+	"REDIS_SENTINEL_AUTH", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
+	"CACHE_KEY_PREFIX", "EXPIRATION_JITTER_MAX_SECONDS", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "RESPONSE_DYNAMIC_METADATA",
+	"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "MERGE_DOMAIN_CONFIG",
+	"TRACING_ENABLED", "TRACING_EXPORTER_PROTOCOL", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE",
+	"TRACING_SERVICE_INSTANCE_ID", "TRACING_SAMPLING_RATE",
 }
 
 // envoyIneffective are read and accepted, but have nothing to do in sluice.
 var envoyIneffective = map[string]string{
-	"REDIS_POOL_SIZE":           "sluice pipelines its calls on one client",
-	"LOCAL_CACHE_SIZE_IN_BYTES": "sluice keeps no cache of over-limit keys: fail_mode local decides when Redis fails",
-	"NEAR_LIMIT_RATIO":          "sluice's metrics count results, not near-limit hits",
-	"RUNTIME_WATCH_ROOT":        "sluice always watches the runtime directory",
+	"REDIS_POOL_SIZE":                      "sluice pipelines its calls on one client",
+	"REDIS_POOL_ON_EMPTY_BEHAVIOR":         "sluice pipelines its calls on one client",
+	"REDIS_CLUSTER_PIPELINE_PARALLELISM":   "sluice pipelines its calls on one client",
+	"REDIS_TIMEOUT":                        "the policy file's store.timeout bounds each store call, and fail_mode decides past it",
+	"REDIS_HEALTH_CHECK_ACTIVE_CONNECTION": "sluice probes a failing Redis itself (the breaker)",
+	"REDIS_STARTUP_INITIAL_INTERVAL":       "sluice starts without Redis, deciding by fail_mode until it answers",
+	"REDIS_STARTUP_MAX_INTERVAL":           "sluice starts without Redis, deciding by fail_mode until it answers",
+	"REDIS_STARTUP_MAX_ELAPSED_TIME":       "sluice starts without Redis, deciding by fail_mode until it answers",
+	"FORCE_START_WITHOUT_INITIAL_CONFIG":   "sluice starts on an empty directory, every domain unknown until a file arrives",
+	"RUNTIME_IGNOREDOTFILES":               "sluice always ignores the directory's dot files",
+	"LOCAL_CACHE_SIZE_IN_BYTES":            "sluice keeps no cache of over-limit keys: fail_mode local decides when Redis fails",
+	"NEAR_LIMIT_RATIO":                     "the policy file's metrics.near_limit_ratio sets it",
+	"RUNTIME_WATCH_ROOT":                   "sluice always watches the runtime directory",
 }
 
 // readEnvoyEnv reads the environment through get, with
@@ -80,6 +105,9 @@ func readEnvoyEnv(get func(string) (string, bool)) (envoyEnv, error) {
 	if e.envoy.ShadowMode, err = truth("SHADOW_MODE"); err != nil {
 		return e, err
 	}
+	if e.envoy.QuotaMode, err = truth("QUOTA_MODE"); err != nil {
+		return e, err
+	}
 	if e.envoy.ResponseHeaders, err = truth("LIMIT_RESPONSE_HEADERS_ENABLED"); err != nil {
 		return e, err
 	}
@@ -104,7 +132,9 @@ func readEnvoyEnv(get func(string) (string, bool)) (envoyEnv, error) {
 // REDIS_URL, REDIS_AUTH and REDIS_TLS: REDIS_URL is host:port (or a socket
 // path), hosts separated by commas for a cluster, and the master's name
 // then the sentinels for sentinel; REDIS_AUTH is a password or
-// user:password.
+// user:password. With REDIS_TLS, REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT
+// and REDIS_TLS_CLIENT_KEY name the files of the URL's tls_* parameters,
+// as envoyproxy/ratelimit reads them only then.
 func envoyRedisURL(v func(string, string) string) (string, error) {
 	addrs := v("REDIS_URL", "/var/run/nutcracker/ratelimit.sock")
 	var user *url.Userinfo
@@ -115,11 +145,16 @@ func envoyRedisURL(v func(string, string) string) (string, error) {
 			user = url.UserPassword("", auth)
 		}
 	}
-	scheme := "redis"
+	scheme, q := "redis", url.Values{}
 	if tls, _ := strconv.ParseBool(v("REDIS_TLS", "false")); tls {
 		scheme = "rediss"
+		for param, name := range map[string]string{"tls_ca_file": "REDIS_TLS_CACERT", "tls_cert_file": "REDIS_TLS_CLIENT_CERT", "tls_key_file": "REDIS_TLS_CLIENT_KEY"} {
+			if file := v(name, ""); file != "" {
+				q.Set(param, file)
+			}
+		}
 	}
-	u := &url.URL{Scheme: scheme, User: user}
+	u := &url.URL{Scheme: scheme, User: user, RawQuery: q.Encode()}
 	switch socket := strings.ToLower(v("REDIS_SOCKET_TYPE", "unix")); socket {
 	case "unix":
 		u.Scheme, u.Path = "unix", addrs

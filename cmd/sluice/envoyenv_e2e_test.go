@@ -83,3 +83,64 @@ func TestServeEnvoyEnv(t *testing.T) {
 		t.Fatalf("the log does not name the variables sluice does not act on:\n%s", out)
 	}
 }
+
+// With envoyproxy/ratelimit's REDIS_TLS and its certificate variables,
+// sluice reaches a redis-server that asks for a client certificate
+// (tls-auth-clients yes) and decides there; QUOTA_MODE puts every
+// descriptor in quota mode.
+func TestServeEnvoyEnvRedisTLS(t *testing.T) {
+	certs := redistest.NewCerts(t)
+	redis := redistest.StandaloneTLS(t, certs)
+	root := t.TempDir()
+	dir := filepath.Join(root, "ratelimit", "config")
+	os.MkdirAll(dir, 0o755)
+	os.WriteFile(filepath.Join(dir, "q.yaml"), []byte("domain: q\ndescriptors:\n  - {key: a, rate_limit: {unit: day, requests_per_unit: 1}}\n  - {key: b, rate_limit: {unit: day, requests_per_unit: 1}}\n"), 0o644)
+	port := func() string { a := freeport.Addr(t); return a[strings.LastIndex(a, ":")+1:] }
+	httpPort, grpcPort := port(), port()
+	cmd := exec.Command(binary, "serve", "-envoy-env")
+	cmd.Env = append(os.Environ(), "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "HOST=127.0.0.1", "PORT="+httpPort,
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+grpcPort, "DEBUG_PORT="+port(), "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redis.Addr,
+		"REDIS_TLS=true", "REDIS_TLS_CACERT="+certs.CA, "REDIS_TLS_CLIENT_CERT="+certs.ClientCert, "REDIS_TLS_CLIENT_KEY="+certs.ClientKey,
+		"QUOTA_MODE=true", "LOG_LEVEL=INFO")
+	out := &logbuf.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	waitFor(t, func() bool {
+		resp, err := http.Get("http://127.0.0.1:" + httpPort + "/healthcheck")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	conn, err := grpc.NewClient("127.0.0.1:"+grpcPort, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rl := rlspb.NewRateLimitServiceClient(conn)
+	ask := func(a, b string) rlspb.RateLimitResponse_Code {
+		r, err := rl.ShouldRateLimit(context.Background(), &rlspb.RateLimitRequest{Domain: "q", Descriptors: []*extrl.RateLimitDescriptor{
+			{Entries: []*extrl.RateLimitDescriptor_Entry{{Key: "a", Value: a}}}, {Entries: []*extrl.RateLimitDescriptor_Entry{{Key: "b", Value: b}}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.OverallCode
+	}
+	// a=1 is used up by the first; with b fresh, quota mode lets the
+	// second through; with both used up, the third is over.
+	for i, c := range []struct {
+		a, b string
+		want rlspb.RateLimitResponse_Code
+	}{{"1", "1", rlspb.RateLimitResponse_OK}, {"1", "2", rlspb.RateLimitResponse_OK}, {"1", "2", rlspb.RateLimitResponse_OVER_LIMIT}} {
+		if got := ask(c.a, c.b); got != c.want {
+			t.Fatalf("request %d (a=%s, b=%s): %v, want %v\n%s", i+1, c.a, c.b, got, c.want, out)
+		}
+	}
+	if n := redis.Do("DBSIZE"); n == "0" || strings.Contains(out.String(), "rate limit store failing") {
+		t.Fatalf("not decided on Redis (DBSIZE %s):\n%s", n, out)
+	}
+}

@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"os"
+	"strings"
+	"testing"
+)
 
 // envoyproxy/ratelimit's Redis settings become sluice's Redis URL.
 func TestEnvoyRedisURL(t *testing.T) {
@@ -56,5 +60,57 @@ func TestSecretFlagsAreWarnedOf(t *testing.T) {
 		if got := urlPassword(append([]string{"sluice", "serve"}, tt.args...), "redis"); got != tt.want {
 			t.Errorf("%q: %v; want %v", tt.args, got, tt.want)
 		}
+	}
+}
+
+// Every variable envoyproxy/ratelimit reads is read by -envoy-env: acted
+// on, or named at start as having nothing to do in sluice or as not
+// supported, so that none set is silently ignored.
+func TestEveryEnvoyVariableIsAccountedFor(t *testing.T) {
+	data, err := os.ReadFile("testdata/envoy-ratelimit-variables.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := map[string]bool{}
+	// Set to what reaches every variable: a TCP Redis, over TLS.
+	set := map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_TLS": "true"}
+	if _, err := readEnvoyEnv(func(k string) (string, bool) { read[k] = true; v, ok := set[k]; return v, ok }); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if strings.HasPrefix(name, "#") {
+			continue
+		}
+		if !read[name] {
+			t.Errorf("%s, which envoyproxy/ratelimit reads, is not read", name)
+		}
+	}
+	for name := range read {
+		if !strings.Contains(string(data), "\n"+name+"\n") {
+			t.Errorf("%s is read, and envoyproxy/ratelimit reads no such variable", name)
+		}
+	}
+}
+
+// QUOTA_MODE puts every descriptor in quota mode, and REDIS_TLS's files
+// become the Redis URL's tls_* parameters, only with REDIS_TLS.
+func TestEnvoyQuotaModeAndRedisTLS(t *testing.T) {
+	env := map[string]string{"QUOTA_MODE": "true", "REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_TLS": "true",
+		"REDIS_TLS_CACERT": "/etc/ca.pem", "REDIS_TLS_CLIENT_CERT": "/etc/c.pem", "REDIS_TLS_CLIENT_KEY": "/etc/c.key"}
+	get := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
+	e, err := readEnvoyEnv(get)
+	if err != nil || !e.envoy.QuotaMode {
+		t.Fatalf("QUOTA_MODE=true: %+v, %v", e.envoy, err)
+	}
+	if want := "rediss://r:6379?tls_ca_file=%2Fetc%2Fca.pem&tls_cert_file=%2Fetc%2Fc.pem&tls_key_file=%2Fetc%2Fc.key"; e.redis != want {
+		t.Fatalf("Redis URL %q; want %q", e.redis, want)
+	}
+	env["REDIS_TLS"] = "false"
+	if e, _ := readEnvoyEnv(get); e.redis != "redis://r:6379" {
+		t.Fatalf("without REDIS_TLS: %q; want redis://r:6379", e.redis)
+	}
+	env["QUOTA_MODE"] = "sometimes"
+	if _, err := readEnvoyEnv(get); err == nil || !strings.Contains(err.Error(), "QUOTA_MODE") {
+		t.Fatalf("QUOTA_MODE=sometimes: %v; want an error naming it", err)
 	}
 }

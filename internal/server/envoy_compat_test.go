@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -222,6 +223,44 @@ func TestEnvoyCompatibility(t *testing.T) {
 					t.Errorf("%s, descriptor %d: unlimited with a current limit", where, i)
 				}
 			}
+		}
+	}
+}
+
+// envoy.quota_mode (QUOTA_MODE under -envoy-env) puts every descriptor in
+// quota mode: a request is OVER_LIMIT only when all of its descriptors
+// are, a descriptor without a limit counting as one that passed. The
+// answers are envoyproxy/ratelimit f2fb157's with QUOTA_MODE=true, on the
+// same requests.
+func TestEnvoyGlobalQuotaMode(t *testing.T) {
+	r := start(t, "envoy: {quota_mode: true}\ndomains:\n  - domain: q\n    descriptors:\n      - {key: a, rate_limit: {unit: day, requests_per_unit: 1}}\n      - {key: b, rate_limit: {unit: day, requests_per_unit: 1}}\n", "")
+	rl := r.rlsClient(t)
+	for _, c := range []struct {
+		descs   [][2]string
+		overall rlspb.RateLimitResponse_Code
+		codes   []rlspb.RateLimitResponse_Code
+	}{
+		{[][2]string{{"a", "1"}, {"b", "1"}}, rlspb.RateLimitResponse_OK, []rlspb.RateLimitResponse_Code{rlspb.RateLimitResponse_OK, rlspb.RateLimitResponse_OK}},
+		{[][2]string{{"a", "1"}, {"b", "1"}}, rlspb.RateLimitResponse_OVER_LIMIT, []rlspb.RateLimitResponse_Code{rlspb.RateLimitResponse_OVER_LIMIT, rlspb.RateLimitResponse_OVER_LIMIT}},
+		{[][2]string{{"a", "1"}, {"b", "2"}}, rlspb.RateLimitResponse_OK, []rlspb.RateLimitResponse_Code{rlspb.RateLimitResponse_OVER_LIMIT, rlspb.RateLimitResponse_OK}},
+		{[][2]string{{"a", "1"}, {"c", "1"}}, rlspb.RateLimitResponse_OK, []rlspb.RateLimitResponse_Code{rlspb.RateLimitResponse_OVER_LIMIT, rlspb.RateLimitResponse_OK}},
+		{[][2]string{{"a", "1"}}, rlspb.RateLimitResponse_OVER_LIMIT, []rlspb.RateLimitResponse_Code{rlspb.RateLimitResponse_OVER_LIMIT}},
+		{[][2]string{{"b", "2"}}, rlspb.RateLimitResponse_OVER_LIMIT, []rlspb.RateLimitResponse_Code{rlspb.RateLimitResponse_OVER_LIMIT}},
+	} {
+		req := &rlspb.RateLimitRequest{Domain: "q"}
+		for _, e := range c.descs {
+			req.Descriptors = append(req.Descriptors, &extrl.RateLimitDescriptor{Entries: []*extrl.RateLimitDescriptor_Entry{{Key: e[0], Value: e[1]}}})
+		}
+		resp, err := rl.ShouldRateLimit(t.Context(), req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var codes []rlspb.RateLimitResponse_Code
+		for _, st := range resp.Statuses {
+			codes = append(codes, st.Code)
+		}
+		if resp.OverallCode != c.overall || !slices.Equal(codes, c.codes) {
+			t.Fatalf("%v: %v %v; want %v %v", c.descs, resp.OverallCode, codes, c.overall, c.codes)
 		}
 	}
 }

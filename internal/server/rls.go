@@ -107,7 +107,7 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 		if closest == nil && st.CurrentLimit != nil || closest != nil && st.CurrentLimit != nil && st.LimitRemaining < closest.LimitRemaining {
 			closest = st
 		}
-		isQuota := o.Node != nil && o.Node.QuotaMode
+		isQuota := cfg.Envoy.QuotaMode || o.Node != nil && o.Node.QuotaMode
 		if isQuota {
 			quota++
 		}
