@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -170,6 +171,10 @@ func envoyRedisURL(v func(string, string) string) (string, error) {
 		master, sentinels, ok := strings.Cut(addrs, ",")
 		if !ok {
 			return "", fmt.Errorf("REDIS_URL=%q: with REDIS_TYPE=sentinel, want the master's name then the sentinels, comma-separated", addrs)
+		}
+		if scheme == "rediss" && len(q) == 0 {
+			// A sentinel URL turns TLS on by its tls_* files alone.
+			return "", errors.New("REDIS_TLS with REDIS_TYPE=sentinel: set REDIS_TLS_CACERT, the CA that verifies Redis, so that sluice connects over TLS")
 		}
 		u.Scheme, u.Host, u.Path = "redis-sentinel", sentinels, "/"+master
 	default:

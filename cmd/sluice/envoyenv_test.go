@@ -109,6 +109,17 @@ func TestEnvoyQuotaModeAndRedisTLS(t *testing.T) {
 	if e, _ := readEnvoyEnv(get); e.redis != "redis://r:6379" {
 		t.Fatalf("without REDIS_TLS: %q; want redis://r:6379", e.redis)
 	}
+	env["REDIS_TLS"], env["REDIS_TYPE"], env["REDIS_URL"] = "true", "sentinel", "m,s:26379"
+	if e, err := readEnvoyEnv(get); err != nil || e.redis != "redis-sentinel://s:26379/m?tls_ca_file=%2Fetc%2Fca.pem&tls_cert_file=%2Fetc%2Fc.pem&tls_key_file=%2Fetc%2Fc.key" {
+		t.Fatalf("sentinel over TLS: %q, %v", e.redis, err)
+	}
+	delete(env, "REDIS_TLS_CACERT")
+	delete(env, "REDIS_TLS_CLIENT_CERT")
+	delete(env, "REDIS_TLS_CLIENT_KEY")
+	if _, err := readEnvoyEnv(get); err == nil || !strings.Contains(err.Error(), "REDIS_TLS_CACERT") {
+		t.Fatalf("sentinel over TLS without a CA: %v; want an error naming REDIS_TLS_CACERT, not a connection in the clear", err)
+	}
+	delete(env, "REDIS_TYPE")
 	env["QUOTA_MODE"] = "sometimes"
 	if _, err := readEnvoyEnv(get); err == nil || !strings.Contains(err.Error(), "QUOTA_MODE") {
 		t.Fatalf("QUOTA_MODE=sometimes: %v; want an error naming it", err)
