@@ -132,11 +132,15 @@ func (s *Server) decide(ctx context.Context, sub subject, key string, limits []s
 	switch {
 	case shadow && v.Outcome == sluice.Denied:
 		v.Outcome = sluice.ShadowDenied
-	case cost == 0 && sub.domain && v.Outcome == sluice.Denied:
+	case cost == 0 && sub.domain && (v.Outcome == sluice.Denied || v.Outcome == sluice.LocalDenied):
 		// Envoy's 0 hits ask for nothing, which no limit refuses
 		// (envoyproxy/ratelimit is over only once hits pass the limit);
 		// a native check of cost 0 peeks: would one more be allowed.
-		v.Outcome = sluice.Allowed
+		if v.Outcome == sluice.Denied {
+			v.Outcome = sluice.Allowed
+		} else {
+			v.Outcome = sluice.LocalAllowed
+		}
 		for i := range ds {
 			ds[i].Allowed = true
 		}
