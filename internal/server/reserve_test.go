@@ -286,6 +286,9 @@ domains:
 	if admitted != 7 {
 		t.Fatalf("the hang admitted %d; want 7", admitted)
 	}
+	if got := ask(0, false); got.OverallCode != rlspb.RateLimitResponse_OK || got.Statuses[0].LimitRemaining != 0 {
+		t.Fatalf("0 hits on the key the hang used up: %v, %d remaining; want OK and 0", got.OverallCode, got.Statuses[0].LimitRemaining)
+	}
 	proxy.Stall(false)
 	// The service finds Redis back by itself and tells it: the event.
 	const told = "sluice_store_replayed_cost_total"
