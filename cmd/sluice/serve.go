@@ -96,6 +96,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if !admin.resolve(cli, log, stderr, "serve") {
 		return 2
 	}
+	hup := server.CatchSIGHUP() // before any listener: see WatchReload
 	var srv *server.Server
 	srv, err = server.New(server.Options{
 		Config: c.config, RedisURL: c.redis, HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr,
@@ -122,7 +123,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	// Watch before announcing: a change made once the banner is out is seen.
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	srv.WatchReload(ctx)
+	srv.WatchReload(ctx, hup)
 	build := buildinfo.Read()
 	log.Info("sluice serving", "version", build.Version, "revision", build.Revision, "modified", build.Modified, "go", build.Go,
 		"http", a.HTTP, "grpc", a.GRPC, "admin", a.Admin, "store", srv.StoreType(), "config", source,
@@ -179,6 +180,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 	// The handler is rebuilt from each config a reload puts in place and
 	// swapped in whole: a request sees one config or the other.
 	var handler atomic.Pointer[http.Handler]
+	hup := server.CatchSIGHUP() // before any listener: see WatchReload
 	var srv *server.Server
 	build := func(cfg *config.Config) error {
 		h, err := proxy.New(cfg, proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides(), Count: srv.CountCheck, Settled: srv.CountSettled}, u, log)
@@ -223,7 +225,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 	}), lim, true, log)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	srv.WatchReload(ctx) // SIGHUP and file changes, watched before announcing
+	srv.WatchReload(ctx, hup) // SIGHUP and file changes, watched before announcing
 	a := srv.Addrs()
 	fmt.Fprintf(stdout, "sluice proxy listening on http://%s, forwarding to %s\n", ln.Addr(), u)
 	if a.HTTP != "" {

@@ -82,15 +82,24 @@ func (s *Server) syncAdmin(lim config.Listeners) {
 	}
 }
 
-// WatchReload reloads on SIGHUP and when the config file changes (watching
-// its directory, so that an editor's rename or a Kubernetes ConfigMap's
-// symlink swap is seen), or, for a config directory, any of its YAML
-// files, until ctx ends. It returns once the signal and the watch are in
-// place, so that a change made after it returns is never missed (and a
-// SIGHUP never finds the default action, which ends the process).
-func (s *Server) WatchReload(ctx context.Context) {
+// CatchSIGHUP makes SIGHUP a reload from now on, never its default
+// action, which ends the process. Call it before any listener is bound:
+// a SIGHUP sent as soon as the service answers (a config manager's
+// reload, a deploy script's) then always finds it caught. WatchReload
+// takes the channel; a SIGHUP caught before it is a reload then.
+func CatchSIGHUP() chan os.Signal {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
+	return hup
+}
+
+// WatchReload reloads on SIGHUP, received on hup (CatchSIGHUP), and when
+// the config file changes (watching its directory, so that an editor's
+// rename or a Kubernetes ConfigMap's symlink swap is seen), or, for a
+// config directory, any of its YAML files, until ctx ends. It returns once
+// the watch is in place, so that a change made after it returns is never
+// missed.
+func (s *Server) WatchReload(ctx context.Context, hup chan os.Signal) {
 	var w *fsnotify.Watcher
 	var events <-chan fsnotify.Event
 	dir, name := filepath.Dir(s.opts.Config), filepath.Base(s.opts.Config)
