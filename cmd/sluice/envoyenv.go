@@ -50,7 +50,7 @@ var envoyUnsupported = []string{
 	"REDIS_PERSECOND_TIMEOUT", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT",
 	"REDIS_SENTINEL_AUTH", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
 	"CACHE_KEY_PREFIX", "EXPIRATION_JITTER_MAX_SECONDS", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "RESPONSE_DYNAMIC_METADATA",
-	"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "MERGE_DOMAIN_CONFIG",
+	"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "FORCE_START_WITHOUT_INITIAL_CONFIG", "MERGE_DOMAIN_CONFIG",
 	"TRACING_ENABLED", "TRACING_EXPORTER_PROTOCOL", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE",
 	"TRACING_SERVICE_INSTANCE_ID", "TRACING_SAMPLING_RATE",
 }
@@ -65,7 +65,6 @@ var envoyIneffective = map[string]string{
 	"REDIS_STARTUP_INITIAL_INTERVAL":       "sluice starts without Redis, deciding by fail_mode until it answers",
 	"REDIS_STARTUP_MAX_INTERVAL":           "sluice starts without Redis, deciding by fail_mode until it answers",
 	"REDIS_STARTUP_MAX_ELAPSED_TIME":       "sluice starts without Redis, deciding by fail_mode until it answers",
-	"FORCE_START_WITHOUT_INITIAL_CONFIG":   "sluice starts on an empty directory, every domain unknown until a file arrives",
 	"RUNTIME_IGNOREDOTFILES":               "sluice always ignores the directory's dot files",
 	"LOCAL_CACHE_SIZE_IN_BYTES":            "sluice keeps no cache of over-limit keys: fail_mode local decides when Redis fails",
 	"NEAR_LIMIT_RATIO":                     "the policy file's metrics.near_limit_ratio sets it",
