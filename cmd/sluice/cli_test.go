@@ -7,6 +7,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/sluicehq/sluice/config"
 )
 
 // Every command answers -h with its usage on stdout or stderr and exit 0.
@@ -70,5 +72,27 @@ func TestBannerHintForGoRun(t *testing.T) {
 		if got := command(exe); got != want {
 			t.Errorf("command(%q) = %q, want %q", exe, got, want)
 		}
+	}
+}
+
+// The banner's hint checks a policy the config has (default, as the
+// README's, when there is one), or, for a file of envoyproxy/ratelimit
+// domains alone, a descriptor of its first domain: a hint naming a policy
+// that is not there answers 400.
+func TestBannerHintNamesWhatTheConfigHas(t *testing.T) {
+	for src, want := range map[string]string{
+		"policies:\n  - {name: api, limit: 10/s}\n":                                                                 `"policy":"api"`,
+		"domain: edge\ndescriptors:\n  - {key: remote_address, rate_limit: {unit: second, requests_per_unit: 5}}\n": `/json -d '{"domain":"edge","descriptors":[{"entries":[{"key":"remote_address","value":"alice"}]}]}'`,
+	} {
+		cfg, err := config.Parse("t.yaml", []byte(src))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := tryIt(cfg, "127.0.0.1:8080", "sluice"); !strings.Contains(got, want) {
+			t.Errorf("%s: hint %q; want it to hold %s", src, got, want)
+		}
+	}
+	if got := tryIt(config.Default(), "127.0.0.1:8080", "sluice"); !strings.Contains(got, "-policy default") {
+		t.Errorf("the default config's hint: %q", got)
 	}
 }

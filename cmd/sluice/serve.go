@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -130,7 +132,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		"policies", len(srv.Config().Policies), "domains", len(srv.Config().Domains))
 	if c.logFormat != "json" {
 		// With JSON logs every line is JSON: the record above says it all.
-		banner(stdout, build, source, srv.StoreType(), a)
+		banner(stdout, build, source, srv.StoreType(), a, srv.Config())
 	}
 
 	<-ctx.Done()
@@ -274,8 +276,8 @@ func validate(args []string, stdout, stderr io.Writer) int {
 }
 
 // banner tells a person at a terminal where the service listens and how
-// to try it.
-func banner(stdout io.Writer, build buildinfo.Info, source, store string, a server.Addrs) {
+// to try it, on a policy or domain of cfg.
+func banner(stdout io.Writer, build buildinfo.Info, source, store string, a server.Addrs, cfg *config.Config) {
 	fmt.Fprintf(stdout, `sluice %s serving
   policies   %s
   store      %s
@@ -288,10 +290,31 @@ func banner(stdout io.Writer, build buildinfo.Info, source, store string, a serv
 		fmt.Fprintln(stdout, "  admin      off (set admin.token or SLUICE_ADMIN_TOKEN)")
 	}
 	exe, _ := os.Executable()
-	fmt.Fprintf(stdout, `Try it:
-  curl -s http://%s/v1/check -H 'Content-Type: application/json' -d '{"checks":[{"policy":"default","key":"alice"}]}'
-  %s check -addr %s -policy default -key alice
-`, a.HTTP, command(exe), a.HTTP)
+	fmt.Fprint(stdout, tryIt(cfg, a.HTTP, command(exe)))
+}
+
+// tryIt is the banner's hint: a check of cfg's policy named default, or
+// of its first, or else an envoyproxy/ratelimit request for its first
+// domain's first descriptor.
+func tryIt(cfg *config.Config, addr, cmd string) string {
+	if len(cfg.Policies) > 0 {
+		p := cfg.Policies[0].Name
+		if cfg.Policy("default") != nil {
+			p = "default"
+		}
+		return fmt.Sprintf(`Try it:
+  curl -s http://%s/v1/check -H 'Content-Type: application/json' -d '{"checks":[{"policy":%q,"key":"alice"}]}'
+  %s check -addr %s -policy %s -key alice
+`, addr, p, cmd, addr, p)
+	}
+	for _, name := range slices.Sorted(maps.Keys(cfg.Domains)) {
+		if d := cfg.Domains[name]; len(d.Descriptors) > 0 {
+			return fmt.Sprintf(`Try it:
+  curl -s http://%s/json -d '{"domain":%q,"descriptors":[{"entries":[{"key":%q,"value":"alice"}]}]}'
+`, addr, name, d.Descriptors[0].Key)
+		}
+	}
+	return ""
 }
 
 // command returns how a person runs sluice again: "sluice", or, for a
