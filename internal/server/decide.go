@@ -93,7 +93,8 @@ type outcome struct {
 	Closest   int
 	Shadow    bool // decided but never denies
 	Result    sluice.Outcome
-	Err       error // an input error, or the store's under fail_mode closed
+	Err       error     // an input error, or the store's under fail_mode closed
+	Taken     time.Time // read before the store call: what a refund of it gives back from
 }
 
 // decide takes cost from key under limits, all-or-nothing, through the
@@ -145,7 +146,7 @@ func (s *Server) decide(ctx context.Context, sub subject, key string, limits []s
 			ds[i].Allowed = true
 		}
 	}
-	out.Result = v.Outcome
+	out.Result, out.Taken = v.Outcome, start
 	policy, domain := sub.labels()
 	var closest *sluice.Decision
 	if v.Closest >= 0 {
@@ -372,12 +373,12 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 }
 
 // giveBackRefused gives back what the descriptors of a request answered
-// OVER_LIMIT took, as refunds of takes at taken (Guard.Settle): Envoy
+// OVER_LIMIT took, as refunds of their takes (Guard.Settle): Envoy
 // refuses the request, and a refused request takes nothing, whichever of
 // its descriptors refused it (envoyproxy/ratelimit keeps every hit). A
 // limit that counts every request (count: all) keeps its charge. Each
 // status given back reports what is left without the request.
-func (s *Server) giveBackRefused(ctx context.Context, domain string, outs []descriptor, sts []descriptorStatus, taken time.Time, fail sluice.FailMode) {
+func (s *Server) giveBackRefused(ctx context.Context, domain string, outs []descriptor, sts []descriptorStatus, fail sluice.FailMode) {
 	for i := range outs {
 		o := &outs[i]
 		if o.Returned || o.Unlimited || o.Hits == 0 || o.Decisions == nil ||
@@ -391,7 +392,7 @@ func (s *Server) giveBackRefused(ctx context.Context, domain string, outs []desc
 		back := false
 		for _, l := range o.Limits {
 			if !l.Limit.CountAll {
-				s.guard.Settle(ctx, domain, sluice.Request{Key: o.Key, Limit: l.Limit}, taken, o.Hits, 0, mode)
+				s.guard.Settle(ctx, domain, sluice.Request{Key: o.Key, Limit: l.Limit}, o.Taken, o.Hits, 0, mode)
 				back = true
 			}
 		}

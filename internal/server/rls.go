@@ -82,7 +82,6 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 		}
 	}
 	cfg := r.s.state().cfg
-	taken := time.Now() // what a refused request's refunds give back from
 	outs, err := r.s.checkDescriptors(ctx, cfg, req.Domain, descs, adds, overrides)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -128,7 +127,7 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 	case cfg.Envoy.ShadowMode:
 		resp.OverallCode = rlspb.RateLimitResponse_OK
 	default:
-		r.s.giveBackRefused(ctx, req.Domain, outs, sts, taken, cfg.Store.FailMode)
+		r.s.giveBackRefused(ctx, req.Domain, outs, sts, cfg.Store.FailMode)
 	}
 	if e := cfg.Envoy; e.ResponseHeaders && closest != nil {
 		resp.ResponseHeadersToAdd = []*corepb.HeaderValue{
