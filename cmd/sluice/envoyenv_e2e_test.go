@@ -35,28 +35,9 @@ func TestServeEnvoyEnv(t *testing.T) {
 		}
 		os.WriteFile(filepath.Join(dir, f), data, 0o644)
 	}
-	port := func() string { a := freeport.Addr(t); return a[strings.LastIndex(a, ":")+1:] }
-	httpPort, grpcPort, debugPort := port(), port(), port()
-	cmd := exec.Command(binary, "serve", "-envoy-env")
-	cmd.Env = append(os.Environ(), "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_WATCH_ROOT=false",
-		"HOST=127.0.0.1", "PORT="+httpPort, "GRPC_HOST=127.0.0.1", "GRPC_PORT="+grpcPort, "DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+debugPort,
-		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redis.Addr, "USE_STATSD=false", "LOG_LEVEL=INFO", "LIMIT_RESPONSE_HEADERS_ENABLED=true")
-	out := &logbuf.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	base := "http://127.0.0.1:" + httpPort
-	waitFor(t, func() bool {
-		resp, err := http.Get(base + "/healthcheck")
-		if err != nil {
-			return false
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode == 200 && string(body) == "OK"
-	})
+	envoy := serveEnvoyEnv(t, root, "RUNTIME_WATCH_ROOT=false", "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redis.Addr,
+		"USE_STATSD=false", "LOG_LEVEL=INFO", "LIMIT_RESPONSE_HEADERS_ENABLED=true")
+	out, base, grpcPort, debugPort := envoy.out, envoy.base, envoy.grpc, envoy.debug
 	resp, err := http.Post(base+"/json", "application/json", strings.NewReader(`{"domain":"basic","descriptors":[{"entries":[{"key":"key1","value":"z"}]}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -95,27 +76,9 @@ func TestServeEnvoyEnvRedisTLS(t *testing.T) {
 	dir := filepath.Join(root, "ratelimit", "config")
 	os.MkdirAll(dir, 0o755)
 	os.WriteFile(filepath.Join(dir, "q.yaml"), []byte("domain: q\ndescriptors:\n  - {key: a, rate_limit: {unit: day, requests_per_unit: 1}}\n  - {key: b, rate_limit: {unit: day, requests_per_unit: 1}}\n"), 0o644)
-	port := func() string { a := freeport.Addr(t); return a[strings.LastIndex(a, ":")+1:] }
-	httpPort, grpcPort := port(), port()
-	cmd := exec.Command(binary, "serve", "-envoy-env")
-	cmd.Env = append(os.Environ(), "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "HOST=127.0.0.1", "PORT="+httpPort,
-		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+grpcPort, "DEBUG_PORT="+port(), "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redis.Addr,
-		"REDIS_TLS=true", "REDIS_TLS_CACERT="+certs.CA, "REDIS_TLS_CLIENT_CERT="+certs.ClientCert, "REDIS_TLS_CLIENT_KEY="+certs.ClientKey,
-		"QUOTA_MODE=true", "LOG_LEVEL=INFO")
-	out := &logbuf.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	waitFor(t, func() bool {
-		resp, err := http.Get("http://127.0.0.1:" + httpPort + "/healthcheck")
-		if err != nil {
-			return false
-		}
-		resp.Body.Close()
-		return resp.StatusCode == 200
-	})
+	envoy := serveEnvoyEnv(t, root, "REDIS_SOCKET_TYPE=tcp", "REDIS_URL="+redis.Addr, "REDIS_TLS=true", "REDIS_TLS_CACERT="+certs.CA,
+		"REDIS_TLS_CLIENT_CERT="+certs.ClientCert, "REDIS_TLS_CLIENT_KEY="+certs.ClientKey, "QUOTA_MODE=true", "LOG_LEVEL=INFO")
+	out, grpcPort := envoy.out, envoy.grpc
 	conn, err := grpc.NewClient("127.0.0.1:"+grpcPort, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -143,4 +106,40 @@ func TestServeEnvoyEnvRedisTLS(t *testing.T) {
 	if n := redis.Do("DBSIZE"); n == "0" || strings.Contains(out.String(), "rate limit store failing") {
 		t.Fatalf("not decided on Redis (DBSIZE %s):\n%s", n, out)
 	}
+}
+
+// envoyServe is a sluice serve -envoy-env: its log, its HTTP base URL,
+// its gRPC and debug ports.
+type envoyServe struct {
+	out               *logbuf.Buffer
+	base, grpc, debug string
+}
+
+// serveEnvoyEnv runs sluice serve -envoy-env on root's ratelimit runtime
+// directory, its listeners on free loopback ports, with env beside, until
+// t ends; it returns once /healthcheck answers OK.
+func serveEnvoyEnv(t *testing.T, root string, env ...string) envoyServe {
+	t.Helper()
+	port := func() string { a := freeport.Addr(t); return a[strings.LastIndex(a, ":")+1:] }
+	httpPort, grpcPort, debugPort := port(), port(), port()
+	cmd := exec.Command(binary, "serve", "-envoy-env")
+	cmd.Env = append(append(os.Environ(), "RUNTIME_ROOT="+root, "RUNTIME_SUBDIRECTORY=ratelimit", "HOST=127.0.0.1", "PORT="+httpPort,
+		"GRPC_HOST=127.0.0.1", "GRPC_PORT="+grpcPort, "DEBUG_HOST=127.0.0.1", "DEBUG_PORT="+debugPort), env...)
+	out := &logbuf.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	base := "http://127.0.0.1:" + httpPort
+	waitFor(t, func() bool {
+		resp, err := http.Get(base + "/healthcheck")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode == 200 && string(body) == "OK"
+	})
+	return envoyServe{out: out, base: base, grpc: grpcPort, debug: debugPort}
 }
