@@ -108,13 +108,14 @@ func (b *breaker) success(probe bool) {
 	if !b.failing.Load() {
 		return
 	}
-	was := b.state.Load()
+	// Said before the breaker closes: a check let through by the closed
+	// breaker is never decided before the line that says the store is back.
+	b.logf(slog.LevelInfo, "rate limit store recovered",
+		slog.Duration("outage", time.Since(b.since)), slog.Int64("failed_calls", b.calls),
+		slog.String("breaker", breakerNames[b.state.Load()]+" -> closed"))
 	b.failing.Store(false)
 	b.state.Store(breakerClosed)
 	b.consecutive, b.backoff, b.halfOpenAnnounced = 0, b.base, false
-	b.logf(slog.LevelInfo, "rate limit store recovered",
-		slog.Duration("outage", time.Since(b.since)), slog.Int64("failed_calls", b.calls),
-		slog.String("breaker", breakerNames[was]+" -> closed"))
 	if b.onRecover != nil {
 		go b.onRecover()
 	}

@@ -213,8 +213,24 @@ func (v *Verdict) Allowed() bool {
 	return false
 }
 
+// Took reports whether an enforced request of the check, under mode, took
+// its cost: it was allowed, and decided by the store, or by the stand-in
+// under FailLocal. One allowed because the store failed (FailedOpen, or a
+// request of another mode beside a FailLocal one) took nothing: settling
+// or giving back its cost would give back what was never taken.
+func (v *Verdict) Took(mode FailMode) bool {
+	switch {
+	case !v.Allowed():
+		return false
+	case v.Err == nil: // decided by the store (a failure of the concurrency slots alone sets no Err)
+		return true
+	}
+	return v.Outcome == LocalAllowed && mode == FailLocal
+}
+
 // Decide decides c: the enforced decisions are written to ds and the shadow
-// ones to sds, each at least as long as its requests. Under FailOpen and
+// ones to sds, each at least as long as its requests; a shadow request the
+// store failed on is decided as one that fails open. Under FailOpen and
 // FailLocal a failed check is allowed or decided locally with the store's
 // error in Err; under FailClosed its decisions are denials with a RetryAfter
 // of one second.
@@ -245,6 +261,9 @@ func (g *Guard) Decide(ctx context.Context, c *Check, ds, sds []Decision) Verdic
 		sds = sds[:len(c.Shadow)]
 		if err := g.call(ctx, c.Shadow, sds); err != nil {
 			g.note(ctx, c.Label, "rate limit store failed (shadow)", err)
+			for i, r := range c.Shadow { // decided as failing open, not left as the caller's slice held them
+				sds[i] = Decision{Allowed: true, Limit: r.Limit, Remaining: r.Limit.Capacity() - r.Cost}
+			}
 		} else if !sds[Closest(sds)].Allowed {
 			v.ShadowDenied = true
 			if v.Outcome == Allowed {

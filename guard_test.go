@@ -72,6 +72,7 @@ func (c *chaos) take(t *testing.T, key string, limit sluice.Limit, mode sluice.F
 // more; the breaker opens so checks stop waiting for the timeout; the log
 // says so once; the store decides again within a second of coming back.
 func TestGuardLocalDuringHang(t *testing.T) {
+	redistest.HourAhead()
 	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 5, Period: time.Hour}
 	for range 2 {
@@ -236,6 +237,7 @@ func TestGuardOneProbeAtATime(t *testing.T) {
 // admitted during the outage is told to the store, so the key's count in
 // the store is what was admitted in all.
 func TestGuardOutageEndsExactly(t *testing.T) {
+	redistest.HourAhead()
 	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Hour}
 	for range 2 {
@@ -277,6 +279,7 @@ func TestGuardOutageEndsExactly(t *testing.T) {
 // used up when it fails, where a record of a fixed small size would have
 // forgotten most of them; and a Guard that has seen no key holds little.
 func TestStandinRecordGrowsWithKeys(t *testing.T) {
+	redistest.HourAhead()
 	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1, Period: time.Hour}
 	const keys = 20_000
@@ -415,6 +418,7 @@ func (c *chaos) recovered(t *testing.T, ok func(sluice.Health) bool) sluice.Heal
 // stand-in admitted: a key given back more than it took meanwhile is
 // refunded in the store, not left charged.
 func TestGuardGiveBackDuringOutage(t *testing.T) {
+	redistest.HourAhead()
 	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: 24 * time.Hour}
 	for _, key := range []string{"spent", "net-back"} {
@@ -495,5 +499,49 @@ func TestGuardOutageLongerThanAWindow(t *testing.T) {
 	}
 	if log := c.log.String(); !strings.Contains(log, "keys_left_owed=0") {
 		t.Fatalf("something stayed owed:\n%s", log)
+	}
+}
+
+// What a check took, by its verdict and a request's fail mode: a request
+// the store decided took its cost when allowed; one the store failed on
+// took only where the stand-in decided it (fail_mode local).
+func TestVerdictTook(t *testing.T) {
+	down := fmt.Errorf("%w: refused", sluice.ErrStoreUnavailable)
+	for _, tc := range []struct {
+		v    sluice.Verdict
+		mode sluice.FailMode
+		want bool
+	}{
+		{sluice.Verdict{Outcome: sluice.Allowed}, sluice.FailOpen, true},
+		{sluice.Verdict{Outcome: sluice.ShadowDenied}, sluice.FailClosed, true},
+		{sluice.Verdict{Outcome: sluice.Denied}, sluice.FailLocal, false},
+		{sluice.Verdict{Outcome: sluice.LocalAllowed}, sluice.FailOpen, true}, // the concurrency slots failed; the store decided
+		{sluice.Verdict{Outcome: sluice.LocalAllowed, Err: down}, sluice.FailLocal, true},
+		{sluice.Verdict{Outcome: sluice.LocalAllowed, Err: down}, sluice.FailOpen, false},
+		{sluice.Verdict{Outcome: sluice.LocalDenied, Err: down}, sluice.FailLocal, false},
+		{sluice.Verdict{Outcome: sluice.FailedOpen, Err: down}, sluice.FailOpen, false},
+		{sluice.Verdict{Outcome: sluice.FailedOpen, Err: down}, sluice.FailLocal, false}, // no stand-in
+		{sluice.Verdict{Outcome: sluice.FailedClosed, Err: down}, sluice.FailClosed, false},
+	} {
+		if got := tc.v.Took(tc.mode); got != tc.want {
+			t.Errorf("%v (err %v) under %v: Took %v, want %v", tc.v.Outcome, tc.v.Err, tc.mode, got, tc.want)
+		}
+	}
+}
+
+// A shadow request the store failed on is decided as one that fails open:
+// allowed, under its limit, never what the caller's reused slice held from
+// an earlier check (which a front door would report, and log as a denial).
+func TestShadowDecidedAsFailingOpenWhenTheStoreFails(t *testing.T) {
+	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
+	c.proxy.Down()
+	limit := sluice.Limit{Rate: 10, Period: time.Hour}
+	sds := []sluice.Decision{{Allowed: false, Limit: sluice.Limit{Rate: 1, Period: time.Second}, RetryAfter: time.Minute}} // an earlier check's
+	v := c.guard.Decide(context.Background(), &sluice.Check{Label: "p", Shadow: []sluice.Request{{Key: "k", Limit: limit, Cost: 1}}}, nil, sds)
+	if want := (sluice.Decision{Allowed: true, Limit: limit, Remaining: 9}); sds[0] != want || v.ShadowDenied || v.Outcome != sluice.Allowed {
+		t.Fatalf("shadow on a store that is down: %+v, %+v; want %+v, not shadow-denied", sds[0], v, want)
+	}
+	if !strings.Contains(c.log.String(), "rate limit store failed (shadow)") {
+		t.Fatalf("the failure is not logged:\n%s", c.log)
 	}
 }

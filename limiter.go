@@ -130,8 +130,8 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, 
 	if err := checkKeyAndCost(key, n, &l.limit); err != nil { // NewLimiter validated the limit
 		return Decision{Limit: l.limit}, err
 	}
-	err = l.take(ctx, key, n, &d)
-	return d, err
+	v := l.take(ctx, key, n, &d)
+	return d, v.limiterErr()
 }
 
 // Peek reports key's decision for one event without taking it.
@@ -139,8 +139,8 @@ func (l *Limiter) Peek(ctx context.Context, key string) (d Decision, err error) 
 	if err := checkKeyAndCost(key, 0, &l.limit); err != nil {
 		return Decision{Limit: l.limit}, err
 	}
-	err = l.take(ctx, key, 0, &d)
-	return d, err
+	v := l.take(ctx, key, 0, &d)
+	return d, v.limiterErr()
 }
 
 // Reset forgets key's state, giving it full capacity.
@@ -212,25 +212,30 @@ func sleep(ctx context.Context, d time.Duration) error {
 // the compiler keeps in registers, and a whole copy is stores and reloads
 // that the processor cannot forward, which cost Allow more than the rest
 // of this function.
-func (l *Limiter) take(ctx context.Context, key string, cost int64, d *Decision) error {
+func (l *Limiter) take(ctx context.Context, key string, cost int64, d *Decision) Verdict {
 	var now time.Time
 	if l.denied != nil {
 		now = l.opts.Clock()
 		if c, ok := l.denied.lookup(key, cost, now); ok {
 			c.Limit = l.limit
 			*d = c
-			return nil
+			return Verdict{Outcome: Denied}
 		}
 	}
 	req := Request{Key: key, Limit: l.limit, Cost: cost}
 	v := l.guard.take(ctx, l.label, &req, l.opts.FailMode, d)
-	switch v.Outcome {
-	case Invalid, FailedClosed:
+	if v.Outcome == Denied && l.denied != nil {
+		l.denied.add(key, cost, now, *d)
+	}
+	return v
+}
+
+// limiterErr is the error a Limiter returns for v: the input's, or the
+// store's under FailClosed. FailOpen and FailLocal decide a failure
+// without one.
+func (v *Verdict) limiterErr() error {
+	if v.Outcome == Invalid || v.Outcome == FailedClosed {
 		return v.Err
-	case Denied:
-		if l.denied != nil {
-			l.denied.add(key, cost, now, *d)
-		}
 	}
 	return nil
 }

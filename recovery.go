@@ -240,14 +240,16 @@ func (g *Guard) replay() {
 	close(work)
 	wg.Wait()
 	g.standin.ledger.restore(owed)
-	g.replayed.Add(cost)
-	g.replayedBack.Add(back)
-	g.replayDropped.Add(dropped)
 	level := slog.LevelInfo
 	if len(owed) > 0 || dropped > 0 {
 		level = slog.LevelWarn
 	}
+	// Logged before Health counts it, so that whoever reads the count
+	// finds the line that explains it.
 	g.transition(level, "rate limit store told what was admitted locally during the outage",
 		slog.Int64("keys", told), slog.Int64("cost", cost), slog.Int64("given_back", back), slog.Int("keys_left_owed", len(owed)),
 		slog.Int64("dropped_cost", dropped), slog.Duration("took", time.Since(start)))
+	g.replayed.Add(cost)
+	g.replayedBack.Add(back)
+	g.replayDropped.Add(dropped)
 }

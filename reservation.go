@@ -17,7 +17,8 @@ var ErrSettled = errors.New("sluice: reservation settled already")
 // Limiter.Reserve; call Settle or Cancel once.
 type Reservation struct {
 	// Decision is how the estimate was decided. A denied reservation took
-	// nothing: settling it does nothing.
+	// nothing, nor one allowed because the store failed (FailOpen):
+	// settling it does nothing.
 	Decision
 	l        *Limiter
 	key      string
@@ -44,8 +45,11 @@ func (l *Limiter) Reserve(ctx context.Context, key string, estimate int64) (*Res
 		r.Decision = Decision{Limit: l.limit}
 		return r, err
 	}
-	err := l.take(ctx, key, estimate, &r.Decision)
-	r.held = err == nil && r.Allowed // an estimate of 0 settles its whole cost later
+	v := l.take(ctx, key, estimate, &r.Decision)
+	err := v.limiterErr()
+	// Held when it took the estimate (one of 0 settles its whole cost
+	// later); one that failed open took nothing, and owes nothing.
+	r.held = err == nil && v.Took(l.opts.FailMode)
 	return r, err
 }
 
@@ -57,7 +61,7 @@ func (l *Limiter) Reserve(ctx context.Context, key string, estimate int64) (*Res
 // A second call returns ErrSettled and changes nothing.
 func (r *Reservation) Settle(ctx context.Context, actual int64) error {
 	if !r.held {
-		return nil // denied or refused: it took nothing, and owes nothing
+		return nil // denied, refused or failed open: it took nothing, and owes nothing
 	}
 	if !r.done.CompareAndSwap(false, true) {
 		return ErrSettled

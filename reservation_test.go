@@ -27,6 +27,7 @@ func reservationStores(t *testing.T) map[string]sluice.Store {
 // for more takes it, a cancelled one gives all back, and a second
 // settlement changes nothing: on every algorithm and store.
 func TestReservationSettlesToTheActualCost(t *testing.T) {
+	redistest.HourAhead()
 	ctx := context.Background()
 	for name, store := range reservationStores(t) {
 		for _, alg := range []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingLog, sluice.SlidingWindow, sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA} {
@@ -112,6 +113,7 @@ func TestReservationSettlesToTheActualCost(t *testing.T) {
 // on every algorithm and store: a used-up key given back 30 admits
 // exactly 30, and given back more than its capacity admits the capacity.
 func TestGuardGiveBack(t *testing.T) {
+	redistest.HourAhead()
 	ctx := context.Background()
 	for name, store := range reservationStores(t) {
 		g, err := sluice.NewGuard(store, sluice.GuardOptions{})
@@ -236,5 +238,44 @@ func TestRefundInABatchIsRefused(t *testing.T) {
 				t.Fatalf("%d left after a refused batch, want 6", d.Remaining)
 			}
 		})
+	}
+}
+
+// A reservation allowed because the store failed (FailOpen) took nothing:
+// settling it for less once the store is back gives nothing back, where a
+// refund of that take would have given the key room it never used.
+func TestReservationFailedOpenSettlesNothing(t *testing.T) {
+	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
+	limit := sluice.Limit{Rate: 10000, Period: 720 * time.Hour} // GCRA: a refund is room, whatever took it
+	l, err := sluice.NewLimiter(c.store, limit, sluice.LimiterOptions{Guard: c.guard, FailMode: sluice.FailOpen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if d, err := l.AllowN(ctx, "alice", 9000); err != nil || !d.Allowed || d.Remaining != 1000 {
+		t.Fatalf("healthy: %+v, %v", d, err)
+	}
+	c.proxy.Down()
+	r, err := l.Reserve(ctx, "alice", 500)
+	if err != nil || !r.Allowed {
+		t.Fatalf("reserved during the outage: %+v, %v; want allowed (fail open)", r.Decision, err)
+	}
+	c.proxy.Up()
+	c.recovered(t, func(sluice.Health) bool { return true })
+	peek := func() (sluice.Decision, error) {
+		d, err := c.store.Take(ctx, sluice.Request{Key: "alice", Limit: limit})
+		for deadline := time.Now().Add(answered); err != nil && time.Now().Before(deadline); {
+			d, err = c.store.Take(ctx, sluice.Request{Key: "alice", Limit: limit}) // a connection the outage broke fails once
+		}
+		return d, err
+	}
+	if d, err := peek(); err != nil || d.Remaining != 1000 {
+		t.Fatalf("after the outage: %+v, %v; want 1000 left", d, err)
+	}
+	if err := r.Settle(ctx, 100); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := peek(); err != nil || d.Remaining != 1000 {
+		t.Fatalf("after settling it to 100: %+v, %v; want 1000 left, as before it", d, err)
 	}
 }

@@ -146,19 +146,23 @@ type Gossip struct {
 // RedisStore is Redis (standalone, Sentinel or Cluster, by its URL),
 // optionally in local-sync mode.
 type RedisStore struct {
-	URL       string
-	Prefix    string     // starts every key and channel; "" is "sluice:"
-	TLS       RedisTLS   // over the URL's own tls_* parameters
-	LocalSync *LocalSync // nil: every check decided in Redis
+	URL    string
+	Prefix string   // starts every key and channel; "" is "sluice:"
+	TLS    RedisTLS // over the URL's own tls_* parameters
+	// PasswordFile holds the password of the URL's user, read again at
+	// each new connection (redisstore.Options.PasswordFile).
+	PasswordFile string
+	LocalSync    *LocalSync // nil: every check decided in Redis
 }
 
 // RedisTLS is the TLS of the connection to Redis (redisstore.TLS).
 type RedisTLS struct {
-	CAFile             string `yaml:"ca_file"`
-	CertFile           string `yaml:"cert_file"`
-	KeyFile            string `yaml:"key_file"`
-	ServerName         string `yaml:"server_name"`
-	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+	CAFile                   string `yaml:"ca_file"`
+	CertFile                 string `yaml:"cert_file"`
+	KeyFile                  string `yaml:"key_file"`
+	ServerName               string `yaml:"server_name"`
+	SkipHostnameVerification bool   `yaml:"skip_hostname_verification"`
+	InsecureSkipVerify       bool   `yaml:"insecure_skip_verify"`
 }
 
 // LocalSync is local-sync mode: decide locally, sync with Redis every
@@ -320,6 +324,12 @@ func (p *Policy) LimitsFor(key, plan string) []sluice.Limit {
 	return p.Limits
 }
 
+// HasPlan reports whether plan names one of p's plans.
+func (p *Policy) HasPlan(plan string) bool {
+	_, ok := p.Plans[plan]
+	return ok
+}
+
 // MatchKey reports whether key matches the override pattern pattern.
 func MatchKey(pattern, key string) bool {
 	// Backtracking on the last star only: linear in practice, at worst
@@ -468,6 +478,7 @@ type storeYAML struct {
 	URL            string          `yaml:"url"`
 	Prefix         string          `yaml:"prefix"`
 	TLS            RedisTLS        `yaml:"tls"`
+	PasswordFile   string          `yaml:"password_file"`
 	Timeout        time.Duration   `yaml:"timeout"`
 	FailMode       sluice.FailMode `yaml:"fail_mode"`
 	MaxKeys        int             `yaml:"max_keys"`
@@ -736,9 +747,12 @@ func (c *checker) store(n *yaml.Node, y storeYAML) Store {
 	switch y.Type {
 	case "memory":
 		s.Memory = &MemoryStore{}
-		unused("only for type redis", "url", "prefix", "tls")
+		unused("only for type redis", "url", "prefix", "tls", "password_file")
 	case "redis":
-		s.Redis = &RedisStore{URL: y.URL, Prefix: y.Prefix, TLS: y.TLS}
+		s.Redis = &RedisStore{URL: y.URL, Prefix: y.Prefix, TLS: y.TLS, PasswordFile: y.PasswordFile}
+		if m["password_file"] != nil && y.PasswordFile == "" {
+			bad("password_file", "must not be empty: leave it out for the URL's password")
+		}
 		if y.URL == "" {
 			bad("url", "a redis store needs a url, such as redis://127.0.0.1:6379")
 		}

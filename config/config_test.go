@@ -216,6 +216,8 @@ func TestStoreCombinationsRefused(t *testing.T) {
 		{"store:\n  type: redis\n  url: redis://x:1\n  mode: shard\n  peers: [a:1]", "f.yaml:4:9: store.mode: shard mode keeps state in each owner's memory"},
 		{"store:\n  type: memory\n  sync_interval: 1s", "f.yaml:3:18: store.sync_interval: only for mode local-sync"},
 		{"store:\n  type: memory\n  url: redis://x:1", "f.yaml:3:8: store.url: only for type redis"},
+		{"store:\n  type: memory\n  password_file: /run/secrets/redis", "f.yaml:3:18: store.password_file: only for type redis"},
+		{"store:\n  type: redis\n  url: redis://x:1\n  password_file: \"\"", "store.password_file: must not be empty"},
 		{"store:\n  type: redis\n  url: redis://x:1\n  peers: [a:1]", "f.yaml:4:10: store.peers: only for mode shard"},
 		{"store:\n  mode: shard\n  peers: [a:1]\n  gossip: {bind: 127.0.0.1:7946}", "f.yaml:4:11: store.gossip: peers and gossip both find members: use one"},
 		{"store:\n  mode: shard\n  peers: [dns:x:1, b:2]", "f.yaml:3:10: store.peers[0]: \"dns:x:1\": a DNS name is the only peer"},
@@ -281,13 +283,13 @@ admin:
 policies:
   - {name: a, limit: 1/s}
 `
-	out := string(config.Redact([]byte(src)))
-	for _, secret := range []string{"s3cret", "t0ken"} {
+	out := string(config.Redact([]byte(src))) + string(config.Redact([]byte("store: {type: redis, url: \"redis-sentinel://:s3cret@s1:26379/m?sentinel_password=s3ntinel\"}\n")))
+	for _, secret := range []string{"s3cret", "t0ken", "s3ntinel"} {
 		if strings.Contains(out, secret) {
 			t.Errorf("%q shown:\n%s", secret, out)
 		}
 	}
-	for _, kept := range []string{"# the store", "redis://app:REDACTED@redis.internal:6379/0", "token: REDACTED", "name: a"} {
+	for _, kept := range []string{"# the store", "redis://app:REDACTED@redis.internal:6379/0", "token: REDACTED", "name: a", "sentinel_password=REDACTED"} {
 		if !strings.Contains(out, kept) {
 			t.Errorf("%q missing:\n%s", kept, out)
 		}

@@ -11,7 +11,8 @@ const redacted = "REDACTED"
 
 // Redact returns the policy file source with its secrets replaced by
 // REDACTED: the value of every field named token or password, and the
-// password of every URL (a Redis URL's redis://user:password@host). The
+// passwords of every URL (a Redis URL's redis://user:password@host, and
+// its sentinel_password parameter). The
 // rest, comments included, is kept. A source that does not parse is
 // returned as REDACTED whole: it cannot be shown safely.
 func Redact(source []byte) []byte {
@@ -47,8 +48,9 @@ func redactNode(n *yaml.Node) {
 	}
 }
 
-// redactURL replaces the password of a URL, or the whole value when it
-// does not parse as one.
+// redactURL replaces the passwords of a URL (its user's, and a
+// sentinel_password parameter), or the whole value when it does not parse
+// as one.
 func redactURL(s string) string {
 	u, err := url.Parse(s)
 	if err != nil {
@@ -56,6 +58,10 @@ func redactURL(s string) string {
 	}
 	if _, ok := u.User.Password(); ok {
 		u.User = url.UserPassword(u.User.Username(), redacted)
+	}
+	if q := u.Query(); q.Has("sentinel_password") {
+		q.Set("sentinel_password", redacted)
+		u.RawQuery = q.Encode()
 	}
 	return u.String()
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/grpclimit"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -39,6 +40,7 @@ func TestComposeRefusesNUL(t *testing.T) {
 // by default limited per peer address (3 of 10 pass on 3/1h), deny fails
 // it InvalidArgument and charges nobody, skip lets it through.
 func TestMissingKey(t *testing.T) {
+	redistest.HourAhead()
 	hour := func(n int64) sluice.Limit {
 		return sluice.Limit{Algorithm: sluice.FixedWindow, Rate: n, Period: time.Hour}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/faultproxy"
 	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
@@ -68,15 +69,10 @@ func TestFailedLoginsOnlyAreCharged(t *testing.T) {
 			srv := chargeServer(t, store, httplimit.Policy{Name: "failed-logins", Pattern: "POST /login",
 				Limit: sluice.Limit{Rate: 5, Period: 15 * time.Minute}, ChargeStatus: []int{401, 403}}, login)
 			try := func(password string) int {
-				req, _ := http.NewRequest("POST", srv.URL+"/login", nil)
-				req.Header.Set("X-User", "alice")
-				req.Header.Set("X-Password", password)
-				resp, err := http.DefaultClient.Do(req)
+				resp, err := postHeaders(srv.URL+"/login", "X-User", "alice", "X-Password", password)
 				if err != nil {
 					t.Fatal(err)
 				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
 				return resp.StatusCode
 			}
 			for i := range 10 {
@@ -105,6 +101,25 @@ func TestFailedLoginsOnlyAreCharged(t *testing.T) {
 func tokenPolicy() httplimit.Policy {
 	return httplimit.Policy{Name: "tokens", Limit: sluice.Limit{Rate: 10000, Period: time.Minute}, Cost: 500,
 		CostFrom: httplimit.CostFromJSON("usage.total_tokens")}
+}
+
+// postHeaders posts an empty body to url with the headers of the name and
+// value pairs (an empty value is not sent), and returns the answer with
+// its body read.
+func postHeaders(url string, pairs ...string) (*http.Response, error) {
+	req, _ := http.NewRequest("POST", url, nil)
+	for i := 0; i+1 < len(pairs); i += 2 {
+		if pairs[i+1] != "" {
+			req.Header.Set(pairs[i], pairs[i+1])
+		}
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp, nil
 }
 
 func post(t *testing.T, url, user string) (*http.Response, string) {
@@ -294,5 +309,106 @@ func TestCostHeaderOfAnAnswerWithNoBody(t *testing.T) {
 	get(t, srv.URL, "X-User", "fay")
 	if got.Actual != 7 || got.Err != nil {
 		t.Fatalf("settled %+v; want 7 from the header", got)
+	}
+}
+
+// A request allowed because the store failed (fail_mode open) took
+// nothing, so its answer settles nothing: settling its estimate down to
+// the answer's usage once Redis is back would give back what was never
+// taken, and its client would get more than the limit.
+func TestFailedOpenChargeSettlesNothing(t *testing.T) {
+	redis := redistest.Standalone(t)
+	proxy := faultproxy.Start(t, redis.Addr)
+	store, err := redisstore.Open(redis.URLVia(proxy.Addr), redisstore.Options{Prefix: redistest.UniquePrefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	entered, resume := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	outcomes := map[string]sluice.Outcome{} // each client's last
+	p := tokenPolicy()
+	p.Limit = sluice.Limit{Rate: 10000, Period: 720 * time.Hour} // GCRA: a refund is room, whatever took it
+	p.FailMode = sluice.FailOpen
+	srv := chargeServer(t, store, p, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Wait") != "" {
+			entered <- struct{}{}
+			<-resume
+		}
+		fmt.Fprintf(w, `{"usage":{"total_tokens":%s}}`, r.Header.Get("X-Used"))
+	}, func(o *httplimit.Options) {
+		o.OnResult = func(r *http.Request, res *httplimit.Result) {
+			mu.Lock()
+			outcomes[r.Header.Get("X-User")] = res.Outcome
+			mu.Unlock()
+		}
+	})
+	outcome := func(user string) sluice.Outcome {
+		mu.Lock()
+		defer mu.Unlock()
+		return outcomes[user]
+	}
+	// decided sends requests of user until Redis decides one (a connection
+	// the outage broke fails one call, open), and returns that one.
+	decided := func(user, used string) *http.Response {
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			resp, err := postHeaders(srv.URL, "X-User", user, "X-Used", used)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if outcome(user) == sluice.Allowed {
+				return resp
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: requests still failed open 30 s after Redis came back", user)
+			}
+		}
+	}
+	decided("alice", "9000") // 1000 left
+	proxy.Down()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := postHeaders(srv.URL, "X-User", "alice", "X-Used", "100", "X-Wait", "yes"); err != nil {
+			t.Error(err)
+		}
+	}()
+	<-entered
+	if o := outcome("alice"); o != sluice.FailedOpen {
+		t.Fatalf("the request during the outage: %v, want failed_open", o)
+	}
+	proxy.Up()
+	for range 3 { // Redis decides again, on every connection the outage broke
+		decided("probe", "0")
+	}
+	close(resume) // its answer, 100, settles nothing: it took nothing
+	<-done
+	if resp := decided("alice", "0"); resp.Header.Get("X-RateLimit-Remaining") != "500" {
+		t.Fatalf("after an answer of 100 to a request that failed open: %v left after this one's 500, want 500 (1000 as before it, less 500)", resp.Header.Get("X-RateLimit-Remaining"))
+	}
+}
+
+// A shadow policy that would have denied took nothing, so the answer
+// settles nothing on it: its count stays what the enforced one would
+// have been.
+func TestShadowDeniedChargeSettlesNothing(t *testing.T) {
+	p := tokenPolicy()
+	p.Limit, p.Shadow = sluice.Limit{Rate: 1000, Period: 720 * time.Hour}, true
+	var shadowLeft atomic.Int64
+	srv := chargeServer(t, memstore.New(memstore.Options{}), p, func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, `{"usage":{"total_tokens":%s}}`, r.Header.Get("X-Used"))
+	}, func(o *httplimit.Options) {
+		o.OnResult = func(_ *http.Request, res *httplimit.Result) { shadowLeft.Store(res.Decisions[0].Remaining) }
+	})
+	for i, used := range []string{"900", "100", "0"} {
+		resp, err := postHeaders(srv.URL, "X-User", "alice", "X-Used", used)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// 1000 less 500 at the door; then 100 left, which would deny 500
+		// twice over.
+		if want := []int64{500, 100, 100}[i]; resp.StatusCode != 200 || shadowLeft.Load() != want {
+			t.Fatalf("request %d: %d, the shadow policy's decision left %d, want %d", i+1, resp.StatusCode, shadowLeft.Load(), want)
+		}
 	}
 }

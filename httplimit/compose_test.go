@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -21,6 +22,7 @@ type userKey struct{}
 // NUL (the separator) is answered 400 and charges nobody; for any parts
 // Compose accepts, the key reads back as those parts.
 func TestComposePartsCannotCollide(t *testing.T) {
+	redistest.HourAhead()
 	key := httplimit.Compose(httplimit.User(userKey{}), httplimit.APIKey("X-Tenant"))
 	m, err := httplimit.New(httplimit.Options{Store: memstore.New(memstore.Options{}), Policies: []httplimit.Policy{
 		{Name: "p", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 2, Period: time.Hour}, Key: key},

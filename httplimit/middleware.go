@@ -1,6 +1,7 @@
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -102,6 +103,7 @@ type Middleware struct {
 	log      *sampler
 	scratch  sync.Pool
 	charges  bool // a policy charges by its answer
+	shapes   bool // a policy shapes: a request may wait, and leave
 }
 
 // New validates opts and returns a Middleware.
@@ -160,6 +162,7 @@ func New(opts Options) (*Middleware, error) {
 		}
 		seen[p.Name] = true
 		m.charges = m.charges || p.charges()
+		m.shapes = m.shapes || p.Shape
 		m.policies = append(m.policies, &p)
 	}
 	m.opts.Slots = opts.Slots
@@ -194,8 +197,10 @@ type scratch struct {
 	// body is a refusal's problem body, written from here and not kept.
 	body []byte
 	// taken is when the check was decided, when a policy charges by its
-	// answer: the time its refunds give back from.
+	// answer or shapes: the time its refunds give back from.
 	taken time.Time
+	// verdict is the check's, which says what its requests took.
+	verdict sluice.Verdict
 }
 
 // keyArena is the size of a scratch's key buffer.
@@ -286,10 +291,11 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 	if b.Labeled != nil {
 		res.Label, res.Identity = b.Labeled.Name, b.Key[len(b.Labeled.Name)+1:]
 	}
-	if m.charges {
+	if m.charges || m.shapes {
 		s.taken = time.Now()
 	}
 	v, a := b.Decide(r.Context(), m.guard, ds, sds)
+	s.verdict = v
 	ds, sds = ds[:len(reqs)], sds[:len(sreqs)]
 	enforced := b.Enforced
 	res.Outcome, res.ShadowDenied = v.Outcome, v.ShadowDenied
@@ -328,19 +334,51 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 		return false
 	}
 	m.report(r, res)
-	return m.shapeWait(r, enforced, ds)
+	if !m.shapeWait(r, enforced, ds) {
+		m.giveBack(r, s)
+		return false
+	}
+	return true
+}
+
+// giveBack returns what the request s decided took, as a refund of its
+// take: its client went away while it waited its turn in a shaping
+// queue, and it never reaches the handler. Its place in the queue is
+// then free for the next request, as Limiter.Wait frees one, instead of
+// the queue filling with clients that timed out and refusing live ones
+// while the upstream idles. A limit that counts every request
+// (Limit.CountAll) keeps it, and a request that took nothing (failed
+// open) gives nothing.
+func (m *Middleware) giveBack(r *http.Request, s *scratch) {
+	ctx := context.WithoutCancel(r.Context()) // the client is gone; the refund is not
+	b := &s.batch
+	for i, p := range b.Enforced {
+		if req := b.Check.Enforced[i]; req.Cost > 0 && !req.Limit.CountAll && s.verdict.Took(b.Check.Modes[i]) {
+			m.guard.Settle(ctx, p.Name, req, s.taken, req.Cost, 0, p.FailMode)
+		}
+	}
+	if s.res.ShadowDenied {
+		return // the shadow requests, all or none, took nothing
+	}
+	for i, p := range b.Shadow {
+		if req := b.Check.Shadow[i]; req.Cost > 0 && !req.Limit.CountAll {
+			m.guard.Settle(ctx, p.Name, req, s.taken, req.Cost, 0, sluice.FailOpen)
+		}
+	}
 }
 
 // settling returns the charges of the request s allowed that its answer
-// settles, or nil for none.
+// settles, or nil for none. A request that took nothing (failed open, or
+// a shadow policy's that would have denied) has nothing to settle: its
+// estimate was never charged.
 func (m *Middleware) settling(r *http.Request, s *scratch) *settling {
 	if !m.charges {
 		return nil
 	}
 	var st *settling
 	b := &s.batch
-	add := func(p *Policy, req sluice.Request) {
-		if !p.charges() || req.Cost == 0 {
+	add := func(p *Policy, req sluice.Request, took bool) {
+		if !p.charges() || req.Cost == 0 || !took {
 			return
 		}
 		if st == nil {
@@ -349,10 +387,10 @@ func (m *Middleware) settling(r *http.Request, s *scratch) *settling {
 		st.items = append(st.items, charge{p: p, req: req, estimate: req.Cost, charged: req.Cost, mode: p.FailMode})
 	}
 	for i, p := range b.Enforced {
-		add(p, b.Check.Enforced[i])
+		add(p, b.Check.Enforced[i], s.verdict.Took(b.Check.Modes[i]))
 	}
 	for i, p := range b.Shadow {
-		add(p, b.Check.Shadow[i])
+		add(p, b.Check.Shadow[i], !s.res.ShadowDenied)
 	}
 	return st
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/httplimit"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -18,6 +19,7 @@ import (
 // own 3), deny answers 400 and takes nothing from the request's other
 // policy, skip lets it through.
 func TestMissingKey(t *testing.T) {
+	redistest.HourAhead()
 	hour := func(n int64) sluice.Limit {
 		return sluice.Limit{Algorithm: sluice.FixedWindow, Rate: n, Period: time.Hour}
 	}

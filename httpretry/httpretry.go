@@ -3,14 +3,19 @@
 // or 503 Service Unavailable.
 //
 // The wait before a retry is the server's Retry-After when it sends one,
-// as delta-seconds ("120") or an HTTP-date. Otherwise it is capped
-// exponential backoff with full jitter: before retry n (1, 2, ...) it waits
-// a uniformly random duration in [0, min(MaxDelay, BaseDelay × 2^(n−1))),
-// so that many clients denied together do not come back together.
+// as delta-seconds ("120") or an HTTP-date, plus a uniformly random tenth
+// of it at most: clients told the same time (a window that resets for
+// all of them) do not all come back at that instant. Otherwise it is
+// capped exponential backoff with full jitter: before retry n (1, 2, ...)
+// it waits a uniformly random duration in
+// [0, min(MaxDelay, BaseDelay × 2^(n−1))), so that many clients denied
+// together do not come back together.
 //
 // It gives up, returning the last response as it is, after MaxAttempts
 // attempts, or when the next wait would take the total past MaxWait (a
-// Retry-After beyond it is not waited for at all), or when the request's
+// Retry-After beyond it is not waited for at all) or past the request's
+// context deadline (its caller then gets the 429, Retry-After included,
+// at once, not an error after waiting in vain), or when the request's
 // context ends. It replays only requests whose body can be replayed (no
 // body, or Request.GetBody set, as http.NewRequest does for in-memory
 // bodies) and, unless RetryNonIdempotent is set, only idempotent methods
@@ -75,10 +80,12 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return resp, err
 		}
 		wait, ok := t.retryAfter(resp)
-		if !ok {
+		if ok {
+			wait += time.Duration(rand.Int64N(int64(wait/10) + 1))
+		} else {
 			wait = t.backoff(n)
 		}
-		if waited+wait > maxWait {
+		if waited+wait > maxWait || pastDeadline(req.Context(), wait) {
 			return resp, nil
 		}
 		// The body is drained so that the connection can be reused.
@@ -92,6 +99,13 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
+}
+
+// pastDeadline reports whether ctx's deadline comes before a wait of d
+// would end: the retry could never be sent.
+func pastDeadline(ctx context.Context, d time.Duration) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Until(dl) < d
 }
 
 func rateLimited(resp *http.Response) bool {

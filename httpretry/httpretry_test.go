@@ -49,8 +49,45 @@ func TestHonoursDeltaSeconds(t *testing.T) {
 	if err != nil || resp.StatusCode != 200 {
 		t.Fatalf("%v, %v", resp, err)
 	}
-	if calls.Load() != 3 || len(rec.waits) != 2 || rec.waits[0] != 3*time.Second {
-		t.Fatalf("calls %d, waits %v; want 3 calls and two 3s waits", calls.Load(), rec.waits)
+	if calls.Load() != 3 || len(rec.waits) != 2 || !within(rec.waits[0], 3*time.Second) || !within(rec.waits[1], 3*time.Second) {
+		t.Fatalf("calls %d, waits %v; want 3 calls and two waits of 3s and up to a tenth more", calls.Load(), rec.waits)
+	}
+}
+
+// within reports whether w honours a Retry-After of ra: at least ra, and
+// at most a tenth more (the jitter).
+func within(w, ra time.Duration) bool { return w >= ra && w <= ra+ra/10 }
+
+// Clients told the same Retry-After do not all come back at that instant:
+// each waits it plus up to a tenth more, spread.
+func TestRetryAfterIsSpread(t *testing.T) {
+	srv, _ := limited(t, 100, func() string { return "10" })
+	rec := &recorder{}
+	c := &http.Client{Transport: &httpretry.Transport{Sleep: rec.sleep, MaxAttempts: 21, MaxWait: time.Hour}}
+	c.Get(srv.URL)
+	distinct := map[time.Duration]bool{}
+	for _, w := range rec.waits {
+		if !within(w, 10*time.Second) {
+			t.Fatalf("wait %v for a Retry-After of 10s; want 10s to 11s", w)
+		}
+		distinct[w] = true
+	}
+	if len(rec.waits) != 20 || len(distinct) < 15 {
+		t.Fatalf("%d waits, %d distinct: %v; want 20, spread", len(rec.waits), len(distinct), rec.waits)
+	}
+}
+
+// A wait that would outlast the request's deadline is not begun: the
+// caller gets the 429, Retry-After included, at once.
+func TestGivesUpAtOnceBeforeTheDeadline(t *testing.T) {
+	srv, calls := limited(t, 100, func() string { return "20" })
+	rec := &recorder{}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", srv.URL, nil)
+	resp, err := (&http.Client{Transport: &httpretry.Transport{Sleep: rec.sleep}}).Do(req)
+	if err != nil || resp.StatusCode != 429 || resp.Header.Get("Retry-After") != "20" || calls.Load() != 1 || len(rec.waits) != 0 {
+		t.Fatalf("%v, %v after %d calls and waits %v; want the 429 at once", resp, err, calls.Load(), rec.waits)
 	}
 }
 
@@ -62,8 +99,8 @@ func TestHonoursHTTPDate(t *testing.T) {
 	if resp, err := c.Get(srv.URL); err != nil || resp.StatusCode != 200 {
 		t.Fatalf("%v, %v", resp, err)
 	}
-	if len(rec.waits) != 1 || rec.waits[0] != 7*time.Second {
-		t.Fatalf("waits %v; want one of 7s", rec.waits)
+	if len(rec.waits) != 1 || !within(rec.waits[0], 7*time.Second) {
+		t.Fatalf("waits %v; want one of 7s and up to a tenth more", rec.waits)
 	}
 }
 
@@ -92,7 +129,7 @@ func TestMaxWaitIsNeverExceeded(t *testing.T) {
 	c := &http.Client{Transport: &httpretry.Transport{Sleep: rec.sleep, MaxAttempts: 10, MaxWait: 45 * time.Second}}
 	resp, _ := c.Get(srv.URL)
 	if resp.StatusCode != 429 || calls.Load() != 3 || len(rec.waits) != 2 {
-		t.Fatalf("status %d, %d calls, waits %v; want 3 calls and 40s waited", resp.StatusCode, calls.Load(), rec.waits)
+		t.Fatalf("status %d, %d calls, waits %v; want 3 calls and 40 to 44s waited", resp.StatusCode, calls.Load(), rec.waits)
 	}
 }
 

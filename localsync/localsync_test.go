@@ -19,6 +19,7 @@ import (
 )
 
 func TestDecidesLocallyAndSyncs(t *testing.T) {
+	redistest.HourAhead()
 	shared := memstore.New(memstore.Options{})
 	s, err := localsync.New(localsync.Options{Shared: shared, Interval: time.Hour})
 	if err != nil {
@@ -109,6 +110,7 @@ func overshoot(t testing.TB, addr string, interval, d time.Duration) float64 {
 // With the shared store down, instances keep deciding and keep what they
 // admitted; when it is back, every admission reaches it exactly once.
 func TestSharedStoreDownAndBack(t *testing.T) {
+	redistest.HourAhead()
 	srv := redistest.Own(t) // it changes the server
 	shared, err := redisstore.Open(srv.URL(), redisstore.Options{ReconnectInterval: 20 * time.Millisecond})
 	if err != nil {
@@ -172,6 +174,7 @@ func TestKeysCopied(t *testing.T) {
 // and sends the rest to the shared store: the key ends where one store
 // would have it.
 func TestRefundLocalThenShared(t *testing.T) {
+	redistest.HourAhead()
 	shared := memstore.New(memstore.Options{})
 	s, err := localsync.New(localsync.Options{Shared: shared, Interval: time.Hour})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -171,6 +172,7 @@ func TestSweepRespectsEachKeysRate(t *testing.T) {
 // evicted under MaxKeys and reset. Run with -race, it also checks that the
 // lock-free lookup of existing keys is sound.
 func TestHotKeyExactUnderChurn(t *testing.T) {
+	redistest.HourAhead()
 	// 500/1h has a whole emission interval (the GCRA swaps one word); 499
 	// per hour with a burst of 500 does not (its entries are locked).
 	for _, rate := range []int64{500, 499} {
@@ -379,6 +381,7 @@ func TestLimitChangesAcrossUnits(t *testing.T) {
 // a client denied under another: eviction takes the flood's keys, which
 // have capacity left, even when they expire later than the denied ones.
 func TestEvictionSparesDenyingKeys(t *testing.T) {
+	redistest.WindowAhead(10*time.Minute, time.Minute) // its fixed window on the wall clock
 	login := sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 5, Period: 15 * time.Minute}
 	burst := sluice.Limit{Algorithm: sluice.GCRA, Rate: 3, Period: time.Minute}
 	window := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 2, Period: 10 * time.Minute}
@@ -429,6 +432,7 @@ func TestEvictionOfDenyingKeysIsCounted(t *testing.T) {
 // MaxBytes bounds long keys: 4,000-byte keys, far more than fit, leave
 // the store's count and the heap measured within it.
 func TestMaxBytesBoundsLongKeys(t *testing.T) {
+	redistest.HourAhead()
 	const maxBytes = 32 << 20
 	var before, after runtime.MemStats
 	runtime.GC()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -245,8 +246,11 @@ func (s *Store) run(ctx context.Context, client rueidis.Client, via rueidis.Comm
 	}
 	vals, err := s.exec(ctx, client, via, keys, s.encode(now, calls))
 	var answered *rueidis.RedisError
-	if err != nil && !errors.As(err, &answered) {
+	if err != nil && (!errors.As(err, &answered) || readOnly(answered)) {
 		unanswered = err
+		if answered != nil {
+			s.replicaNow(client, err)
+		}
 	}
 	want := 0
 	for _, c := range calls {
@@ -268,6 +272,13 @@ func (s *Store) run(ctx context.Context, client rueidis.Client, via rueidis.Comm
 	}
 	return nil
 }
+
+// readOnly reports whether e says the server is a replica now: a master
+// demoted without its clients disconnected (sentinels reconfigured, or a
+// missed failover) answers every write with READONLY. The store's own
+// connection to it is then given back, as a broken one is, and the next
+// is opened to the master the client knows by then.
+func readOnly(e *rueidis.RedisError) bool { return strings.HasPrefix(e.Error(), "READONLY ") }
 
 // encode returns the arguments of calls, as scripts/take.lua reads them:
 // now, the limits, then per call its size (negated when it has an

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +17,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/faultproxy"
+	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
@@ -34,6 +38,7 @@ func TestSlotMatchesRedis(t *testing.T) {
 // A batch across slots on Cluster is decided slot by slot: allowed, it
 // takes from every slot; denied in one slot, it takes from none.
 func TestCrossSlotBatch(t *testing.T) {
+	redistest.HourAhead()
 	nodes := redistest.Cluster(t)
 	s := redisstore.New(client(t, addrsOf(nodes)...), redisstore.Options{Prefix: uniquePrefix(t)})
 	ctx := context.Background()
@@ -68,6 +73,7 @@ func TestCrossSlotBatch(t *testing.T) {
 // both share admits exactly its limit, and every admission is charged to
 // both keys.
 func TestCrossSlotBatchExact(t *testing.T) {
+	redistest.HourAhead()
 	nodes := redistest.Cluster(t)
 	s := redisstore.New(client(t, addrsOf(nodes)...), redisstore.Options{Prefix: uniquePrefix(t)})
 	ctx := context.Background()
@@ -427,5 +433,155 @@ func TestSlidingLogWithoutHeader(t *testing.T) {
 	d, err := s.Take(ctx, sluice.Request{Key: "bad", Limit: l, Cost: 1, Now: t0.Add(2 * time.Second)})
 	if err == nil || !strings.Contains(err.Error(), "did not write") || d.Allowed {
 		t.Fatalf("a log with a foreign entry: %+v, %v", d, err)
+	}
+}
+
+// A Sentinel that requires a password of its own, beside the master's:
+// the URL's user and password are Redis's, sentinel_password (and
+// sentinel_username) the sentinels'.
+func TestSentinelWithPasswords(t *testing.T) {
+	_, sentinel := redistest.SentinelAuth(t, "redis-s3cret", "sentinel-s3cret")
+	for url, works := range map[string]bool{
+		"redis-sentinel://:redis-s3cret@" + sentinel + "/mymaster?sentinel_password=sentinel-s3cret": true,
+		"redis-sentinel://:redis-s3cret@" + sentinel + "/mymaster":                                   false, // the sentinel refuses
+	} {
+		s, err := redisstore.Open(url, redisstore.Options{Prefix: uniquePrefix(t), ReconnectInterval: 50 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := sluice.Limit{Rate: 2, Period: time.Hour}
+		var d sluice.Decision
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			if d, err = s.Take(context.Background(), sluice.Request{Key: "k", Limit: l, Cost: 1}); err == nil || !works || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(50 * time.Millisecond) // polling for the master to be found
+		}
+		switch {
+		case works && (err != nil || !d.Allowed):
+			t.Errorf("with the sentinel's password: %+v, %v", d, err)
+		case !works && err == nil:
+			t.Errorf("without the sentinel's password: decided %+v; want an error", d)
+		case !works && strings.Contains(err.Error(), "s3cret"):
+			t.Errorf("the error shows a password: %v", err)
+		}
+		s.Close()
+	}
+}
+
+// The master changes without a +switch-master event reaching the client
+// (its sentinels reconfigured, a missed message): the store asks the
+// sentinels again every few seconds and follows the new master, instead of
+// failing every check against the old one, now a read-only replica.
+func TestSentinelMasterChangesWithoutAnEvent(t *testing.T) {
+	master, replica, sentinels := redistest.Sentinels(t, 5000)
+	s, err := redisstore.Open("redis-sentinel://"+strings.Join(sentinels, ",")+"/mymaster", redisstore.Options{Prefix: uniquePrefix(t), ReconnectInterval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l := sluice.Limit{Rate: 100, Period: time.Hour}
+	take := func() error {
+		_, err := s.Take(context.Background(), sluice.Request{Key: "k", Limit: l, Cost: 1})
+		return err
+	}
+	for deadline := time.Now().Add(10 * time.Second); take() != nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no master through Sentinel after 10s: %v", take())
+		}
+	}
+	_, rport, _ := net.SplitHostPort(replica.Addr)
+	replica.Do("REPLICAOF", "NO", "ONE")
+	master.Do("REPLICAOF", "127.0.0.1", rport)
+	for _, a := range sentinels {
+		redistest.Cli(t, a, "SENTINEL", "REMOVE", "mymaster")
+		redistest.Cli(t, a, "SENTINEL", "MONITOR", "mymaster", "127.0.0.1", rport, "2")
+	}
+	var failed int
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		err := take()
+		if err == nil {
+			break
+		}
+		failed++
+		if time.Now().After(deadline) {
+			t.Fatalf("checks still fail 30 s after the master changed (%d failed): %v", failed, err)
+		}
+	}
+	t.Logf("%d checks failed before the store followed the new master", failed)
+	if !strings.Contains(replica.Do("INFO", "replication"), "role:master") {
+		t.Fatal("the new master is not one")
+	}
+}
+
+// A managed Redis's primary endpoint (ElastiCache's, say) is a DNS name
+// moved to the replica it promotes, while the old primary, demoted to a
+// replica, keeps its clients' connections open and answers every write
+// with READONLY. The store drops a connection that answers READONLY, on
+// the shared client as on its own, and dials the name again: the checks
+// of callers at once, which ride the shared connection, are decided by
+// the new primary within seconds, not failed until a restart.
+func TestPrimaryEndpointMovesOnFailover(t *testing.T) {
+	primary, replica := redistest.Own(t), redistest.Own(t)
+	_, pport, _ := net.SplitHostPort(primary.Addr)
+	replica.Do("REPLICAOF", "127.0.0.1", pport)
+	endpoint := faultproxy.Start(t, primary.Addr) // the name clients dial
+	var logged logbuf.Buffer
+	s, err := redisstore.Open("redis://"+endpoint.Addr, redisstore.Options{Prefix: uniquePrefix(t), ReconnectInterval: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	l := sluice.Limit{Rate: 1_000_000, Period: time.Hour}
+	// round is 8 checks at once, and how many of them failed.
+	round := func() (failed int64, last error) {
+		var n atomic.Int64
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for i := range 8 {
+			wg.Go(func() {
+				if _, err := s.Take(context.Background(), sluice.Request{Key: "k" + strconv.Itoa(i), Limit: l, Cost: 1}); err != nil {
+					n.Add(1)
+					mu.Lock()
+					last = err
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+		return n.Load(), last
+	}
+	if failed, err := round(); failed != 0 {
+		t.Fatalf("before the failover, %d of 8 failed: %v", failed, err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(replica.Do("INFO", "replication"), "master_link_status:up"); time.Sleep(10 * time.Millisecond) { // polling for the replica's sync
+		if time.Now().After(deadline) {
+			t.Fatalf("the replica did not sync in 30 s:\n%s", replica.Do("INFO", "replication"))
+		}
+	}
+	_, rport, _ := net.SplitHostPort(replica.Addr)
+	replica.Do("REPLICAOF", "NO", "ONE")
+	primary.Do("REPLICAOF", "127.0.0.1", rport)
+	endpoint.Retarget(replica.Addr)
+	var failed int64
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		n, err := round()
+		if n == 0 {
+			break
+		}
+		failed += n
+		if time.Now().After(deadline) {
+			t.Fatalf("checks still fail 30 s after the endpoint moved (%d failed): %v", failed, err)
+		}
+	}
+	t.Logf("%d checks failed before the store followed the endpoint", failed)
+	if !strings.Contains(logged.String(), "the server is a replica now") {
+		t.Errorf("the reconnection is not logged:\n%s", logged.String())
+	}
+	for range 20 {
+		if n, err := round(); n != 0 {
+			t.Fatalf("after the store followed the endpoint, %d of 8 failed: %v", n, err)
+		}
 	}
 }

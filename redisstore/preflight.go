@@ -270,16 +270,7 @@ func (s *Store) watchDials(f func()) {
 	s.stop = make(chan struct{})
 	dial := s.opt.DialCtxFn
 	s.opt.DialCtxFn = func(ctx context.Context, dst string, d *net.Dialer, cfg *tls.Config) (net.Conn, error) {
-		var conn net.Conn
-		var err error
-		switch {
-		case dial != nil:
-			conn, err = dial(ctx, dst, d, cfg)
-		case cfg != nil:
-			conn, err = (&tls.Dialer{NetDialer: d, Config: cfg}).DialContext(ctx, "tcp", dst)
-		default:
-			conn, err = d.DialContext(ctx, "tcp", dst)
-		}
+		conn, err := dialVia(ctx, dial, dst, d, cfg)
 		if err == nil {
 			select {
 			case dialed <- struct{}{}:

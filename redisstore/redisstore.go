@@ -2,10 +2,12 @@ package redisstore
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +18,8 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/internal/rotated"
+	"github.com/sluicehq/sluice/internal/sample"
 )
 
 // Options configures a Store. The zero value is ready to use.
@@ -30,6 +34,14 @@ type Options struct {
 	// Open also reads it from the URL's tls_* parameters, for the fields
 	// not set here.
 	TLS TLS
+	// PasswordFile is a file holding the password (white space around it
+	// dropped) of the URL's user, or of the default user when the URL
+	// names none, in place of a password in the URL. It is read again at
+	// each new connection, so that a password rotated on disk is used
+	// without a restart; a file that cannot be read then, or is empty,
+	// leaves the last password read in use (logged). Open also reads it
+	// from the URL's password_file parameter. Not for Sentinel.
+	PasswordFile string
 	// OnConnect, if set, is called from a goroutine of its own after the
 	// client of a Store from Open makes a new connection (the first, and
 	// each after a disconnection or a failover), at most once a second:
@@ -37,8 +49,10 @@ type Options struct {
 	OnConnect func()
 	// Logger hears of failed measurements of Redis's clock, which
 	// deadlines travel in (the first of a run of failures, then about
-	// one a minute, and the one that ends it); ClockErrors counts them
-	// all. Default: none.
+	// one a minute, and the one that ends it; ClockErrors counts them
+	// all), and of a TLS CA bundle or password file that could not be
+	// read again at a new connection (the first of a run, and its end).
+	// Default: none.
 	Logger *slog.Logger
 }
 
@@ -75,7 +89,8 @@ type Store struct {
 	lastDial time.Time
 	dialErr  error
 	retry    time.Duration
-	stop     chan struct{} // closed by Close: OnConnect's goroutine ends
+	stop     chan struct{}   // closed by Close: OnConnect's goroutine ends
+	demoted  *sample.Sampler // logs the clients closed for a replica's READONLY
 
 	batch batcher
 	clock clock
@@ -104,7 +119,7 @@ func New(client rueidis.Client, opts Options) *Store {
 }
 
 func newStore(opts Options) *Store {
-	s := &Store{prefix: opts.Prefix, retry: opts.ReconnectInterval}
+	s := &Store{prefix: opts.Prefix, retry: opts.ReconnectInterval, demoted: sample.New(1)}
 	s.clock.log = opts.Logger
 	s.batch.freed = make(chan struct{}, 1) // made once: release reads it without the lock
 	if s.prefix == "" {
@@ -122,14 +137,15 @@ func newStore(opts Options) *Store {
 //	rediss://...                          (TLS, verified with the system's CAs)
 //	rediss://...?tls_ca_file=ca.crt&tls_cert_file=c.crt&tls_key_file=c.key&tls_server_name=name
 //	redis://...?prefix=staging:          (Options.Prefix, where that is not set)
-//	redis-sentinel://[user:password@]host:port[,host:port...]/master-name
+//	redis://user@host:port?password_file=/run/secrets/redis  (Options.PasswordFile)
+//	redis-sentinel://[user:password@]host:port[,host:port...]/master-name[?sentinel_username=u&sentinel_password=p]
 //	redis://host1:port1,host2:port2       (a Cluster seed list; Cluster is detected)
 //
 // It returns an error only for a URL it cannot parse. When Redis is
 // unreachable it still returns: calls fail at once with an error wrapping
 // ErrNotConnected, and the connection is retried every ReconnectInterval.
 func Open(rawURL string, opts Options) (*Store, error) {
-	opt, prefix, err := parseURL(rawURL, opts.TLS)
+	opt, prefix, err := parseURL(rawURL, opts.TLS, opts.PasswordFile, opts.Logger)
 	if err != nil {
 		return nil, err
 	}
@@ -161,9 +177,22 @@ const connBuffer = 16 << 10
 // connections, a sixth of the service's live heap under load.
 const ringScale = 8
 
-// parseURL reads raw, with t and the URL's tls_* parameters as its TLS,
-// and returns its prefix parameter.
-func parseURL(raw string, t TLS) (opt rueidis.ClientOption, prefix string, err error) {
+// rueidisParams are the URL parameters rueidis.ParseURL reads; Open refuses
+// any other it does not read itself, rather than ignore a misspelt one.
+var rueidisParams = []string{"addr", "db", "dial_timeout", "write_timeout", "protocol", "client_cache", "max_retries", "client_name", "master_set", "skip_verify"}
+
+// sentinelRefresh is how often a Sentinel client asks the sentinels which
+// server is the master, besides following their +switch-master events: a
+// missed event (sentinels reconfigured, a subscription lost at the wrong
+// moment) would otherwise leave every call on the old master, a read-only
+// replica now, until a restart.
+const sentinelRefresh = 5 * time.Second
+
+// parseURL reads raw, with t and the URL's tls_* parameters as its TLS
+// and passwordFile or its password_file parameter as its password, and
+// returns its prefix parameter; log hears of a CA bundle or password file
+// that cannot be read again.
+func parseURL(raw string, t TLS, passwordFile string, log *slog.Logger) (opt rueidis.ClientOption, prefix string, err error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return opt, "", fmt.Errorf("redisstore: %w", withoutURL(err))
@@ -173,19 +202,51 @@ func parseURL(raw string, t TLS) (opt rueidis.ClientOption, prefix string, err e
 		return opt, "", err
 	}
 	q := u.Query()
-	if prefix = q.Get("prefix"); prefix != "" {
-		q.Del("prefix")
-		u.RawQuery = q.Encode()
+	prefix = q.Get("prefix")
+	sentinelUser, sentinelPass := q.Get("sentinel_username"), q.Get("sentinel_password")
+	if passwordFile == "" {
+		passwordFile = q.Get("password_file")
 	}
+	for _, name := range []string{"prefix", "sentinel_username", "sentinel_password", "password_file"} {
+		q.Del(name)
+	}
+	var unknown []string
+	for name := range q {
+		if !slices.Contains(rueidisParams, name) || strings.HasPrefix(u.Scheme, "redis-sentinel") {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) > 0 {
+		slices.Sort(unknown)
+		return opt, "", fmt.Errorf("redisstore: unknown URL parameters %v: want prefix, tls_*, password_file, sentinel_username, sentinel_password, or rueidis's %v (not on redis-sentinel://)", unknown, rueidisParams)
+	}
+	u.RawQuery = q.Encode()
 	if u.RawQuery != query {
 		raw = u.String()
 	}
-	opt, err = parseRest(raw)
-	if err != nil || !t.set() {
-		return opt, prefix, err
-	}
-	if opt.TLSConfig, err = t.config(opt.TLSConfig); err != nil {
+	if opt, err = parseRest(raw); err != nil {
 		return opt, "", err
+	}
+	if opt.Sentinel.MasterSet != "" {
+		opt.Sentinel.Username, opt.Sentinel.Password = sentinelUser, sentinelPass
+		opt.Sentinel.TopologyRefreshInterval = sentinelRefresh
+	} else if sentinelUser != "" || sentinelPass != "" {
+		return opt, "", errors.New("redisstore: sentinel_username and sentinel_password are for Sentinel: a redis-sentinel:// URL, or one with master_set")
+	}
+	if passwordFile != "" {
+		if err := usePasswordFile(&opt, passwordFile, log); err != nil {
+			return opt, "", err
+		}
+	}
+	if !t.set() {
+		return opt, prefix, nil
+	}
+	var ca *rotated.File[*x509.CertPool]
+	if opt.TLSConfig, ca, err = t.config(opt.TLSConfig, log); err != nil {
+		return opt, "", err
+	}
+	if ca != nil {
+		opt.DialCtxFn = caDialer(ca, opt.DialCtxFn)
 	}
 	if t.ServerName == "" {
 		// Each connection's own host, not the first of a seed list.
@@ -251,6 +312,34 @@ func (s *Store) dialLocked() {
 	s.client, s.dialErr = c, nil
 	s.cluster = c.Mode() == rueidis.ClientModeCluster
 	s.clock.next.Store(0) // a new client: measure again at the next call
+}
+
+// replicaNow closes client, when it is the store's own from a redis://
+// URL, because the server it reached answered READONLY: a primary
+// demoted to a replica keeps its clients' connections open, while the
+// name they dialled (a managed Redis's primary endpoint) now leads to the
+// server promoted in its place. The next call dials the URL again (at
+// most every ReconnectInterval, while the name still leads to the
+// replica). A Sentinel client follows the sentinels instead, and a
+// Cluster client MOVED answers.
+func (s *Store) replicaNow(client rueidis.Client, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.owned || s.closed || s.cluster || s.opt.Sentinel.MasterSet != "" || s.client != client {
+		return
+	}
+	s.client = nil
+	go func() {
+		// The own connection is one of client's, to the replica: given
+		// back once what is on it ends (perhaps this very call), so that
+		// no measurement or lone call uses it again.
+		s.clock.own.close()
+		client.Close() // it waits for the calls in flight, which the replica refuses
+	}()
+	if ok, suppressed := s.demoted.Allow(""); ok && s.clock.log != nil {
+		s.clock.log.Warn("redisstore: Redis answered READONLY: the server is a replica now; connecting to the URL's address again",
+			"error", err, "suppressed", suppressed)
+	}
 }
 
 // conn returns the client, dialling again if Open has not connected yet and

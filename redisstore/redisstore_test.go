@@ -110,18 +110,19 @@ func TestFunctionReloadedWhenMissing(t *testing.T) {
 	srv := redistest.Own(t) // it changes the server
 	store := redisstore.New(client(t, srv.Addr), redisstore.Options{Prefix: uniquePrefix(t)})
 	limit := sluice.Limit{Rate: 10, Period: time.Minute, Algorithm: sluice.FixedWindow}
+	now := time.Now().Truncate(limit.Period).Add(time.Second) // one window throughout, whenever the test runs
 	ctx := context.Background()
 	srv.Do("CONFIG", "RESETSTAT")
 	for i := range 10 {
 		if i%3 == 0 {
 			srv.Do("FUNCTION", "FLUSH")
 		}
-		d, err := store.Take(ctx, sluice.Request{Key: "k", Limit: limit, Cost: 1})
+		d, err := store.Take(ctx, sluice.Request{Key: "k", Limit: limit, Cost: 1, Now: now})
 		if err != nil || !d.Allowed || d.Remaining != int64(9-i) {
 			t.Fatalf("take %d: %+v, %v; want allowed with %d remaining", i, d, err, 9-i)
 		}
 	}
-	if d, err := store.Take(ctx, sluice.Request{Key: "k", Limit: limit, Cost: 1}); err != nil || d.Allowed {
+	if d, err := store.Take(ctx, sluice.Request{Key: "k", Limit: limit, Cost: 1, Now: now}); err != nil || d.Allowed {
 		t.Fatalf("11th take: %+v, %v; want denied", d, err)
 	}
 	_, name := redisstore.Library()
@@ -142,6 +143,7 @@ func TestFunctionReloadedOnCluster(t *testing.T) {
 	nodes := redistest.Cluster(t)
 	store := redisstore.New(client(t, addrsOf(nodes)...), redisstore.Options{Prefix: uniquePrefix(t)})
 	limit := sluice.Limit{Rate: 3, Period: time.Minute, Algorithm: sluice.FixedWindow}
+	now := time.Now().Truncate(limit.Period).Add(time.Second) // one window throughout, whenever the test runs
 	ctx := context.Background()
 	for round := range 4 {
 		if round > 0 {
@@ -150,7 +152,7 @@ func TestFunctionReloadedOnCluster(t *testing.T) {
 			}
 		}
 		for k := range 30 { // keys on every node
-			d, err := store.Take(ctx, sluice.Request{Key: fmt.Sprint("k", k), Limit: limit, Cost: 1})
+			d, err := store.Take(ctx, sluice.Request{Key: fmt.Sprint("k", k), Limit: limit, Cost: 1, Now: now})
 			want := round < 3
 			if err != nil || d.Allowed != want {
 				t.Fatalf("round %d key %d: %+v, %v; want allowed=%v", round, k, d, err, want)
@@ -175,9 +177,14 @@ func TestFunctionReloadedOnCluster(t *testing.T) {
 func TestClusterSlotMovesUnderCalls(t *testing.T) {
 	nodes := redistest.Cluster(t)
 	s := redisstore.New(client(t, addrsOf(nodes)...), redisstore.Options{Prefix: uniquePrefix(t)})
-	// A burst of 10,000, refilled at one an hour: what the calls take
-	// is what remains, give or take the one an hour may refill.
-	limit := sluice.Limit{Rate: 1, Period: time.Hour, Burst: 10_000}
+	// A burst of 100,000, refilled at one an hour: what the calls take
+	// is what remains, give or take the one an hour may refill. The
+	// callers below take as fast as Redis answers until the slot has
+	// moved, several thousand here; they stop short of the burst, so that
+	// on a slow host they cannot use it up and see a denial that is the
+	// limit's, not the move's.
+	limit := sluice.Limit{Rate: 1, Period: time.Hour, Burst: 100_000}
+	const callersStop = 90_000
 	var taken atomic.Int64
 	take := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -251,7 +258,7 @@ func TestClusterSlotMovesUnderCalls(t *testing.T) {
 	var failed atomic.Value
 	for range 8 {
 		wg.Go(func() {
-			for !moved.Load() {
+			for !moved.Load() && taken.Load() < callersStop {
 				if err := take(); err != nil {
 					failed.Store(err)
 					return
@@ -357,6 +364,7 @@ func conformanceAsUser(t *testing.T, denied string) {
 // race with the batch that still runs their call (run under -race), and
 // every call that did return a decision counted exactly once.
 func TestGivingUpWhileQueued(t *testing.T) {
+	redistest.HourAhead()
 	srv := redistest.Standalone(t)
 	store := redisstore.New(client(t, srv.Addr), redisstore.Options{Prefix: uniquePrefix(t)})
 	limit := sluice.Limit{Rate: 1_000_000, Period: time.Hour, Algorithm: sluice.FixedWindow}

@@ -301,7 +301,7 @@ func (s *Store) HandedOff() (handed, failed int64) { return s.handed.Load(), s.l
 // it holds s.gate for reading, and the caller releases it once Local has
 // decided.
 func (s *Store) owner(ctx context.Context, key string) (string, uint32, error) {
-	to, flags, err := s.ownerFor(ctx, key, func() (string, uint32) {
+	to, flags, _, err := s.ownerFor(ctx, key, time.Time{}, func() (string, uint32) {
 		if w, ok := s.settled(key); !ok {
 			return w, hopFlags
 		}
@@ -315,11 +315,15 @@ func (s *Store) owner(ctx context.Context, key string) (string, uint32, error) {
 
 // ownerFor is owner for a key of this ring with here deciding where a key
 // that this instance owns goes instead ("" for nowhere: it is decided
-// here). It returns "" holding s.gate for reading.
-func (s *Store) ownerFor(ctx context.Context, key string, here func() (string, uint32)) (string, uint32, error) {
+// here). It returns "" holding s.gate for reading. A wait for key's move
+// ends at ctx's end or at dl (none when zero); waited reports whether
+// there was one.
+func (s *Store) ownerFor(ctx context.Context, key string, dl time.Time, here func() (string, uint32)) (to string, flags uint32, waited bool, err error) {
 	for {
-		if err := s.waitMove(ctx, key); err != nil {
-			return "", 0, err
+		w, err := s.waitMove(ctx, key, dl)
+		waited = waited || w
+		if err != nil {
+			return "", 0, waited, err
 		}
 		s.gate.RLock()
 		if s.movingAway(key) != nil {
@@ -329,13 +333,13 @@ func (s *Store) ownerFor(ctx context.Context, key string, here func() (string, u
 		owner := s.ring.Load().Owner(key)
 		if owner != s.opts.Self && owner != "" {
 			s.gate.RUnlock()
-			return owner, 0, nil
+			return owner, 0, waited, nil
 		}
 		if to, flags := here(); to != "" {
 			s.gate.RUnlock()
-			return to, flags, nil
+			return to, flags, waited, nil
 		}
-		return "", 0, nil
+		return "", 0, waited, nil
 	}
 }
 
@@ -349,17 +353,27 @@ func (s *Store) movingAway(key string) *move {
 	return m
 }
 
-// waitMove waits while key is leaving this instance in a hand-off.
-func (s *Store) waitMove(ctx context.Context, key string) error {
+// waitMove waits while key is leaving this instance in a hand-off, until
+// ctx ends or dl passes (none when zero), and reports whether it waited.
+// The timer is made only for a wait.
+func (s *Store) waitMove(ctx context.Context, key string, dl time.Time) (waited bool, err error) {
 	m := s.movingAway(key)
 	if m == nil {
-		return nil
+		return false, nil
+	}
+	var late <-chan time.Time
+	if !dl.IsZero() {
+		t := time.NewTimer(time.Until(dl))
+		defer t.Stop()
+		late = t.C
 	}
 	select {
 	case <-m.done:
-		return nil
+		return true, nil
 	case <-ctx.Done():
-		return ctx.Err()
+		return true, ctx.Err()
+	case <-late:
+		return true, context.DeadlineExceeded
 	}
 }
 
@@ -426,11 +440,29 @@ func (s *Store) Register(srv *grpc.Server) {
 // rest is decided here. A call passed maxPasses times already is decided
 // here when this instance owns its key, and fails otherwise: the members
 // disagree on its owner. A key moving away waits for its move first.
-func (sv *service) serve(ctx context.Context, reqs []sluice.Request, reset bool, flags uint32, ds []sluice.Decision) ([]sluice.Decision, error) {
+//
+// A call that arrived (in its batch) at arrived is not decided once its
+// caller's time is up: the budget its sender said it had left (µs; 0 for
+// none said), and never past the Timeout from arrived, since its caller's
+// own Timeout started before it sent the call. The caller has answered
+// its check with an error by then, so a call still waiting here (for its
+// key's move, or passed on to another member) is failed, and nobody is
+// charged for a check they were answered an error for; one whose caller
+// had given up before it was sent (a negative budget) is failed at once.
+// A call that waits for nothing costs no timer. Hand-offs are state,
+// recorded however late.
+func (sv *service) serve(ctx context.Context, arrived time.Time, budget int64, reqs []sluice.Request, reset bool, flags uint32, ds []sluice.Decision) ([]sluice.Decision, error) {
+	if budget < 0 && flags&handoffFlags == 0 {
+		return ds, context.DeadlineExceeded // its caller had given up before it was sent
+	}
 	if s := sv.route; s != nil && flags&(handoffFlags|failoverFlags) == 0 {
 		key := reqs[0].Key
 		n := passes(flags)
-		to, _, err := s.ownerFor(ctx, key, func() (string, uint32) {
+		dl := arrived.Add(s.opts.Timeout)
+		if b := time.Duration(budget) * time.Microsecond; budget > 0 && b < s.opts.Timeout {
+			dl = arrived.Add(b)
+		}
+		to, _, waited, err := s.ownerFor(ctx, key, dl, func() (string, uint32) {
 			if w, ok := s.settled(key); !ok && n < 2 {
 				return w, 0 // a call the previous owner passed back is decided here
 			}
@@ -445,14 +477,21 @@ func (sv *service) serve(ctx context.Context, reqs []sluice.Request, reset bool,
 			return ds, status.Errorf(codes.Unavailable, "shard: members disagree on the owner of key %q; passed on %d times", key, n)
 		default:
 			out := append(ds, make([]sluice.Decision, len(reqs))...)
-			err := s.pass(ctx, to, reqs, reset, passFlags(n+1), out)
-			if err == nil || !errors.Is(err, ErrPeer) || ctx.Err() != nil || !s.succeeds(to, key) {
+			pctx, cancel := context.WithDeadline(ctx, dl)
+			err := s.pass(pctx, to, reqs, reset, passFlags(n+1), out)
+			ended := pctx.Err() != nil // read before cancel ends it
+			cancel()
+			if err == nil || !errors.Is(err, ErrPeer) || ended || !s.succeeds(to, key) {
 				return out, err
 			}
 			// to cannot be reached and this instance owns the key
 			// without it: decided here, as the caller's own failover
 			// would be, so that a caller whose ring has dropped to
 			// before this one has still reaches one decider.
+			waited = true
+		}
+		if waited && !time.Now().Before(dl) {
+			return ds, context.DeadlineExceeded // its caller has given up
 		}
 	}
 	return serveCall(ctx, sv.local, reqs, reset, ds)

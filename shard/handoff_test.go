@@ -15,11 +15,13 @@ import (
 
 // hammer sends checks of key from 32 goroutines to the nodes that nodes()
 // returns, round robin, until stop is closed, and counts what is admitted.
-// A check that fails (an owner just gone) is not counted.
+// A check that fails (an owner just gone) is not counted as admitted, but
+// as failed: a forward whose caller's timeout passed while the owner was
+// busy (a slow host) may still have been decided there, and charged.
 type hammer struct {
-	admitted, sent atomic.Int64
-	stop           chan struct{}
-	wg             sync.WaitGroup
+	admitted, sent, failed atomic.Int64
+	stop                   chan struct{}
+	wg                     sync.WaitGroup
 }
 
 // handoffLimit admits exactly 1000, and nothing more within the test.
@@ -38,7 +40,10 @@ func startHammer(key string, nodes func() []*node) *hammer {
 				ns := nodes()
 				d, err := ns[i%len(ns)].store.Take(context.Background(), sluice.Request{Key: key, Limit: handoffLimit, Cost: 1})
 				h.sent.Add(1)
-				if err == nil && d.Allowed {
+				switch {
+				case err != nil:
+					h.failed.Add(1)
+				case d.Allowed:
 					h.admitted.Add(1)
 				}
 			}
@@ -59,10 +64,12 @@ func until(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func (h *hammer) end() int64 {
+// end stops the hammer and returns what it admitted and how many of its
+// checks failed.
+func (h *hammer) end() (admitted, failed int64) {
 	close(h.stop)
 	h.wg.Wait()
-	return h.admitted.Load()
+	return h.admitted.Load(), h.failed.Load()
 }
 
 // keyOwnedBy returns a key that ring r gives to owner.
@@ -114,18 +121,20 @@ func TestJoinTakesTheKeysState(t *testing.T) {
 	until(t, "every member sees four", seeAll(all, 4))
 	sent := h.sent.Load()
 	until(t, "2,000 more checks", func() bool { return h.sent.Load() >= sent+2000 })
-	got := h.end()
-	t.Logf("admitted %d of 1000 across a join", got)
-	if got > 1000 || got < 990 {
-		t.Fatalf("admitted %d across a join; want the limit, 1000 (a fraction of a request handed on counts as one)", got)
+	got, failed := h.end()
+	t.Logf("admitted %d of 1000 across a join (%d checks failed)", got, failed)
+	// A fraction of a request handed on counts as one; a check that
+	// failed may have been charged.
+	if got > 1000 || got < 990-failed {
+		t.Fatalf("admitted %d across a join, %d checks failed; want the limit, 1000", got, failed)
 	}
-	var handed, failed int64
+	var handed, lost int64
 	for _, nd := range all {
-		h, f := nd.store.HandedOff()
-		handed, failed = handed+h, failed+f
+		h, l := nd.store.HandedOff()
+		handed, lost = handed+h, lost+l
 	}
-	if handed == 0 || failed != 0 {
-		t.Errorf("%d keys handed to the new member, %d failed; want some, and none", handed, failed)
+	if handed == 0 || lost != 0 {
+		t.Errorf("%d keys handed to the new member, %d failed; want some, and none", handed, lost)
 	}
 }
 
@@ -147,10 +156,10 @@ func TestLeaveHandsTheKeysOver(t *testing.T) {
 	until(t, "the others see two", seeAll(rest, 2))
 	sent = h.sent.Load()
 	until(t, "2,000 more checks", func() bool { return h.sent.Load() >= sent+2000 })
-	got := h.end()
-	t.Logf("admitted %d of 1000 across a leave", got)
-	if got > 1000 || got < 990 {
-		t.Fatalf("admitted %d across a leave; want the limit, 1000", got)
+	got, failed := h.end()
+	t.Logf("admitted %d of 1000 across a leave (%d checks failed)", got, failed)
+	if got > 1000 || got < 990-failed {
+		t.Fatalf("admitted %d across a leave, %d checks failed; want the limit, 1000", got, failed)
 	}
 }
 
@@ -184,8 +193,8 @@ func TestReturnDoesNotResetAgain(t *testing.T) {
 	until(t, "2,000 more checks", func() bool { return h.sent.Load() >= sent+2000 })
 	// The dead member's 600 or more are lost with it; the survivors'
 	// 1000 go back with the key.
-	got := h.end()
-	t.Logf("admitted %d across a death and a return (bound 2000)", got)
+	got, failed := h.end()
+	t.Logf("admitted %d across a death and a return (bound 2000; %d checks failed)", got, failed)
 	if got > 2000 {
 		t.Fatalf("admitted %d across a death and a return; want at most 2 × 1000", got)
 	}

@@ -51,14 +51,15 @@ const maxInFlight = 1
 // requests and its own decisions, so that a caller that gave up is never
 // read from or written to after it left.
 type forward struct {
-	reqs  []sluice.Request
-	reset bool
-	flags uint32 // FLAG_HOP, FLAG_HANDOFF: set on each of its requests
-	ds    []sluice.Decision
-	err   error
-	done  chan struct{} // one value when answered
-	one   [1]sluice.Request
-	oneD  [1]sluice.Decision
+	reqs     []sluice.Request
+	reset    bool
+	flags    uint32    // FLAG_HOP, FLAG_HANDOFF: set on each of its requests
+	deadline time.Time // its caller's; zero for none
+	ds       []sluice.Decision
+	err      error
+	done     chan struct{} // one value when answered
+	one      [1]sluice.Request
+	oneD     [1]sluice.Decision
 }
 
 // forwards recycles forward structs, whose channels cost an allocation
@@ -86,6 +87,7 @@ func (p *peer) do(ctx context.Context, reqs []sluice.Request, reset bool, flags 
 		f.reqs, f.ds = append([]sluice.Request(nil), reqs...), make([]sluice.Decision, len(reqs))
 	}
 	f.reset, f.flags = reset, flags
+	f.deadline, _ = ctx.Deadline()
 	return p.wait(ctx, f, dst)
 }
 
@@ -159,10 +161,7 @@ func (p *peer) send(ctx context.Context, batch []*forward) {
 		}
 	}()
 	msg := p.msg // the in-flight send's own
-	resetBatch(msg)
-	for _, f := range batch {
-		appendCall(msg, f.reqs, f.reset, f.flags)
-	}
+	fill(msg, batch, time.Now)
 	p.mu.Lock()
 	ps := p.stream
 	p.stream = nil
@@ -213,6 +212,27 @@ func spread(out *shardv1.BatchResult, batch []*forward) error {
 		return fmt.Errorf("peer answered %d decisions for %d, %d errors for %d", n, k, len(out.Errors), ei)
 	}
 	return nil
+}
+
+// fill makes msg the batch of forwards, each call with the time its
+// caller has left (Batch.budgets_us) by now, read once, and only when a
+// forward has a deadline.
+func fill(msg *shardv1.Batch, batch []*forward, now func() time.Time) {
+	resetBatch(msg)
+	var at time.Time
+	for i, f := range batch {
+		appendCall(msg, f.reqs, f.reset, f.flags)
+		if f.deadline.IsZero() {
+			continue
+		}
+		if at.IsZero() {
+			at = now()
+		}
+		for len(msg.BudgetsUs) < i {
+			msg.BudgetsUs = append(msg.BudgetsUs, 0)
+		}
+		msg.BudgetsUs = append(msg.BudgetsUs, budget(f.deadline.Sub(at)))
+	}
 }
 
 // sendStream sends one batch on ps, or on a new stream when ps is nil, and

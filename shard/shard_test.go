@@ -20,6 +20,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	shardv1 "github.com/sluicehq/sluice/api/shardv1"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/shard"
 )
@@ -487,6 +488,7 @@ func TestDeadOwnerHasOneDeciderWhileRingsDisagree(t *testing.T) {
 // A refund forwarded to the key's owner gives the cost back there, as
 // taken at its own time.
 func TestRefundForwarded(t *testing.T) {
+	redistest.HourAhead()
 	nodes := startNodes(t, 2)
 	var key string
 	for i := 0; key == ""; i++ {

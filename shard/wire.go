@@ -98,6 +98,17 @@ func resetBatch(b *shardv1.Batch) {
 	b.CallSizes, b.CallResets, b.Keys, b.KeyLengths = b.CallSizes[:0], b.CallResets[:0], b.Keys[:0], b.KeyLengths[:0]
 	b.Algorithms, b.Rates, b.PeriodsUs, b.Bursts = b.Algorithms[:0], b.Rates[:0], b.PeriodsUs[:0], b.Bursts[:0]
 	b.Costs, b.Flags, b.NowUnixUs, b.ZoneIndex, b.Zones = b.Costs[:0], b.Flags[:0], b.NowUnixUs[:0], b.ZoneIndex[:0], b.Zones[:0]
+	b.BudgetsUs = b.BudgetsUs[:0]
+}
+
+// budget is a call's Batch.budgets_us for the time its caller has left:
+// at least 1 µs while it has any, -1 once it has none (0 says none was
+// given).
+func budget(left time.Duration) int64 {
+	if left <= 0 {
+		return -1
+	}
+	return max(left.Microseconds(), 1)
 }
 
 // checkBatch reports why b is not a well-formed batch, or nil.
@@ -110,6 +121,9 @@ func checkBatch(b *shardv1.Batch) error {
 	}
 	if len(b.CallSizes) == 0 || len(b.CallSizes) > maxBatch {
 		return status.Errorf(codes.InvalidArgument, "shard: a batch holds 1 to %d calls, not %d", maxBatch, len(b.CallSizes))
+	}
+	if len(b.BudgetsUs) > len(b.CallSizes) {
+		return status.Errorf(codes.InvalidArgument, "shard: %d budgets for %d calls", len(b.BudgetsUs), len(b.CallSizes))
 	}
 	n := 0
 	for _, size := range b.CallSizes {
@@ -266,6 +280,10 @@ func (sv *service) Take(stream grpc.BidiStreamingServer[shardv1.Batch, shardv1.B
 		// written them out by the time it returns.
 		out.Errors = out.Errors[:0]
 		out.Allowed, out.Remaining, out.RetryAfterUs, out.ResetAfterUs, out.DelayUs = out.Allowed[:0], out.Remaining[:0], out.RetryAfterUs[:0], out.ResetAfterUs[:0], out.DelayUs[:0]
+		var arrived time.Time // when a routed call's time to be decided starts (serve)
+		if sv.route != nil {
+			arrived = time.Now()
+		}
 		j, off := 0, 0
 		for i, size := range in.CallSizes {
 			reqs, ds = reqs[:0], ds[:0]
@@ -281,7 +299,11 @@ func (sv *service) Take(stream grpc.BidiStreamingServer[shardv1.Batch, shardv1.B
 			}
 			if err == nil {
 				reset := len(in.CallResets) > 0 && in.CallResets[i]
-				ds, err = sv.serve(stream.Context(), reqs, reset, in.Flags[j-1], ds)
+				var budget int64 // none said
+				if i < len(in.BudgetsUs) {
+					budget = in.BudgetsUs[i]
+				}
+				ds, err = sv.serve(stream.Context(), arrived, budget, reqs, reset, in.Flags[j-1], ds)
 			}
 			if err != nil {
 				// Skip what is left of the call.

@@ -176,7 +176,16 @@ type Batch struct {
 	HandedOff string `protobuf:"bytes,15,opt,name=handed_off,json=handedOff,proto3" json:"handed_off,omitempty"`
 	// With handed_off: the sender is leaving the ring, and has handed its
 	// keys to their owners without it; the receiver drops it now.
-	Leaving       bool `protobuf:"varint,16,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	Leaving bool `protobuf:"varint,16,opt,name=leaving,proto3" json:"leaving,omitempty"`
+	// Empty, or per call the time its caller had left when the batch was
+	// sent, in µs: 0 for none said, negative for a caller already gone. The
+	// receiver fails a call that came with a negative budget, and one it had
+	// to wait for (a key's hand-off) or pass on past its budget or its own
+	// store timeout, whichever ends first, from the batch's arrival: its
+	// caller has given up, and deciding it would charge the key for a check
+	// the caller's fail mode decided. A peer that predates it sends none,
+	// and one that predates it reads none.
+	BudgetsUs     []int64 `protobuf:"varint,17,rep,packed,name=budgets_us,json=budgetsUs,proto3" json:"budgets_us,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -321,6 +330,13 @@ func (x *Batch) GetLeaving() bool {
 		return x.Leaving
 	}
 	return false
+}
+
+func (x *Batch) GetBudgetsUs() []int64 {
+	if x != nil {
+		return x.BudgetsUs
+	}
+	return nil
 }
 
 // BatchResult answers a Batch: per call, its error (an entry of errors
@@ -485,7 +501,7 @@ var File_shard_proto protoreflect.FileDescriptor
 
 const file_shard_proto_rawDesc = "" +
 	"\n" +
-	"\vshard.proto\x12\x0fsluice.shard.v1\"\xd7\x03\n" +
+	"\vshard.proto\x12\x0fsluice.shard.v1\"\xf6\x03\n" +
 	"\x05Batch\x122\n" +
 	"\aversion\x18\x01 \x01(\x0e2\x18.sluice.shard.v1.VersionR\aversion\x12\x1d\n" +
 	"\n" +
@@ -511,7 +527,9 @@ const file_shard_proto_rawDesc = "" +
 	"\x05zones\x18\x0e \x03(\tR\x05zones\x12\x1d\n" +
 	"\n" +
 	"handed_off\x18\x0f \x01(\tR\thandedOff\x12\x18\n" +
-	"\aleaving\x18\x10 \x01(\bR\aleaving\"\xdc\x01\n" +
+	"\aleaving\x18\x10 \x01(\bR\aleaving\x12\x1d\n" +
+	"\n" +
+	"budgets_us\x18\x11 \x03(\x03R\tbudgetsUs\"\xdc\x01\n" +
 	"\vBatchResult\x12.\n" +
 	"\x06errors\x18\x01 \x03(\v2\x16.sluice.shard.v1.ErrorR\x06errors\x12\x18\n" +
 	"\aallowed\x18\x02 \x03(\bR\aallowed\x12\x1c\n" +

@@ -590,6 +590,7 @@ func TestProxy(t *testing.T) {
 // Three `sluice serve` processes in local-sync mode on one Redis: a hot
 // key hammered through all three is admitted within the bound.
 func TestLocalSyncThreeInstances(t *testing.T) {
+	redistest.HourAhead()
 	srv := redistest.Standalone(t)
 	file := filepath.Join(t.TempDir(), "ls.yaml")
 	os.WriteFile(file, []byte(`store:
@@ -744,6 +745,7 @@ func membersSeen(procs []*proc) bool {
 // is back: the shared count is exactly what they admitted since it came
 // back empty, nothing lost and nothing counted twice.
 func TestLocalSyncRedisDownAndBack(t *testing.T) {
+	redistest.HourAhead()
 	srv := redistest.Own(t) // it changes the server
 	file := filepath.Join(t.TempDir(), "ls.yaml")
 	os.WriteFile(file, []byte(`store:
@@ -983,5 +985,27 @@ func TestJSONLogsOnly(t *testing.T) {
 	}
 	if !sawStart {
 		t.Fatalf("no startup record in:\n%s", p.out)
+	}
+}
+
+// -admin-token-file, as a mounted Secret gives it: the token rotated in
+// the file is the one `sluice serve` accepts from the next request on, and
+// the old one is refused, with no restart.
+func TestAdminTokenFileRotatesWithoutRestart(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(file, []byte("first\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, nil, "-admin-token-file", file)
+	if code, _ := adminCall(t, p.admin, "first", "GET", "/admin/config", ""); code != 200 {
+		t.Fatalf("the file's token: %d", code)
+	}
+	if err := os.WriteFile(file, []byte("second\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for token, want := range map[string]int{"second": 200, "first": 401} {
+		if code, _ := adminCall(t, p.admin, token, "GET", "/admin/config", ""); code != want {
+			t.Errorf("token %q after the file was rotated: %d; want %d", token, code, want)
+		}
 	}
 }

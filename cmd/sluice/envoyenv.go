@@ -48,7 +48,6 @@ var envoyUnsupported = []string{
 	"REDIS_PERSECOND_SENTINEL_AUTH", "REDIS_PERSECOND_TLS", "REDIS_PERSECOND_POOL_SIZE", "REDIS_PERSECOND_POOL_ON_EMPTY_BEHAVIOR",
 	"REDIS_PERSECOND_PIPELINE_WINDOW", "REDIS_PERSECOND_PIPELINE_LIMIT", "REDIS_PERSECOND_CLUSTER_PIPELINE_PARALLELISM",
 	"REDIS_PERSECOND_TIMEOUT", "REDIS_PIPELINE_WINDOW", "REDIS_PIPELINE_LIMIT",
-	"REDIS_SENTINEL_AUTH", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION",
 	"CACHE_KEY_PREFIX", "EXPIRATION_JITTER_MAX_SECONDS", "STOP_CACHE_KEY_INCREMENT_WHEN_OVERLIMIT", "RESPONSE_DYNAMIC_METADATA",
 	"HEALTHY_WITH_AT_LEAST_ONE_CONFIG_LOADED", "FORCE_START_WITHOUT_INITIAL_CONFIG", "MERGE_DOMAIN_CONFIG",
 	"TRACING_ENABLED", "TRACING_EXPORTER_PROTOCOL", "TRACING_SERVICE_NAME", "TRACING_SERVICE_NAMESPACE",
@@ -124,19 +123,26 @@ func readEnvoyEnv(get func(string) (string, bool)) (envoyEnv, error) {
 			e.ineffective = append(e.ineffective, name+" ("+why+")")
 		}
 	}
+	if v("REDIS_SENTINEL_AUTH", "") != "" && !strings.EqualFold(v("REDIS_TYPE", "single"), "sentinel") {
+		e.ineffective = append(e.ineffective, "REDIS_SENTINEL_AUTH (REDIS_TYPE is not sentinel)")
+	}
 	sort.Strings(e.ineffective)
 	return e, nil
 }
 
 // envoyRedisURL builds a sluice Redis URL from REDIS_SOCKET_TYPE, REDIS_TYPE,
-// REDIS_URL, REDIS_AUTH and REDIS_TLS: REDIS_URL is host:port (or a socket
-// path), hosts separated by commas for a cluster, and the master's name
-// then the sentinels for sentinel; REDIS_AUTH is a password or
+// REDIS_URL, REDIS_AUTH, REDIS_SENTINEL_AUTH and REDIS_TLS: REDIS_URL is
+// host:port (or a socket path), hosts separated by commas for a cluster,
+// and the master's name then the sentinels for sentinel; REDIS_AUTH (Redis's)
+// and REDIS_SENTINEL_AUTH (the sentinels') are a password or
 // user:password. With REDIS_TLS, REDIS_TLS_CACERT, REDIS_TLS_CLIENT_CERT
 // and REDIS_TLS_CLIENT_KEY name the files of the URL's tls_* parameters,
-// as envoyproxy/ratelimit reads them only then.
+// and REDIS_TLS_SKIP_HOSTNAME_VERIFICATION sets its
+// tls_skip_hostname_verification, as envoyproxy/ratelimit reads them only
+// then.
 func envoyRedisURL(v func(string, string) string) (string, error) {
 	addrs := v("REDIS_URL", "/var/run/nutcracker/ratelimit.sock")
+	sentinelAuth := v("REDIS_SENTINEL_AUTH", "") // sentinel's alone, as envoyproxy/ratelimit reads it
 	var user *url.Userinfo
 	if auth := v("REDIS_AUTH", ""); auth != "" {
 		if u, p, ok := strings.Cut(auth, ":"); ok {
@@ -152,6 +158,12 @@ func envoyRedisURL(v func(string, string) string) (string, error) {
 			if file := v(name, ""); file != "" {
 				q.Set(param, file)
 			}
+		}
+		switch skip, err := strconv.ParseBool(v("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "false")); {
+		case err != nil:
+			return "", fmt.Errorf("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION=%q: want true or false", v("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", ""))
+		case skip:
+			q.Set("tls_skip_hostname_verification", "true")
 		}
 	}
 	u := &url.URL{Scheme: scheme, User: user, RawQuery: q.Encode()}
@@ -172,8 +184,17 @@ func envoyRedisURL(v func(string, string) string) (string, error) {
 			return "", fmt.Errorf("REDIS_URL=%q: with REDIS_TYPE=sentinel, want the master's name then the sentinels, comma-separated", addrs)
 		}
 		if scheme == "rediss" && len(q) == 0 {
-			// A sentinel URL turns TLS on by its tls_* files alone.
+			// A sentinel URL turns TLS on by its tls_* parameters alone.
 			return "", errors.New("REDIS_TLS with REDIS_TYPE=sentinel: set REDIS_TLS_CACERT, the CA that verifies Redis, so that sluice connects over TLS")
+		}
+		if sentinelAuth != "" {
+			if user, pass, ok := strings.Cut(sentinelAuth, ":"); ok {
+				q.Set("sentinel_username", user)
+				q.Set("sentinel_password", pass)
+			} else {
+				q.Set("sentinel_password", sentinelAuth)
+			}
+			u.RawQuery = q.Encode()
 		}
 		u.Scheme, u.Host, u.Path = "redis-sentinel", sentinels, "/"+master
 	default:

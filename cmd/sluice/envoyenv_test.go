@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -17,10 +18,19 @@ func TestEnvoyRedisURL(t *testing.T) {
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_AUTH": "pw", "REDIS_TLS": "true"}, "rediss://:pw@r:6379"},
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "a:1,b:2", "REDIS_TYPE": "cluster", "REDIS_AUTH": "u:p"}, "redis://u:p@a:1,b:2"},
 		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "mymaster,s1:26379,s2:26379", "REDIS_TYPE": "SENTINEL"}, "redis-sentinel://s1:26379,s2:26379/mymaster"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "m,s1:26379", "REDIS_TYPE": "sentinel", "REDIS_AUTH": "rp", "REDIS_SENTINEL_AUTH": "sp"}, "redis-sentinel://:rp@s1:26379/m?sentinel_password=sp"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "m,s1:26379", "REDIS_TYPE": "sentinel", "REDIS_SENTINEL_AUTH": "su:sp"}, "redis-sentinel://s1:26379/m?sentinel_password=sp&sentinel_username=su"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_TLS": "true", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}, "rediss://r:6379?tls_skip_hostname_verification=true"},
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION": "true"}, "redis://r:6379"}, // read only with REDIS_TLS, as envoyproxy/ratelimit does
+		{map[string]string{"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": "r:6379", "REDIS_SENTINEL_AUTH": "sp"}, "redis://r:6379"},                    // not sentinel: named at start
 	} {
 		e, err := readEnvoyEnv(func(k string) (string, bool) { v, ok := tt.env[k]; return v, ok })
 		if err != nil || e.redis != tt.want {
 			t.Errorf("%v: %q, %v; want %q", tt.env, e.redis, err, tt.want)
+		}
+		named := slices.ContainsFunc(e.ineffective, func(s string) bool { return strings.HasPrefix(s, "REDIS_SENTINEL_AUTH") })
+		if want := tt.env["REDIS_SENTINEL_AUTH"] != "" && !strings.EqualFold(tt.env["REDIS_TYPE"], "sentinel"); named != want {
+			t.Errorf("%v: REDIS_SENTINEL_AUTH named at start as doing nothing: %v, want %v (%v)", tt.env, named, want, e.ineffective)
 		}
 	}
 	if _, err := readEnvoyEnv(func(k string) (string, bool) {
@@ -54,6 +64,7 @@ func TestSecretFlagsAreWarnedOf(t *testing.T) {
 		{[]string{"-redis", "redis://:pw@h:6379"}, true},
 		{[]string{"--redis=redis://u:pw@h:6379"}, true},
 		{[]string{"-redis", "redis://h:6379"}, false},
+		{[]string{"-redis", "redis-sentinel://s:26379/m?sentinel_password=pw"}, true},
 		{[]string{"-redis=redis://u:pw@h:port"}, true},
 		{[]string{"-upstream", "http://u:pw@h"}, false}, // another flag
 	} {

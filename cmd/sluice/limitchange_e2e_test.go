@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice/internal/freeport"
 	"github.com/sluicehq/sluice/internal/logbuf"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // The six algorithms, each a policy named after it, at a limit of n an
@@ -87,6 +88,7 @@ func TestServeLimitChangeKeepsUsed(t *testing.T) {
 
 // The same through `sluice proxy` on SIGHUP, read from the headers.
 func TestProxyLimitChangeKeepsUsed(t *testing.T) {
+	redistest.HourAhead()
 	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "up") }))
 	defer upstream.Close()
 	file := filepath.Join(t.TempDir(), "proxy.yaml")

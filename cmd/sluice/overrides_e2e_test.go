@@ -17,6 +17,7 @@ import (
 // check on every instance, and so does its removal; plans choose limits
 // per check; a bad override is refused and changes nothing.
 func TestOverridesOnEveryInstance(t *testing.T) {
+	redistest.HourAhead()
 	srv := redistest.Standalone(t)
 	file := filepath.Join(t.TempDir(), "o.yaml")
 	os.WriteFile(file, []byte(`store: {type: redis, url: "`+srv.URL()+`"}

@@ -102,14 +102,22 @@ func TestRedisRequirementsACL(t *testing.T) {
 	}
 	srv := redistest.StandaloneWith(t)
 	srv.Do(strings.Fields(strings.ReplaceAll(acl, "CHANGE-ME", "pw"))...)
-	file := writeConfig(t, `store: {type: redis, url: "redis://sluice:pw@`+srv.Addr+`"}
+	const policies = `
 policies:
   - name: api
     limit: fixed_window 1000/1m
-`)
+`
+	// One instance has the password in its URL, the other in a file.
+	password := filepath.Join(t.TempDir(), "password")
+	if err := os.WriteFile(password, []byte("pw\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	var procs []*proc
-	for range 2 {
-		procs = append(procs, start(t, []string{"SLUICE_ADMIN_TOKEN=t0ken"}, "-config", file))
+	for _, store := range []string{
+		`store: {type: redis, url: "redis://sluice:pw@` + srv.Addr + `"}`,
+		`store: {type: redis, url: "redis://sluice@` + srv.Addr + `", password_file: "` + password + `"}`,
+	} {
+		procs = append(procs, start(t, []string{"SLUICE_ADMIN_TOKEN=t0ken"}, "-config", writeConfig(t, store+policies)))
 	}
 	for i, p := range procs {
 		if n := lines(p.out.String(), "redis preflight: "); n != 4 || strings.Contains(p.out.String(), "level=WARN") {
@@ -139,6 +147,7 @@ policies:
 // start, saying why and what to change; with store.fail_mode set, it
 // starts with a warning, decides by that mode, and /readyz answers 503.
 func TestServeRefusesUserWithoutScripting(t *testing.T) {
+	redistest.HourAhead()
 	srv := redistest.StandaloneWith(t)
 	srv.Do("ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all", "-@scripting")
 	store := "policies: [{name: api, limit: fixed_window 5/1h}]\nstore: {type: redis, url: \"redis://app:pw@" + srv.Addr + "\""
@@ -179,6 +188,7 @@ func aclDenials(srv *redistest.Server, user, reason string) int {
 // retry; the preflight says which commands; overrides still work, by
 // reload.
 func TestServeUserWithoutChannels(t *testing.T) {
+	redistest.HourAhead()
 	srv := redistest.StandaloneWith(t)
 	srv.Do("ACL", "SETUSER", "app", "on", ">pw", "~*", "resetchannels", "+@all")
 	file := writeConfig(t, `store: {type: redis, url: "redis://app:pw@`+srv.Addr+`"}
@@ -246,6 +256,7 @@ func TestServeWarnsOnEvictingRedis(t *testing.T) {
 // fail_mode and each failure is logged, and no count is reset: once Redis
 // has room again, the key has what it had left.
 func TestServeFullRedisFailsByFailMode(t *testing.T) {
+	redistest.HourAhead()
 	srv := redistest.StandaloneWith(t, "--maxmemory", "8mb", "--maxmemory-policy", "noeviction")
 	file := writeConfig(t, `store: {type: redis, url: "`+srv.URL()+`"}
 policies:
@@ -295,8 +306,9 @@ policies:
 
 // tls-auth-clients yes with a client certificate: 64 callers on
 // fixed_window 1000/1m through sluice serve, exactly 1,000 admitted, all
-// decided by Redis; the files given as store.tls fields, or as the URL's
-// parameters in SLUICE_REDIS.
+// decided by Redis; the files given as store.tls fields (one with a name
+// the server's certificate lacks, and skip_hostname_verification), or as
+// the URL's parameters in SLUICE_REDIS.
 func TestServeTLSClientCertificate(t *testing.T) {
 	certs := redistest.NewCerts(t)
 	srv := redistest.StandaloneTLS(t, certs)
@@ -305,6 +317,10 @@ func TestServeTLSClientCertificate(t *testing.T) {
 	for name, run := range map[string]func() *proc{
 		"store.tls": func() *proc {
 			return start(t, nil, "-config", writeConfig(t, fmt.Sprintf("store:\n  type: redis\n  url: rediss://%s\n  prefix: \"tls-fields:\"\n  tls: {ca_file: %q, cert_file: %q, key_file: %q}\n%s",
+				srv.Addr, certs.CA, certs.ClientCert, certs.ClientKey, policies)))
+		},
+		"store.tls, a name the certificate lacks, not checked": func() *proc {
+			return start(t, nil, "-config", writeConfig(t, fmt.Sprintf("store:\n  type: redis\n  url: rediss://%s\n  prefix: \"tls-skip:\"\n  tls: {ca_file: %q, cert_file: %q, key_file: %q, server_name: redis.elsewhere.example, skip_hostname_verification: true}\n%s",
 				srv.Addr, certs.CA, certs.ClientCert, certs.ClientKey, policies)))
 		},
 		"URL parameters": func() *proc {

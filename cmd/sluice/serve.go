@@ -1,9 +1,7 @@
 package main
 
 import (
-	"cmp"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -23,6 +21,7 @@ import (
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/buildinfo"
 	"github.com/sluicehq/sluice/internal/proxy"
+	"github.com/sluicehq/sluice/internal/rotated"
 	"github.com/sluicehq/sluice/internal/server"
 )
 
@@ -102,11 +101,11 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	var srv *server.Server
 	srv, err = server.New(server.Options{
 		Config: c.config, RedisURL: c.redis, HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr,
-		AdminAddr: admin.addr, AdminToken: admin.token, Logger: log, Envoy: envoy, DebugAddr: debugAddr,
+		AdminAddr: admin.addr, AdminToken: admin.token, AdminTokenFile: admin.file, Logger: log, Envoy: envoy, DebugAddr: debugAddr,
 		// /v1/forward-auth decides as `sluice proxy` does: its decider,
 		// on this server's Guard, counted in its metrics.
 		ForwardAuth: func(cfg *config.Config) (http.Handler, error) {
-			return proxy.ForwardAuth(cfg, proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides(), Count: srv.CountCheck}, log)
+			return proxy.ForwardAuth(cfg, proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides(), Count: srv.CountCheck, UnknownPlan: srv.NoteUnknownPlan}, log)
 		},
 	})
 	if err != nil {
@@ -185,7 +184,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 	hup := server.CatchSIGHUP() // before any listener: see WatchReload
 	var srv *server.Server
 	build := func(cfg *config.Config) error {
-		h, err := proxy.New(cfg, proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides(), Count: srv.CountCheck, Settled: srv.CountSettled}, u, log)
+		h, err := proxy.New(cfg, proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides(), Count: srv.CountCheck, Settled: srv.CountSettled, UnknownPlan: srv.NoteUnknownPlan}, u, log)
 		if err != nil {
 			return err
 		}
@@ -193,7 +192,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 		return nil
 	}
 	srv, err = server.New(server.Options{Config: c.config, RedisURL: c.redis, Logger: log,
-		HTTPAddr: *metricsAddr, AdminAddr: admin.addr, AdminToken: admin.token, OpsOnly: true,
+		HTTPAddr: *metricsAddr, AdminAddr: admin.addr, AdminToken: admin.token, AdminTokenFile: admin.file, OpsOnly: true,
 		OnReload: func(cfg *config.Config) {
 			if err := build(cfg); err != nil {
 				log.Error("config reload: the proxy keeps its previous policies", "error", err)
@@ -327,7 +326,10 @@ func command(exe string) string {
 }
 
 // adminFlags are the admin API's flags, which serve and proxy share.
-type adminFlags struct{ addr, token, tokenFile string }
+type adminFlags struct {
+	addr, token, tokenFile string
+	file                   *rotated.File[string] // tokenFile, once resolved
+}
 
 func (a *adminFlags) register(fs *flag.FlagSet, addr string) {
 	fs.StringVar(&a.addr, "admin", addr, "admin API and status page listen address; starts only with a token")
@@ -335,17 +337,19 @@ func (a *adminFlags) register(fs *flag.FlagSet, addr string) {
 	fs.StringVar(&a.tokenFile, "admin-token-file", "", "file holding the admin API bearer token, such as a mounted secret")
 }
 
-// resolve reads the token file, if any, and warns of a token given on
-// the command line; false when the file cannot be used (said on stderr).
+// resolve reads the token file, if any, which the server reads again at
+// each authentication, and warns of a token given on the command line;
+// false when the file cannot be used (said on stderr).
 func (a *adminFlags) resolve(cli map[string]bool, log *slog.Logger, stderr io.Writer, cmd string) bool {
 	warnSecretFlags(cli, log)
 	if a.tokenFile != "" {
-		data, err := os.ReadFile(a.tokenFile)
-		if err != nil || strings.TrimSpace(string(data)) == "" {
-			fmt.Fprintf(stderr, "sluice %s: -admin-token-file: %v\n", cmd, cmp.Or(err, errors.New("the file is empty")))
+		f, err := rotated.Open(a.tokenFile, "admin token file", rotated.Text, log)
+		if err != nil {
+			fmt.Fprintf(stderr, "sluice %s: -admin-token-file: %v\n", cmd, err)
 			return false
 		}
-		a.token = strings.TrimSpace(string(data))
+		a.file = f
+		a.token = f.Last() // for what is shown at start
 	}
 	return true
 }
@@ -357,7 +361,7 @@ func warnSecretFlags(cli map[string]bool, log *slog.Logger) {
 	if cli["admin-token"] {
 		log.Warn("the admin token given with -admin-token shows in ps and in shell history; use -admin-token-file or SLUICE_ADMIN_TOKEN")
 	}
-	for flag, instead := range map[string]string{"redis": "SLUICE_REDIS or the config file's store.url", "upstream": "SLUICE_UPSTREAM"} {
+	for flag, instead := range map[string]string{"redis": "?password_file=FILE, SLUICE_REDIS or the config file's store.url", "upstream": "SLUICE_UPSTREAM"} {
 		if cli[flag] && urlPassword(os.Args, flag) {
 			log.Warn("the password given in -"+flag+" shows in ps and in shell history; use "+instead, "flag", flag)
 		}
@@ -380,7 +384,7 @@ func urlPassword(args []string, flag string) bool {
 		default:
 			continue
 		}
-		if u, err := url.Parse(v); err != nil || u.User != nil {
+		if u, err := url.Parse(v); err != nil || u.User != nil || u.Query().Has("sentinel_password") {
 			return true
 		}
 	}

@@ -45,12 +45,15 @@ policies:
 }
 
 // start runs member i (again, after a kill: on the same addresses).
-func (c *shardCluster) start(i int) {
+func (c *shardCluster) start(i int) { c.startBinary(i, binary) }
+
+// startBinary is start with another build of sluice.
+func (c *shardCluster) startBinary(i int, bin string) {
 	p := &proc{http: freeport.Addr(c.t), grpc: c.grpcs[i], admin: freeport.Addr(c.t), out: &logbuf.Buffer{}}
 	if old := c.procs[i]; old != nil {
 		p.http, p.admin = old.http, old.admin
 	}
-	p.cmd = exec.Command(binary, "serve", "-config", c.file, "-http", p.http, "-grpc", p.grpc, "-admin", p.admin)
+	p.cmd = exec.Command(bin, "serve", "-config", c.file, "-http", p.http, "-grpc", p.grpc, "-admin", p.admin)
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	if err := p.cmd.Start(); err != nil {
 		c.t.Fatal(err)
@@ -263,5 +266,37 @@ func TestShardFourthMemberJoins(t *testing.T) {
 	t.Logf("admitted %d across a fourth member's join (limit 1000)", got)
 	if got > 1000 {
 		t.Fatalf("admitted %d of a 1000/1h limit across a join; want at most 1000", got)
+	}
+}
+
+// A ring mid-upgrade: a member built before the last change of the peer
+// protocol beside two of this build. Whichever member is asked, each key
+// is decided exactly by its owner, old or new, and no check is decided by
+// the failure policy: the members understand each other's batches.
+func TestShardMixedVersions(t *testing.T) {
+	prev, commit := previousBuild(t, protocolFiles)
+	t.Logf("member 0 runs %s", commit)
+	c := newShardCluster(t, 3)
+	c.startBinary(0, prev)
+	c.start(1)
+	c.start(2)
+	all := []int{0, 1, 2}
+	c.sees(all, all)
+	for owner := range 3 {
+		key := c.keyOwnedBy(all, owner)
+		admitted := 0
+		for i := range 1200 {
+			if _, r := postCheck(t, c.procs[i%3].http, "p", key); r.Allowed {
+				admitted++
+			}
+		}
+		if admitted != 1000 {
+			t.Errorf("key owned by member %d: %d admitted of sliding_log 1000/1h across the three, want exactly 1000", owner, admitted)
+		}
+	}
+	for i, p := range c.procs {
+		if v := metric(t, p.http, "sluice_store_failed_checks_total"); v != 0 {
+			t.Errorf("member %d decided %v checks by the failure policy", i, v)
+		}
 	}
 }

@@ -19,18 +19,21 @@ import (
 // key names and, in the scripts, its state's layout.
 var formatFiles = []string{":/redisstore/scripts", ":/redisstore/keys.go"}
 
-// previousFormatBuild builds `sluice` as it was before the last commit that
-// changed formatFiles, from git history, in a temporary directory. Without
-// the history (a shallow clone, or no git) it skips, unless
-// SLUICE_REQUIRE_HISTORY is set (CI sets it). SLUICE_PREVIOUS_COMMIT names
-// another commit to build instead.
-func previousFormatBuild(t *testing.T) (bin, commit string) {
+// protocolFiles define the shard members' protocol.
+var protocolFiles = []string{":/api/shardv1"}
+
+// previousBuild builds `sluice` as it was before the last commit that
+// changed files (formatFiles, protocolFiles), from git history, in a
+// temporary directory. Without the history (a shallow clone, or no git) it
+// skips, unless SLUICE_REQUIRE_HISTORY is set (CI sets it).
+// SLUICE_PREVIOUS_COMMIT names another commit to build instead.
+func previousBuild(t *testing.T, files []string) (bin, commit string) {
 	t.Helper()
 	fail := t.Skipf
 	if os.Getenv("SLUICE_REQUIRE_HISTORY") != "" {
 		fail = t.Fatalf
 	}
-	out, err := exec.Command("git", append([]string{"log", "-n1", "--format=%H", "--"}, formatFiles...)...).Output()
+	out, err := exec.Command("git", append([]string{"log", "-n1", "--format=%H", "--"}, files...)...).Output()
 	last := strings.TrimSpace(string(out))
 	if err != nil || last == "" {
 		fail("no git history here: %v", err)
@@ -78,7 +81,7 @@ func check(p *proc, policy, key string) (r checkResp, ok bool) {
 // other (an upgrade and a rollback keep what was used), and neither logs
 // or counts a store error.
 func TestUpgradeAndRollbackOnOneRedis(t *testing.T) {
-	prev, commit := previousFormatBuild(t)
+	prev, commit := previousBuild(t, formatFiles)
 	t.Logf("previous format: %s", commit)
 	srv := redistest.Own(t) // the previous release knows no prefix parameter
 	file := filepath.Join(t.TempDir(), "sluice.yaml")

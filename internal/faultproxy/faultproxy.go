@@ -1,7 +1,8 @@
 // Package faultproxy is a TCP proxy for tests that puts faults between a
 // client and a real server: latency each way, stalls (bytes held, as a
 // black hole that accepted the connection and never answers), refused
-// connections, and resets of every open connection. Faults change while
+// connections, resets of every open connection, and new connections sent
+// to another server. Faults change while
 // traffic flows; the proxy keeps order within a connection.
 package faultproxy
 
@@ -74,6 +75,15 @@ func (p *Proxy) Stall(on bool) {
 func (p *Proxy) Refuse(on bool) {
 	p.mu.Lock()
 	p.refuse = on
+	p.mu.Unlock()
+}
+
+// Retarget sends new connections to target; the open ones stay with the
+// server they reached, as when a DNS name a client dials is moved to
+// another server (a managed Redis's primary endpoint after a failover).
+func (p *Proxy) Retarget(target string) {
+	p.mu.Lock()
+	p.target = target
 	p.mu.Unlock()
 }
 
@@ -157,13 +167,13 @@ func (p *Proxy) accept() {
 			return
 		}
 		p.mu.Lock()
-		refuse := p.refuse || p.closed
+		refuse, target := p.refuse || p.closed, p.target
 		p.mu.Unlock()
 		if refuse {
 			reset(c)
 			continue
 		}
-		s, err := net.DialTimeout("tcp", p.target, time.Second)
+		s, err := net.DialTimeout("tcp", target, time.Second)
 		if err != nil {
 			reset(c)
 			continue

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -72,6 +73,7 @@ func files(t testing.TB) string {
 // the upstream (net/http's file server, which decodes and resolves what
 // it is sent) serves the file 5 times of 20 at most, or refuses the form.
 func TestEncodedPathsAreLimited(t *testing.T) {
+	redistest.HourAhead()
 	root := files(t)
 	for _, path := range []string{"/api/items/1", "/x/%2e%2e/api/items/1", "/api%2fitems/1", "/%2e/api/items/1",
 		"/api/items/%2e/1", "/api//items/1", "/x/../api/items/1", "/%61pi/items/1", "/api/items/1%2f", "/api%5citems/1"} {
@@ -95,6 +97,7 @@ policies:
 // pattern: the upstream here serves every path, as an application that
 // ignores trailing slashes does.
 func TestExactPatternVariantsAreLimited(t *testing.T) {
+	redistest.HourAhead()
 	for _, path := range []string{"/api/items/1/", "/api/items/%2e/1", "/api/items/1/.", "/api/items/./1/"} {
 		srv := gateway(t, `
 policies:
@@ -116,6 +119,7 @@ policies:
 // dot, share the policy and its counter; the upstream is sent the host
 // lower-case.
 func TestHostVariantsAreLimited(t *testing.T) {
+	redistest.HourAhead()
 	var sent []string
 	srv := gatewayTo(t, `
 policies:
@@ -142,6 +146,7 @@ policies:
 // A header a policy keys on, sent twice, is refused: the proxy would
 // count one value while the upstream might read the other.
 func TestDuplicateKeyHeaderRefused(t *testing.T) {
+	redistest.HourAhead()
 	srv := gateway(t, `
 policies:
   - {name: api, limit: fixed_window 3/1h, key: "header:X-API-Key", match: "/"}

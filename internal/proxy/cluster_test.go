@@ -18,6 +18,7 @@ import (
 // admits exactly its rate across both proxies, every request decided by
 // Redis; a fail_mode closed policy is answered by Redis too, never 503.
 func TestTwoProxiesOnCluster(t *testing.T) {
+	redistest.HourAhead()
 	nodes := redistest.Cluster(t)
 	var addrs []string
 	for _, n := range nodes {

@@ -107,6 +107,7 @@ policies:
 // TestConcurrencyAndRateAllOrNothing: a request refused by the rate limit
 // holds no slot, and one refused for concurrency takes no rate.
 func TestConcurrencyAndRateAllOrNothing(t *testing.T) {
+	redistest.HourAhead()
 	var peak atomic.Int64
 	store := memstore.New(memstore.Options{})
 	gw := countingGateway(t, `
@@ -138,9 +139,18 @@ policies:
 
 // TestOverridesAndPlans: the proxy limits each request by its key's
 // override, else its plan header's plan, else the policy's limit; an
-// override set at runtime applies to the next request.
+// override set at runtime applies to the next request. A plan the policy
+// does not have is told to Deps.UnknownPlan, once a request.
 func TestOverridesAndPlans(t *testing.T) {
+	redistest.HourAhead()
 	runtime := overrides.New()
+	var mu sync.Mutex
+	unknown := map[string]int{}
+	noteUnknown := func(policy, plan string) {
+		mu.Lock()
+		defer mu.Unlock()
+		unknown[policy+" "+plan]++
+	}
 	srv := gatewayTo(t, `
 policies:
   - name: api
@@ -149,7 +159,7 @@ policies:
     overrides: [{key: "partner-*", limit: fixed_window 3/1h}]
     plan_from: header:X-Plan
     plans: {pro: fixed_window 2/1h}
-`, memstore.New(memstore.Options{}), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), Deps{Overrides: runtime})
+`, memstore.New(memstore.Options{}), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), Deps{Overrides: runtime, UnknownPlan: noteUnknown})
 	admitted := func(key, plan string) int {
 		n := 0
 		for range 6 {
@@ -182,6 +192,11 @@ policies:
 			t.Errorf("key %q plan %q: admitted %d of 6, want %d", tc.key, tc.plan, got, tc.want)
 		}
 	}
+	mu.Lock()
+	if len(unknown) != 1 || unknown["api platinum"] != 6 {
+		t.Errorf("unknown plans told %v, want plan platinum of policy api, 6 times", unknown)
+	}
+	mu.Unlock()
 	if _, err := runtime.Set(t.Context(), "api", "vip", []sluice.Limit{{Algorithm: sluice.FixedWindow, Rate: 4, Period: time.Hour}}); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/logbuf"
+	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -154,6 +155,7 @@ func TestForwardAuthDenialBody(t *testing.T) {
 // nothing: every request is the gateway's own address, and the log says
 // that every client behind it shares one counter.
 func TestForwardAuthForgedForwardedFor(t *testing.T) {
+	redistest.HourAhead()
 	logged := &logbuf.Buffer{}
 	srv := forwardAuthLogged(t, `
 policies:

@@ -42,6 +42,10 @@ type Deps struct {
 	// Settled, if set, counts the settled charge of a request whose
 	// policy charges by its answer: the server's CountSettled.
 	Settled func(policy string, estimate, actual int64, unread bool)
+	// UnknownPlan, if set, counts and logs a request whose plan_from
+	// header names a plan its policy does not have: the server's
+	// NoteUnknownPlan.
+	UnknownPlan func(policy, plan string)
 }
 
 // New returns a handler that limits by cfg's policies and forwards what it
@@ -64,7 +68,23 @@ func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (ht
 	rp.Transport = tr
 	rp.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	rp.ErrorHandler = upstreamFailed(log, sample.New(1))
-	return d.handler(forward(rp)), nil
+	return fullDuplex(d.handler(forward(rp))), nil
+}
+
+// fullDuplex lets next read a request's body while it writes the answer,
+// as a proxy streams both at once. Otherwise net/http (HTTP/1) reads what
+// is left of the body when the answer's headers go out, and closes it:
+// a client that sends the rest of its body after the start of the answer
+// waits for ever, and the transport's last read of a body already sent
+// finds it closed and cuts the upstream's connection, and the client's
+// answer, mid-body. HTTP/2 is full duplex already.
+func fullDuplex(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ProtoMajor == 1 {
+			http.NewResponseController(w).EnableFullDuplex()
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // decider is the one request-to-policies step of the proxy and of
@@ -108,7 +128,7 @@ func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(h
 			Name: p.Name, Pattern: p.Match, Key: key, Cost: p.Cost, CostFrom: p.CostFrom, ChargeStatus: p.ChargeStatus,
 			FailMode: p.FailMode, Missing: p.Missing, Shadow: p.Shadow, Shape: p.Shape,
 			Concurrency: p.Concurrency, ConcurrencyWait: p.ConcurrencyWait,
-			Limits: limitsFor(p, deps.Overrides),
+			Limits: limitsFor(p, deps.Overrides, deps.UnknownPlan),
 		}
 		if len(p.Limits) > 0 {
 			hp.Limit = p.Limits[0]
@@ -207,13 +227,17 @@ func headersOf(p *config.Policy) []string {
 }
 
 // limitsFor returns the limits of a request under p: an override set at
-// runtime, else p's override, plan (from PlanFrom) or limits.
-func limitsFor(p *config.Policy, runtime *overrides.Registry) func(*http.Request, string) []sluice.Limit {
+// runtime, else p's override, plan (from PlanFrom) or limits. A plan p
+// does not have is told to unknown, if set.
+func limitsFor(p *config.Policy, runtime *overrides.Registry, unknown func(policy, plan string)) func(*http.Request, string) []sluice.Limit {
 	_, planHeader, _ := strings.Cut(p.PlanFrom, ":")
 	return func(r *http.Request, identity string) []sluice.Limit {
 		var plan string
 		if planHeader != "" {
 			plan = r.Header.Get(planHeader)
+		}
+		if plan != "" && unknown != nil && !p.HasPlan(plan) {
+			unknown(p.Name, plan)
 		}
 		return runtime.LimitsFor(p, identity, plan)
 	}

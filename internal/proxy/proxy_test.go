@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -165,6 +167,7 @@ policies:
 // in the middleware's buffer stays the key it was after later requests
 // have been through, so an exhausted client stays exhausted.
 func TestLocalSyncKeysOutliveTheirRequest(t *testing.T) {
+	redistest.HourAhead()
 	redis := redistest.Standalone(t)
 	rs, err := redisstore.Open(redis.URL(), redisstore.Options{})
 	if err != nil {
@@ -233,6 +236,7 @@ func TestUpstreamFailures(t *testing.T) {
 // client's address by default (3 of 20 served on 3/1h), refused under
 // missing: deny, and passed under missing: skip.
 func TestMissingKeyInProxy(t *testing.T) {
+	redistest.HourAhead()
 	for missing, want := range map[string]int{"": 3, "client_ip": 3, "deny": 0, "skip": 20} {
 		srv := gateway(t, fmt.Sprintf(`
 policies:
@@ -247,5 +251,54 @@ policies:
 		if served != want {
 			t.Errorf("missing: %q: %d of 20 served without X-API-Key; want %d", missing, served, want)
 		}
+	}
+}
+
+// A body streams to the upstream while its answer streams back: a client
+// that sends the rest of its body only once the start of the answer came
+// back gets all of it back from an upstream that echoes as it reads.
+// Without full duplex, net/http reads what is left of the request body
+// once the answer's headers go out (here: waits for it, while the client
+// waits for the answer), and closes it, which cuts the upstream's
+// connection mid-answer when the transport reads the body once more.
+func TestBodyStreamsBothWays(t *testing.T) {
+	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rc := http.NewResponseController(w)
+		if err := rc.EnableFullDuplex(); err != nil {
+			t.Error(err)
+		}
+		buf := make([]byte, 4<<10)
+		for {
+			n, err := r.Body.Read(buf)
+			w.Write(buf[:n])
+			rc.Flush()
+			if err != nil {
+				return
+			}
+		}
+	})
+	srv := gatewayTo(t, "policies: [{name: p, limit: 100/1h}]", memstore.New(memstore.Options{}), echo, Deps{})
+	t.Cleanup(srv.CloseClientConnections) // a handler stuck reading, before srv.Close waits for it
+	first, rest := bytes.Repeat([]byte("a"), 4<<10), bytes.Repeat([]byte("b"), 64<<10)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a guard against the deadlock
+	defer cancel()
+	pr, pw := io.Pipe()
+	context.AfterFunc(ctx, func() { pw.CloseWithError(ctx.Err()) })
+	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/echo", pr)
+	req.ContentLength = int64(len(first) + len(rest))
+	go pw.Write(first)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got := make([]byte, len(first))
+	if _, err := io.ReadFull(resp.Body, got); err != nil || !bytes.Equal(got, first) {
+		t.Fatalf("the start of the answer: %q, %v", got, err)
+	}
+	go func() { pw.Write(rest); pw.Close() }()
+	got, err = io.ReadAll(resp.Body)
+	if err != nil || !bytes.Equal(got, rest) {
+		t.Fatalf("%d bytes back of %d (%v)", len(got), len(rest), err)
 	}
 }

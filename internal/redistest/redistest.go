@@ -237,7 +237,7 @@ func ping(addr string, certs *Certs) bool {
 		return false
 	}
 	line, err := bufio.NewReader(c).ReadString('\n')
-	return err == nil && strings.HasPrefix(line, "+PONG")
+	return err == nil && (strings.HasPrefix(line, "+PONG") || strings.HasPrefix(line, "-NOAUTH")) // up, and asks for a password
 }
 
 // Cluster starts a 3-master Redis Cluster and returns its nodes once every
@@ -297,6 +297,17 @@ func Sentinel(t testing.TB) (master *Server, sentinelAddr string) {
 	master = start(t, nil)
 	_, mport, _ := net.SplitHostPort(master.Addr)
 	return master, startSentinel(t, "sentinel monitor mymaster 127.0.0.1 "+mport+" 1\nsentinel down-after-milliseconds mymaster 1000\n")
+}
+
+// SentinelAuth is Sentinel with passwords, as operators run it: the
+// master requires redisPass, and the sentinel sentinelPass (its
+// requirepass), with which clients authenticate to each separately.
+func SentinelAuth(t testing.TB, redisPass, sentinelPass string) (master *Server, sentinelAddr string) {
+	t.Helper()
+	master = start(t, []string{"--requirepass", redisPass})
+	_, mport, _ := net.SplitHostPort(master.Addr)
+	return master, startSentinel(t, "requirepass "+sentinelPass+"\nsentinel monitor mymaster 127.0.0.1 "+mport+" 1\n"+
+		"sentinel auth-pass mymaster "+redisPass+"\nsentinel down-after-milliseconds mymaster 1000\n")
 }
 
 // startSentinel starts a redis-sentinel with the config lines monitor
@@ -372,3 +383,8 @@ func WindowAhead(period, need time.Duration) {
 		time.Sleep(time.Until(end))
 	}
 }
+
+// HourAhead is WindowAhead(time.Hour, time.Minute), for a test that counts
+// in fixed windows of an hour or a day on the wall clock (a day's start on
+// the hour): none of their boundaries falls within a minute of its start.
+func HourAhead() { WindowAhead(time.Hour, time.Minute) }

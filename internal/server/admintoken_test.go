@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/sluicehq/sluice/internal/logbuf"
+	"github.com/sluicehq/sluice/internal/rotated"
 )
 
 // rewrite replaces the config file of r and reloads it.
@@ -203,5 +204,81 @@ func TestReadyzHidesDetails(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), port) {
 		t.Fatalf("/admin/readyz: %d %q; want 503 with the details", resp.StatusCode, body)
+	}
+}
+
+// A token given as a file (-admin-token-file, a mounted Secret) is read
+// again at each authentication: once rotated, the new token works and the
+// old one no longer does, and a session made with the old one ends, with
+// no restart. A file removed or emptied meanwhile keeps the last token,
+// with one warning and one line when it can be read again.
+func TestAdminTokenFileRotated(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "token")
+	write := func(token string) {
+		t.Helper()
+		if err := os.WriteFile(file+".new", []byte(token), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(file+".new", file); err != nil { // as a mounted Secret is swapped
+			t.Fatal(err)
+		}
+	}
+	write("first\n")
+	buf := &logbuf.Buffer{}
+	log := slog.New(slog.NewTextHandler(buf, nil))
+	tokens, err := rotated.Open(file, "admin token file", rotated.Text, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "sluice.yaml")
+	os.WriteFile(path, []byte("listeners: {drain: 0s}\nadmin: {token: from-the-config}\npolicies: [{name: p, limit: 10/1h}]\n"), 0o644)
+	s, err := New(Options{Config: path, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", AdminTokenFile: tokens, Logger: log})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Shutdown(t.Context()) })
+	admin := "http://" + s.Addrs().Admin
+	for token, want := range map[string]int{"first": 200, "from-the-config": 401} {
+		if code, _ := bearer(t, admin, token); code != want {
+			t.Fatalf("token %q before the rotation: %d; want %d", token, code, want)
+		}
+	}
+	b := browser()
+	if code, _, _ := fetch(t, b, "POST", admin+"/ui/login", url.Values{"token": {"first"}}); code != http.StatusSeeOther {
+		t.Fatalf("login: %d", code)
+	}
+
+	write("second\n")
+	for token, want := range map[string]int{"second": 200, "first": 401} {
+		if code, _ := bearer(t, admin, token); code != want {
+			t.Fatalf("token %q after the rotation: %d; want %d", token, code, want)
+		}
+	}
+	if code, _, h := fetch(t, b, "GET", admin+"/ui/", nil); code != http.StatusSeeOther || h.Get("Location") != "/ui/login" {
+		t.Fatalf("the session of the old token after the rotation: %d %s; want a redirect to the login", code, h.Get("Location"))
+	}
+
+	write("")
+	if code, _ := bearer(t, admin, "second"); code != 200 {
+		t.Fatalf("the last token, the file emptied: %d", code)
+	}
+	if err := os.Remove(file); err != nil {
+		t.Fatal(err)
+	}
+	if code, _ := bearer(t, admin, "second"); code != 200 {
+		t.Fatalf("the last token, the file removed: %d", code)
+	}
+	write("third")
+	if code, _ := bearer(t, admin, "third"); code != 200 {
+		t.Fatalf("the token written again: %d", code)
+	}
+	if log := buf.String(); strings.Count(log, "admin token file could not be read again") != 1 || strings.Count(log, "admin token file read again") != 1 {
+		t.Fatalf("want one warning of the unreadable file and one line of its end; logged:\n%s", log)
+	}
+	if strings.Contains(buf.String(), "second") || strings.Contains(buf.String(), "third") {
+		t.Fatalf("a token was logged:\n%s", buf.String())
 	}
 }

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -95,6 +97,11 @@ type outcome struct {
 	Result    sluice.Outcome
 	Err       error     // an input error, or the store's under fail_mode closed
 	Taken     time.Time // read before the store call: what a refund of it gives back from
+	// Took reports that the check took its cost (sluice.Verdict.Took):
+	// allowed by the store or by the stand-in. One that failed open, or
+	// was denied (a shadow check's denial too), took nothing, and has
+	// nothing to give back or settle.
+	Took bool
 }
 
 // decide takes cost from key under limits, all-or-nothing, through the
@@ -130,6 +137,7 @@ func (s *Server) decide(ctx context.Context, sub subject, key string, limits []s
 	ds := make([]sluice.Decision, len(reqs))
 	start := time.Now()
 	v := s.guard.Decide(ctx, &sluice.Check{Label: label, Enforced: reqs, Modes: modes}, ds, nil)
+	out.Took = v.Took(fail) // before a shadow's denial, or Envoy's 0 hits, is reported as allowed
 	switch {
 	case shadow && v.Outcome == sluice.Denied:
 		v.Outcome = sluice.ShadowDenied
@@ -201,27 +209,82 @@ func (s *Server) giveBack(ctx context.Context, domain, key string, limits []slui
 	return out
 }
 
-// checkPolicy decides one native check against a named policy.
-func (s *Server) checkPolicy(ctx context.Context, cfg *config.Config, ck Check) outcome {
+// nativeCheck is a native check made ready to decide: its policy, the key it
+// counts under, its limits and its cost.
+type nativeCheck struct {
+	ck       Check
+	p        *config.Policy
+	storeKey string
+	limits   []sluice.Limit
+	cost     int64
+}
+
+// resolve returns what native check ck decides under cfg, or an input
+// error: a request's checks are all resolved before any is decided, so
+// that a bad one refuses the request having charged nothing.
+func (s *Server) resolve(cfg *config.Config, ck Check) (nativeCheck, error) {
 	p := cfg.Policy(ck.Policy)
 	if p == nil {
-		return outcome{Closest: -1, Err: inputError("unknown policy %q", ck.Policy)}
+		return nativeCheck{}, inputError("unknown policy %q", ck.Policy)
 	}
 	if ck.Key == "" {
-		return outcome{Closest: -1, Err: inputError("key is required")}
+		return nativeCheck{}, inputError("key is required")
 	}
-	storeKey := p.Name + "\x00" + ck.Key
-	limits := s.overrides.LimitsFor(p, ck.Key, ck.Plan)
-	if len(limits) == 0 {
+	n := nativeCheck{ck: ck, p: p, storeKey: p.Name + "\x00" + ck.Key, limits: s.overrides.LimitsFor(p, ck.Key, ck.Plan), cost: p.Cost}
+	if len(n.limits) == 0 {
 		// A check cannot say when its request ends: holding a slot is for
 		// front doors that see the request through.
-		return outcome{Closest: -1, Err: inputError("policy %q limits only requests in flight (concurrency), which sluice proxy and the middleware enforce; it has no rate to check", ck.Policy)}
+		return nativeCheck{}, inputError("policy %q limits only requests in flight (concurrency), which sluice proxy and the middleware enforce; it has no rate to check", ck.Policy)
 	}
-	c := p.Cost
 	if ck.Cost != nil {
-		c = *ck.Cost
+		n.cost = *ck.Cost
 	}
-	return s.decide(ctx, subject{name: p.Name}, storeKey, limits, c, p.Shadow, p.FailMode)
+	for _, l := range n.limits {
+		req := sluice.Request{Key: n.storeKey, Limit: l, Cost: n.cost}
+		if err := req.Validate(); err != nil {
+			return nativeCheck{}, inputError("%v", strings.TrimPrefix(err.Error(), "sluice: "))
+		}
+	}
+	return n, nil
+}
+
+// checkPolicy decides one native check against its policy.
+func (s *Server) checkPolicy(ctx context.Context, n nativeCheck) outcome {
+	if n.ck.Plan != "" && !n.p.HasPlan(n.ck.Plan) {
+		s.NoteUnknownPlan(n.p.Name, n.ck.Plan)
+	}
+	return s.decide(ctx, subject{name: n.p.Name}, n.storeKey, n.limits, n.cost, n.p.Shadow, n.p.FailMode)
+}
+
+// giveBackChecks gives back what the checks of a request that is refused
+// whole (one of its checks failed closed, or the store found one bad)
+// took: its caller learns none of their results, and retries them.
+func (s *Server) giveBackChecks(ctx context.Context, ns []nativeCheck, outs []outcome) {
+	for i := range outs {
+		s.giveBackTaken(ctx, ns[i].p.Name, ns[i].storeKey, &outs[i], ns[i].cost, ns[i].p.FailMode)
+	}
+}
+
+// giveBackTaken gives back what outcome o, a check of cost on key, took,
+// as refunds of its take (Guard.Settle, from o.Taken), and reports
+// whether it gave any back. A check that took nothing (denied, a shadow
+// check's denial too, failed open, or of cost 0) gives nothing, and a
+// limit that counts every request (count: all) keeps its charge.
+func (s *Server) giveBackTaken(ctx context.Context, label, key string, o *outcome, cost int64, fail sluice.FailMode) bool {
+	if cost == 0 || !o.Took {
+		return false
+	}
+	if o.Shadow {
+		fail = sluice.FailOpen // decided as one that fails open
+	}
+	back := false
+	for _, d := range o.Decisions {
+		if !d.Limit.CountAll {
+			s.guard.Settle(ctx, label, sluice.Request{Key: key, Limit: d.Limit}, o.Taken, cost, 0, fail)
+			back = true
+		}
+	}
+	return back
 }
 
 // descriptor is a request descriptor's decision: the node of the domain's
@@ -337,13 +400,22 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 		if values != nil {
 			vals = values[i]
 		}
-		key := descriptorKey(domain, descs[i], vals)
-		if len(key) > sluice.MaxKeyLen {
-			return nil, inputError("descriptor %d: its entries make a key of %d bytes; at most %d", i, len(key), sluice.MaxKeyLen)
+		// Every key before any descriptor is decided: a request refused
+		// for one takes nothing from the others.
+		o.Key = descriptorKey(domain, descs[i], vals)
+		if len(o.Key) > sluice.MaxKeyLen {
+			return nil, inputError("descriptor %d: its entries make a key of %d bytes; at most %d", i, len(o.Key), sluice.MaxKeyLen)
 		}
+	}
+	for i := range outs {
+		o := &outs[i]
+		if o.Key == "" {
+			continue // no limit
+		}
+		key := o.Key
 		limits := make([]sluice.Limit, len(o.Limits))
 		shadow := o.Node.Shadow && overrides[i] == nil
-		o.Key, o.Hits = key, adds[i].hits
+		o.Hits = adds[i].hits
 		if a := adds[i]; a.back {
 			for j, l := range o.Limits {
 				limits[j] = l.Limit
@@ -375,28 +447,17 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 // giveBackRefused gives back what the descriptors of a request answered
 // OVER_LIMIT took, as refunds of their takes (Guard.Settle): Envoy
 // refuses the request, and a refused request takes nothing, whichever of
-// its descriptors refused it (envoyproxy/ratelimit keeps every hit). A
-// limit that counts every request (count: all) keeps its charge. Each
-// status given back reports what is left without the request.
+// its descriptors refused it (envoyproxy/ratelimit keeps every hit), or
+// it is refused whole as invalid. A limit that counts every request
+// (count: all) keeps its charge. Each status given back reports what is
+// left without the request (sts nil: no statuses).
 func (s *Server) giveBackRefused(ctx context.Context, domain string, outs []descriptor, sts []descriptorStatus, fail sluice.FailMode) {
 	for i := range outs {
 		o := &outs[i]
-		if o.Returned || o.Unlimited || o.Hits == 0 || o.Decisions == nil ||
-			o.Result != sluice.Allowed && o.Result != sluice.LocalAllowed { // took nothing
+		if o.Returned || o.Unlimited || !s.giveBackTaken(ctx, domain, o.Key, &o.outcome, o.Hits, fail) || sts == nil {
 			continue
 		}
-		mode := fail
-		if o.Shadow {
-			mode = sluice.FailOpen // decided as one that fails open
-		}
-		back := false
-		for _, l := range o.Limits {
-			if !l.Limit.CountAll {
-				s.guard.Settle(ctx, domain, sluice.Request{Key: o.Key, Limit: l.Limit}, o.Taken, o.Hits, 0, mode)
-				back = true
-			}
-		}
-		if st := &sts[i].status; back && st.CurrentLimit != nil {
+		if st := &sts[i].status; st.CurrentLimit != nil {
 			c := o.Limits[o.Closest].Limit.Capacity()
 			st.LimitRemaining = uint32(min(int64(st.LimitRemaining)+o.Hits, c, math.MaxUint32))
 		}
@@ -437,6 +498,24 @@ func (s *Server) noteDenied(sub subject, d sluice.Decision) {
 			kind = "domain"
 		}
 		s.log.Info("rate limited", kind, sub.name, "limit", d.Limit.String(), "retry_after", d.RetryAfter, "suppressed", held)
+	}
+}
+
+// NoteUnknownPlan counts a check of policy that named plan, which the
+// policy does not have (a plan renamed or removed in the policy file while
+// callers still send it, or a caller's typo): its key's override, or else
+// the policy's own limits, decide it, as documented, and never silently.
+// The line is sampled per policy: once a second at most, with the count
+// held back. The proxy calls it for its plan_from header.
+func (s *Server) NoteUnknownPlan(policy, plan string) {
+	s.metrics.unknownPlan.WithLabelValues(policy).Inc()
+	if ok, held := s.logs.Allow("plan:" + policy); ok {
+		var plans []string
+		if p := s.state().cfg.Policy(policy); p != nil {
+			plans = slices.Sorted(maps.Keys(p.Plans))
+		}
+		s.log.Warn("a check named a plan its policy does not have: the key's override, or else the policy's own limits, decided it",
+			"policy", policy, "plan", fmt.Sprintf("%.100q", plan), "plans", plans, "suppressed", held)
 	}
 }
 

@@ -61,7 +61,8 @@ type Check struct {
 	// Cost defaults to the policy's cost (1); 0 peeks.
 	Cost *int64 `json:"cost,omitempty"`
 	// Plan chooses among the policy's plans; none, or an unknown one,
-	// means its own limits. An override of the key comes first.
+	// means its own limits (an unknown one is counted and logged:
+	// NoteUnknownPlan). An override of the key comes first.
 	Plan string `json:"plan,omitempty"`
 	// Reserve takes Cost as an estimate to settle later (POST /v1/settle,
 	// /v1/cancel): an allowed check's result carries the reservation.
@@ -177,13 +178,18 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 }
 
 // runChecks decides checks for POST /v1/check and the native gRPC
-// service. An input problem is returned as an error with the field.
+// service. An input problem is returned as an error with the field. Each
+// check is decided on its own (its limits all-or-nothing), but a request
+// refused whole charges none of them: every check's input is checked
+// before any is decided, and when one fails closed, or the store finds
+// one bad, what the others took is given back (giveBackChecks) and no
+// reservation is opened.
 func (s *Server) runChecks(ctx context.Context, checks []Check) (CheckResponse, string, error) {
 	if len(checks) == 0 || len(checks) > maxChecks {
 		return CheckResponse{}, "checks", fmt.Errorf("%d checks: want 1 to %d", len(checks), maxChecks)
 	}
 	cfg := s.state().cfg
-	resp := CheckResponse{Allowed: true, Results: make([]CheckResult, len(checks))}
+	ns := make([]nativeCheck, len(checks))
 	for i, c := range checks {
 		field := fmt.Sprintf("checks[%d]", i)
 		if c.Cost != nil && *c.Cost < 0 {
@@ -192,44 +198,45 @@ func (s *Server) runChecks(ctx context.Context, checks []Check) (CheckResponse, 
 		if err := checkIdentity(c.Key); err != nil {
 			return CheckResponse{}, field + ".key", fmt.Errorf("%s.key: %v", field, err)
 		}
-		var taken time.Time // what a reservation's refunds give back from
-		if c.Reserve {
-			taken = time.Now()
+		n, err := s.resolve(cfg, c)
+		if err != nil {
+			return CheckResponse{}, field, fmt.Errorf("%s: %v", field, err)
 		}
-		out := s.checkPolicy(ctx, cfg, c)
-		if errors.Is(out.Err, errInput) {
-			return CheckResponse{}, field, fmt.Errorf("%s: %v", field, out.Err)
-		}
-		var reserved *reservation
-		if c.Reserve && out.Err == nil && out.Decisions[out.Closest].Allowed {
-			p := cfg.Policy(c.Policy)
-			reserved = &reservation{policy: c.Policy, key: c.Key, storeKey: p.Name + "\x00" + c.Key,
-				estimate: p.Cost, mode: p.FailMode, taken: taken}
-			for _, d := range out.Decisions {
-				reserved.limits = append(reserved.limits, d.Limit) // the limits that decided it
+		ns[i] = n
+	}
+	outs := make([]outcome, len(checks))
+	for i := range ns {
+		outs[i] = s.checkPolicy(ctx, ns[i])
+		if out := outs[i]; out.Err != nil {
+			s.giveBackChecks(ctx, ns[:i], outs[:i])
+			if errors.Is(out.Err, errInput) {
+				field := fmt.Sprintf("checks[%d]", i)
+				return CheckResponse{}, field, fmt.Errorf("%s: %v", field, out.Err)
 			}
-			if c.Cost != nil {
-				reserved.estimate = *c.Cost
-			}
-		}
-		res := CheckResult{Policy: c.Policy, Key: c.Key, Shadow: out.Shadow, FailedOpen: out.Result == sluice.FailedOpen,
-			Local: out.Result == sluice.LocalAllowed || out.Result == sluice.LocalDenied}
-		if out.Err != nil {
 			// Only a store failure under fail_mode closed gets here: its
 			// detail (an address, say) is for the log, not the client.
-			res.Error = "store unavailable (fail_mode closed)"
-			resp.failedClosed = true
-		} else {
-			res.DecisionJSON = decisionJSON(out.Decisions[out.Closest])
-			res.decisions = out.Decisions
-			for _, d := range out.Decisions {
-				res.Limits = append(res.Limits, decisionJSON(d))
-			}
-			res.Allowed = res.Allowed || out.Shadow
+			return CheckResponse{failedClosed: true}, "", nil
 		}
-		if reserved != nil {
-			res.Reservation = s.reserved.open(reserved, taken)
-			res.ReservationExpires = reserved.expires.UTC().Format(time.RFC3339)
+	}
+	resp := CheckResponse{Allowed: true, Results: make([]CheckResult, len(checks))}
+	for i, out := range outs {
+		c := checks[i]
+		res := CheckResult{Policy: c.Policy, Key: c.Key, Shadow: out.Shadow, FailedOpen: out.Result == sluice.FailedOpen,
+			Local: out.Result == sluice.LocalAllowed || out.Result == sluice.LocalDenied}
+		res.DecisionJSON = decisionJSON(out.Decisions[out.Closest])
+		res.decisions = out.Decisions
+		for _, d := range out.Decisions {
+			res.Limits = append(res.Limits, decisionJSON(d))
+		}
+		res.Allowed = res.Allowed || out.Shadow
+		if c.Reserve && out.Decisions[out.Closest].Allowed {
+			r := &reservation{policy: c.Policy, key: c.Key, storeKey: ns[i].storeKey,
+				estimate: ns[i].cost, mode: ns[i].p.FailMode, taken: out.Taken, took: out.Took}
+			for _, d := range out.Decisions {
+				r.limits = append(r.limits, d.Limit) // the limits that decided it
+			}
+			res.Reservation = s.reserved.open(r, time.Now())
+			res.ReservationExpires = r.expires.UTC().Format(time.RFC3339)
 		}
 		resp.Allowed = resp.Allowed && res.Allowed
 		resp.Results[i] = res

@@ -29,6 +29,7 @@ type metrics struct {
 	estimated    *prometheus.CounterVec
 	charged      *prometheus.CounterVec
 	unread       *prometheus.CounterVec
+	unknownPlan  *prometheus.CounterVec
 	detailed     seriesCap
 }
 
@@ -111,6 +112,10 @@ func newMetrics() *metrics {
 			Name: "sluice_cost_unread_total",
 			Help: "Answers whose cost could not be read (missing, not a whole number, negative, past 2^53), so their estimate stood, by policy.",
 		}, []string{"policy"}),
+		unknownPlan: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_plan_unknown_total",
+			Help: "Checks and requests that named a plan their policy does not have (a check's plan, the proxy's plan_from header), decided by the key's override or else the policy's own limits, by policy.",
+		}, []string{"policy"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_config_reloads_total",
 			Help: "Config reloads by result: success or failure.",
@@ -123,7 +128,7 @@ func newMetrics() *metrics {
 	info.WithLabelValues(build.Version, build.Revision, strconv.FormatBool(build.Modified), build.Go).Set(1)
 	m.lastReload.SetToCurrentTime()
 	m.reloadOK.Set(1)
-	m.reg.MustRegister(info, m.checks, m.nearLimit, m.latency, m.storeLatency, m.storeCalls, m.reloads, m.lastReload, m.reloadOK, m.descriptors, m.refused, m.estimated, m.charged, m.unread,
+	m.reg.MustRegister(info, m.checks, m.nearLimit, m.latency, m.storeLatency, m.storeCalls, m.reloads, m.lastReload, m.reloadOK, m.descriptors, m.refused, m.estimated, m.charged, m.unread, m.unknownPlan,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -2,10 +2,12 @@ package server
 
 import (
 	"context"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"syscall"
 	"time"
 
@@ -46,6 +48,7 @@ func (s *Server) Reload() error {
 		s.log.Warn("config reload: the listeners section changed; it takes effect at the next restart")
 	}
 	s.cfg.Store(&state{cfg: cfg})
+	s.noteDropped(old, cfg)
 	s.syncAdmin(old.Listeners)
 	if s.opts.OnReload != nil {
 		s.opts.OnReload(cfg)
@@ -142,5 +145,42 @@ func (s *Server) watch(ctx context.Context, hup chan os.Signal, w *fsnotify.Watc
 		case <-debounce:
 			s.Reload()
 		}
+	}
+}
+
+// noteDropped warns of what a reload from old to cfg left callers
+// naming: a plan removed from a policy that remains (checks that still
+// name it are decided by the policy's own limits, and counted in
+// sluice_plan_unknown_total), and the runtime overrides of a policy this
+// reload removed, which are kept, and apply again if a policy of that name
+// returns. Each is said once, by the reload that removed it: a fleet that
+// reloads often is not told again at every reload.
+func (s *Server) noteDropped(old, cfg *config.Config) {
+	for _, was := range old.Policies {
+		p := cfg.Policy(was.Name)
+		if p == nil {
+			continue
+		}
+		var gone []string
+		for plan := range was.Plans {
+			if !p.HasPlan(plan) {
+				gone = append(gone, plan)
+			}
+		}
+		if len(gone) > 0 {
+			slices.Sort(gone)
+			s.log.Warn("config reload: plans removed; checks that still name them are decided by the policy's own limits (sluice_plan_unknown_total)",
+				"policy", p.Name, "removed", gone, "plans", slices.Sorted(maps.Keys(p.Plans)))
+		}
+	}
+	orphans := map[string]int{}
+	for _, e := range s.overrides.List() {
+		if cfg.Policy(e.Policy) == nil && old.Policy(e.Policy) != nil {
+			orphans[e.Policy]++
+		}
+	}
+	for _, policy := range slices.Sorted(maps.Keys(orphans)) {
+		s.log.Warn("config reload: runtime overrides of a policy the config no longer has are kept, and apply to nothing until it returns; remove them with DELETE /admin/overrides",
+			"policy", policy, "overrides", orphans[policy])
 	}
 }

@@ -36,6 +36,7 @@ type reservation struct {
 	limits         []sluice.Limit
 	estimate       int64
 	mode           sluice.FailMode
+	took           bool // the check took the estimate: not failed open
 	taken, expires time.Time
 	el             *list.Element
 }
@@ -137,8 +138,10 @@ func (s *Server) settle(ctx context.Context, req SettleRequest, actual int64) (S
 	case err != nil:
 		return SettleResponse{}, http.StatusConflict, err
 	}
-	for _, l := range r.limits {
-		s.guard.Settle(ctx, r.policy, sluice.Request{Key: r.storeKey, Limit: l}, r.taken, r.estimate, actual, r.mode)
+	if r.took { // one that failed open counted nothing: there is nothing to move
+		for _, l := range r.limits {
+			s.guard.Settle(ctx, r.policy, sluice.Request{Key: r.storeKey, Limit: l}, r.taken, r.estimate, actual, r.mode)
+		}
 	}
 	s.CountSettled(r.policy, r.estimate, actual, false)
 	return SettleResponse{Policy: r.policy, Key: r.key, Estimate: r.estimate, Charged: actual}, http.StatusOK, nil

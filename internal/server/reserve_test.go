@@ -177,6 +177,7 @@ func TestEnvoyHitsOnStreamDone(t *testing.T) {
 // given back than was taken fills the limit to its capacity, no further.
 // The give-back is OK, never over, and does not make its request so.
 func TestEnvoyNegativeHitsGiveBack(t *testing.T) {
+	redistest.HourAhead()
 	var cfg strings.Builder
 	cfg.WriteString("domains:\n  - domain: d\n    descriptors:\n")
 	algs := []string{"fixed_window", "sliding_window", "sliding_log", "token_bucket", "leaky_bucket", "gcra"}
@@ -355,6 +356,7 @@ func TestEnvoyZeroHits(t *testing.T) {
 // exactly 8 more. A limit that counts every request (count: all) keeps
 // them.
 func TestEnvoyRefusedRequestTakesNothing(t *testing.T) {
+	redistest.HourAhead()
 	var cfg strings.Builder
 	cfg.WriteString("domains:\n  - domain: d\n    descriptors:\n      - {key: path, rate_limit: {unit: day, requests_per_unit: 2}}\n")
 	algs := []string{"fixed_window", "sliding_window", "sliding_log", "token_bucket", "leaky_bucket", "gcra"}
@@ -464,5 +466,54 @@ func TestEnvoyRefusedRequestsUnderConcurrency(t *testing.T) {
 				t.Fatalf("the user alone got %d after; want 30 (50 less the 20 OK)", alone)
 			}
 		})
+	}
+}
+
+// A reservation whose check failed open took nothing, so settling it
+// moves nothing: a settle for less than the estimate, once Redis is back,
+// would otherwise give back what was never taken, and the key would admit
+// more than its limit.
+func TestFailedOpenReservationSettlesNothing(t *testing.T) {
+	redis := redistest.Standalone(t)
+	proxy := faultproxy.Start(t, redis.Addr)
+	// GCRA: a refund is room, whatever took it (a sliding log gives back
+	// only its entries since the take).
+	r := start(t, "policies:\n  - {name: tokens, limit: 10000/720h, cost: 500, fail_mode: open}\n", redis.URLVia(proxy.Addr))
+	key := "alice"
+	cost := int64(9000)
+	if code, body := r.postChecks(t, Check{Policy: "tokens", Key: key, Cost: &cost}); code != 200 || !strings.Contains(string(body), `"remaining":1000`) {
+		t.Fatalf("healthy check of 9000: %d %s", code, body)
+	}
+	proxy.Down()
+	body, _ := json.Marshal(CheckRequest{Checks: []Check{{Policy: "tokens", Key: key, Reserve: true}}})
+	code, out := r.post(t, "/v1/check", string(body))
+	res := out["results"].([]any)[0].(map[string]any)
+	if code != 200 || res["failed_open"] != true || res["reservation"] == nil {
+		t.Fatalf("reserve during the outage: %d %v; want failed open with a reservation", code, out)
+	}
+	proxy.Up()
+	// decided peeks at key until Redis decides (a connection the outage
+	// broke fails one call, open), and returns that answer.
+	decided := func(key string) string {
+		peek := int64(0)
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			code, body := r.postChecks(t, Check{Policy: "tokens", Key: key, Cost: &peek})
+			if code == 200 && !strings.Contains(string(body), `"failed_open"`) {
+				return string(body)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("checks still failed open 30 s after Redis came back: %d %s", code, body)
+			}
+		}
+	}
+	for range 3 { // Redis decides again, on every connection the outage broke
+		decided("probe")
+	}
+	code, out = r.post(t, "/v1/settle", fmt.Sprintf(`{"reservation":%q,"policy":"tokens","key":%q,"cost":100}`, res["reservation"], key))
+	if code != 200 {
+		t.Fatalf("settle: %d %v", code, out)
+	}
+	if body := decided(key); !strings.Contains(body, `"remaining":1000`) {
+		t.Fatalf("after settling a reservation that failed open: %s; want 1000 left, as before it", body)
 	}
 }

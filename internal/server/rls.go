@@ -87,7 +87,8 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
 	for _, o := range outs {
-		if errors.Is(o.Err, errInput) {
+		if errors.Is(o.Err, errInput) { // the store found it bad: refused whole
+			r.s.giveBackRefused(ctx, req.Domain, outs, nil, cfg.Store.FailMode)
 			return nil, status.Error(codes.InvalidArgument, o.Err.Error())
 		}
 	}

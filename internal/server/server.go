@@ -28,6 +28,7 @@ import (
 	"github.com/sluicehq/sluice/api/sluicev1"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/overrides"
+	"github.com/sluicehq/sluice/internal/rotated"
 	"github.com/sluicehq/sluice/internal/sample"
 	"github.com/sluicehq/sluice/localsync"
 	"github.com/sluicehq/sluice/memstore"
@@ -46,7 +47,12 @@ type Options struct {
 	HTTPAddr, GRPCAddr, AdminAddr string
 	// AdminToken overrides the config's admin token.
 	AdminToken string
-	Logger     *slog.Logger
+	// AdminTokenFile, if set, overrides both: the token in a file read
+	// again at each authentication, so that a token rotated in a mounted
+	// Secret takes effect, and the old one stops working, without a
+	// restart (the last good token stays while the file cannot be read).
+	AdminTokenFile *rotated.File[string]
+	Logger         *slog.Logger
 	// OnReload, if set, is called with each config that a reload put in
 	// place (`sluice proxy` rebuilds its handler from it).
 	OnReload func(*config.Config)
@@ -234,7 +240,9 @@ func (s *Server) openStore(cfg *config.Config) error {
 	var opts redisstore.Options
 	if r := cfg.Store.Redis; r != nil {
 		t := r.TLS
-		opts = redisstore.Options{Prefix: r.Prefix, TLS: redisstore.TLS{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}}
+		opts = redisstore.Options{Prefix: r.Prefix, TLS: redisstore.TLS{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName,
+			SkipHostnameVerification: t.SkipHostnameVerification, InsecureSkipVerify: t.InsecureSkipVerify},
+			PasswordFile: r.PasswordFile}
 	}
 	opts.Logger = s.log
 	var pre atomic.Pointer[preflight]
@@ -428,6 +436,10 @@ func (s *Server) serveHTTP(srv *http.Server, l net.Listener) {
 }
 
 func (s *Server) adminToken() string {
+	if f := s.opts.AdminTokenFile; f != nil {
+		token, _ := f.Read() // a failure is logged, and the last token stays
+		return token
+	}
 	if s.opts.AdminToken != "" {
 		return s.opts.AdminToken
 	}

@@ -222,7 +222,10 @@ func TestOutageOnTheFrontDoor(t *testing.T) {
 	proxy.Up()
 	back := time.Now()
 	for {
-		res, _ := r.check(t, "five", "carol")
+		res, code := r.check(t, "five", "carol")
+		if code != 200 {
+			t.Fatalf("after Redis came back: %d %+v", code, res)
+		}
 		if !res.Local {
 			break
 		}
@@ -477,6 +480,7 @@ func TestEnvoyDescriptorMetrics(t *testing.T) {
 // (at the configured ratio), store calls by operation and result, and the
 // config's last load.
 func TestOperatorMetrics(t *testing.T) {
+	redistest.HourAhead()
 	r := start(t, "metrics: {near_limit_ratio: 0.5}\npolicies: [{name: p, limit: fixed_window 4/1h}]", "")
 	for range 4 {
 		r.check(t, "p", "k")

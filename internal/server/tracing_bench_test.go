@@ -35,7 +35,11 @@ func BenchmarkCheckTracing(b *testing.B) {
 			ctx := context.Background()
 			b.ReportAllocs()
 			for i := 0; b.Loop(); i++ {
-				if out := s.checkPolicy(ctx, cfg, Check{Policy: "p", Key: "key-" + strconv.Itoa(i%10_000)}); out.Err != nil {
+				n, err := s.resolve(cfg, Check{Policy: "p", Key: "key-" + strconv.Itoa(i%10_000)})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if out := s.checkPolicy(ctx, n); out.Err != nil {
 					b.Fatal(out.Err)
 				}
 			}

@@ -11,6 +11,8 @@ import (
 
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
+
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // chromium returns the path of a Chromium on PATH; without one the test
@@ -54,6 +56,7 @@ func shot(t *testing.T, name string, png []byte) {
 // in the inspector, reset it after the browser's confirmation, and see the
 // key allowed again.
 func TestStatusPageInChromium(t *testing.T) {
+	redistest.HourAhead()
 	bin := chromium(t)
 	r, admin := startUI(t, "policies: [{name: auth, limit: fixed_window 2/1h}, {name: orders, limit: 100/1m}]\n")
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox,

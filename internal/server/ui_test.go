@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/logbuf"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // startUI starts a server with the admin listener (token s3cret) and the
@@ -67,6 +68,7 @@ var csrfField = regexp.MustCompile(`name="csrf" value="([0-9a-f]+)"`)
 // policies; denied keys appear, escaped; the inspector peeks and, with the
 // confirmation and the session's CSRF token, resets; logout ends it.
 func TestStatusPage(t *testing.T) {
+	redistest.HourAhead()
 	r, admin := startUI(t, "policies: [{name: auth, limit: fixed_window 2/1h}, {name: orders, limit: 100/1m}]\n")
 	b := browser()
 	for _, path := range []string{"/ui/", "/ui/policy/auth", "/ui/sim", "/ui/static/style.css"} {
@@ -148,6 +150,7 @@ func TestStatusPage(t *testing.T) {
 // The overview renders in under 100 ms with 100 policies and 10k distinct
 // denied keys.
 func TestOverviewWithManyPolicies(t *testing.T) {
+	redistest.HourAhead()
 	var p strings.Builder
 	p.WriteString("policies:\n")
 	for i := range 100 {
@@ -181,6 +184,7 @@ func TestOverviewWithManyPolicies(t *testing.T) {
 // minute, even the right one is refused until the minute is over, and each
 // refusal is logged.
 func TestStatusPageLoginThrottled(t *testing.T) {
+	redistest.HourAhead()
 	r, admin := startUI(t, "policies:\n  - {name: auth, limit: fixed_window 2/h}\n")
 	b := browser()
 	for i := range adminFailures {
@@ -199,6 +203,7 @@ func TestStatusPageLoginThrottled(t *testing.T) {
 
 // ui.top_keys: 0 keeps no keys: the policy's page says so and shows none.
 func TestStatusPageKeysOff(t *testing.T) {
+	redistest.HourAhead()
 	r, admin := startUI(t, "ui: {top_keys: 0}\npolicies:\n  - {name: auth, limit: fixed_window 1/h}\n")
 	for range 3 {
 		r.check(t, "auth", "alice@example.com")
@@ -215,6 +220,7 @@ func TestStatusPageKeysOff(t *testing.T) {
 // server's own: in sluice_checks_total under its policy, and on the status
 // page with its denied client among the top keys.
 func TestCountCheckFromAnotherFrontDoor(t *testing.T) {
+	redistest.HourAhead()
 	r, admin := startUI(t, "policies: [{name: edge, limit: fixed_window 2/1h}]\n")
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 2, Period: time.Hour}
 	for i, o := range []sluice.Outcome{sluice.Allowed, sluice.Allowed, sluice.Denied, sluice.Denied} {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/redistest"
 )
 
 // The inspector shows and resets the limits a key is decided under (its
@@ -16,6 +17,7 @@ import (
 // taken back in that form, a link cannot make a page say anything, and
 // no page has an inline handler, which its own CSP would block.
 func TestInspectorKeyAsDecided(t *testing.T) {
+	redistest.HourAhead()
 	r, admin := startUI(t, `policies:
   - name: api
     limit: fixed_window 10/1h
