@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -300,5 +301,54 @@ func TestBodyStreamsBothWays(t *testing.T) {
 	got, err = io.ReadAll(resp.Body)
 	if err != nil || !bytes.Equal(got, rest) {
 		t.Fatalf("%d bytes back of %d (%v)", len(got), len(rest), err)
+	}
+}
+
+// countingReader counts the bytes read from it.
+type countingReader struct {
+	r io.Reader
+	n atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// A client that asks before it uploads (Expect: 100-continue, as curl does
+// for large bodies) is told 429 without sending its body, and an allowed
+// one sends it, intact, to the upstream.
+func TestExpectContinue(t *testing.T) {
+	var got atomic.Int64
+	echoLen := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body)
+		got.Store(n)
+		fmt.Fprint(w, n)
+	})
+	srv := gatewayTo(t, "policies: [{name: p, limit: 1/1h, match: /upload}]", memstore.New(memstore.Options{}), echoLen, Deps{})
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.ExpectContinueTimeout = time.Hour // the body goes only once the proxy asks for it
+	defer tr.CloseIdleConnections()
+	const size = 4 << 20
+	for i, want := range []int{200, 429} {
+		body := &countingReader{r: bytes.NewReader(make([]byte, size))}
+		req, _ := http.NewRequest("POST", srv.URL+"/upload", body)
+		req.ContentLength = size
+		req.Header.Set("Expect", "100-continue")
+		resp, err := tr.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		answer, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case resp.StatusCode != want:
+			t.Fatalf("request %d: %d %s, want %d", i, resp.StatusCode, answer, want)
+		case want == 200 && (string(answer) != fmt.Sprint(size) || got.Load() != size):
+			t.Fatalf("the upstream read %s bytes of %d", answer, size)
+		case want == 429 && body.n.Load() != 0:
+			t.Fatalf("a refused upload sent %d bytes of its body", body.n.Load())
+		}
 	}
 }
