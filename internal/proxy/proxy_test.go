@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -350,5 +351,47 @@ func TestExpectContinue(t *testing.T) {
 		case want == 429 && body.n.Load() != 0:
 			t.Fatalf("a refused upload sent %d bytes of its body", body.n.Load())
 		}
+	}
+}
+
+// Concurrent requests reuse the proxy's connections to its upstream: 32
+// clients sending 40 requests each open at most a connection or two per
+// client, where net/http's default of 2 idle connections per host closed
+// nearly every one after its request (a new TCP connection, and one in
+// TIME_WAIT, per request under load).
+func TestUpstreamConnectionsReused(t *testing.T) {
+	var dials atomic.Int64
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "up") }))
+	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dials.Add(1)
+		}
+	}
+	up.Start()
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	srv := gatewayURL(t, "policies: [{name: p, limit: 1000000/1h}]", memstore.New(memstore.Options{}), u, Deps{})
+	const clients, each = 32, 40
+	tr := &http.Transport{MaxIdleConnsPerHost: clients}
+	defer tr.CloseIdleConnections()
+	var wg sync.WaitGroup
+	for range clients {
+		wg.Go(func() {
+			for range each {
+				req, _ := http.NewRequest("GET", srv.URL+"/x", nil)
+				resp, err := tr.RoundTrip(req)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		})
+	}
+	wg.Wait()
+	t.Logf("%d connections to the upstream for %d requests", dials.Load(), clients*each)
+	if n := dials.Load(); n > 2*clients {
+		t.Fatalf("%d connections to the upstream for %d requests from %d clients; want at most %d", n, clients*each, clients, 2*clients)
 	}
 }
