@@ -3,8 +3,10 @@
 // the peer address or a metadata value as the key.
 //
 // A denied call fails with codes.ResourceExhausted carrying a RetryInfo
-// detail (google.rpc.RetryInfo) with the retry delay, which gRPC clients and
-// proxies understand, and x-ratelimit-* response headers. A store failure
+// detail (google.rpc.RetryInfo) with the retry delay, and the same delay
+// in the grpc-retry-pushback-ms trailer, which gRPC's own retry policy
+// waits for; its x-ratelimit-* numbers are trailers, an allowed call's
+// response headers. A store failure
 // under a fail-closed policy fails with codes.Unavailable; under the
 // default fail-local policy it is decided by an in-memory stand-in.
 package grpclimit
@@ -329,7 +331,7 @@ func (i *Interceptor) decide(ctx context.Context, method string, b *door.Batch[*
 			if err := statusOf(a, v); err != nil {
 				return err
 			}
-			return exhausted(fmt.Sprintf("concurrency limited: %d calls in flight already", p.Concurrency), d.RetryAfter)
+			return exhausted(ctx, fmt.Sprintf("concurrency limited: %d calls in flight already", p.Concurrency), d.RetryAfter)
 		}
 		if p.Limit != (sluice.Limit{}) {
 			b.Add(p, r, req, p.limits[:])
@@ -357,14 +359,15 @@ func (i *Interceptor) decide(ctx context.Context, method string, b *door.Batch[*
 		return nil
 	}
 	d := ds[v.Closest]
-	grpc.SetHeader(ctx, metadata.Pairs(
+	rate := []string{
 		"x-ratelimit-limit", strconv.FormatInt(d.Limit.Rate, 10),
 		"x-ratelimit-remaining", strconv.FormatInt(max(d.Remaining, 0), 10),
 		"x-ratelimit-reset", strconv.FormatInt(int64((d.ResetAfter+time.Second-1)/time.Second), 10),
-	))
-	if a == door.Limited {
-		return exhausted("rate limited", d.RetryAfter)
 	}
+	if a == door.Limited {
+		return exhausted(ctx, "rate limited", d.RetryAfter, rate...)
+	}
+	grpc.SetHeader(ctx, metadata.Pairs(rate...))
 	return nil
 }
 
@@ -381,8 +384,14 @@ func statusOf(a door.Answer, v sluice.Verdict) error {
 }
 
 // exhausted is the ResourceExhausted status of a refused call, with its
-// retry delay in the message and as RetryInfo.
-func exhausted(msg string, retry time.Duration) error {
+// retry delay in the message, as RetryInfo, and in whole milliseconds,
+// rounded up, as the grpc-retry-pushback-ms trailer, which gRPC's own
+// retry policy waits for (it reads no RetryInfo). The rate metadata goes
+// in the trailer too, with no header: an answer with headers commits the
+// call, and gRPC's retry would not retry it at all.
+func exhausted(ctx context.Context, msg string, retry time.Duration, rate ...string) error {
+	ms := int64((retry + time.Millisecond - 1) / time.Millisecond)
+	grpc.SetTrailer(ctx, metadata.Pairs(append(rate, "grpc-retry-pushback-ms", strconv.FormatInt(ms, 10))...))
 	st := status.New(codes.ResourceExhausted, fmt.Sprintf("%s; retry in %v", msg, retry))
 	if detailed, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)}); err == nil {
 		st = detailed

@@ -60,10 +60,15 @@ func TestUnaryDeniesWithRetryInfo(t *testing.T) {
 			t.Fatalf("call %d: x-ratelimit-remaining %v", i, got)
 		}
 	}
-	_, err := c.Check(ctx, &healthpb.HealthCheckRequest{})
+	var hdr, trailer metadata.MD
+	_, err := c.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Header(&hdr), grpc.Trailer(&trailer))
 	st := status.Convert(err)
 	if st.Code() != codes.ResourceExhausted {
 		t.Fatalf("4th call: %v; want ResourceExhausted", err)
+	}
+	// Trailers only: headers would commit the call against gRPC's retry.
+	if len(hdr) != 0 || len(trailer.Get("x-ratelimit-remaining")) != 1 || trailer.Get("x-ratelimit-remaining")[0] != "0" || len(trailer.Get("grpc-retry-pushback-ms")) != 1 {
+		t.Fatalf("4th call: headers %v, trailers %v; want the rate numbers and grpc-retry-pushback-ms as trailers", hdr, trailer)
 	}
 	var retry time.Duration
 	for _, d := range st.Details() {
@@ -189,5 +194,54 @@ func TestConcurrencyOutcomes(t *testing.T) {
 		if len(got) != 1 || got[0] != tc.want {
 			t.Fatalf("%v, store down: reported %v; want once %v", tc.mode, got, tc.want)
 		}
+	}
+}
+
+// A gRPC client whose service config retries ResourceExhausted waits for
+// what the server says (the grpc-retry-pushback-ms trailer, which gRPC's
+// own retry reads; it ignores RetryInfo) instead of its backoff of a
+// millisecond: its one retry is allowed. Without the trailer it spent its
+// three attempts within a few milliseconds, every one refused.
+func TestClientRetryWaitsForPushback(t *testing.T) {
+	var attempts atomic.Int64
+	ic, err := grpclimit.New(grpclimit.Options{
+		Store: memstore.New(memstore.Options{}),
+		Policies: []grpclimit.Policy{{
+			Name: "check", Method: "/grpc.health.v1.Health/Check", Key: grpclimit.PeerAddr(),
+			Limit: sluice.Limit{Algorithm: sluice.GCRA, Rate: 4, Period: time.Second, Burst: 4},
+		}},
+		OnResult: func(string, *sluice.Verdict) { attempts.Add(1) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(ic.Unary()))
+	healthpb.RegisterHealthServer(srv, health.NewServer())
+	go srv.Serve(lis)
+	defer srv.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(`{"methodConfig": [{"name": [{"service": "grpc.health.v1.Health"}],
+			"retryPolicy": {"maxAttempts": 3, "initialBackoff": "0.001s", "maxBackoff": "0.001s",
+				"backoffMultiplier": 1, "retryableStatusCodes": ["RESOURCE_EXHAUSTED"]}}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := healthpb.NewHealthClient(conn)
+	ctx := context.Background()
+	for i := range 4 {
+		if _, err := c.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+			t.Fatalf("call %d: %v", i, err)
+		}
+	}
+	attempts.Store(0)
+	var trailer metadata.MD
+	_, err = c.Check(ctx, &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
+	if err != nil || attempts.Load() != 2 {
+		t.Fatalf("the 5th call: %v after %d attempts (trailer %v); want allowed on its one retry", err, attempts.Load(), trailer)
 	}
 }
