@@ -184,7 +184,8 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 	hup := server.CatchSIGHUP() // before any listener: see WatchReload
 	var srv *server.Server
 	build := func(cfg *config.Config) error {
-		h, err := proxy.New(cfg, proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides(), Count: srv.CountCheck, Settled: srv.CountSettled, UnknownPlan: srv.NoteUnknownPlan}, u, log)
+		h, err := proxy.New(cfg, proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides(), Count: srv.CountCheck, Settled: srv.CountSettled, UnknownPlan: srv.NoteUnknownPlan,
+			UpstreamFailed: srv.CountUpstreamFailure}, u, log)
 		if err != nil {
 			return err
 		}

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -46,6 +47,11 @@ type Deps struct {
 	// header names a plan its policy does not have: the server's
 	// NoteUnknownPlan.
 	UnknownPlan func(policy, plan string)
+	// UpstreamFailed, if set, counts a request the upstream failed, once,
+	// by reason: unreachable (answered 502), timeout (no headers in
+	// time: 504), cut (its answer ended mid-body, and so did the
+	// client's): the server's CountUpstreamFailure.
+	UpstreamFailed func(reason string)
 }
 
 // New returns a handler that limits by cfg's policies and forwards what it
@@ -70,10 +76,54 @@ func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (ht
 	// their request (a new connection, and one in TIME_WAIT, per request
 	// under load).
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = upstreamIdleConns, upstreamIdleConns
-	rp.Transport = tr
+	logs := sample.New(1)
+	rp.Transport = cutWatch{tr, func(r *http.Request, err error) {
+		if deps.UpstreamFailed != nil {
+			deps.UpstreamFailed("cut")
+		}
+		if ok, held := logs.Allow("cut"); ok {
+			log.Warn("sluice proxy: the upstream's answer was cut: its client got the part that came", "method", r.Method, "path", r.URL.Path,
+				"error", err.Error(), "suppressed", held)
+		}
+	}}
 	rp.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
-	rp.ErrorHandler = upstreamFailed(log, sample.New(1))
+	rp.ErrorHandler = upstreamFailed(log, logs, deps.UpstreamFailed)
 	return fullDuplex(d.handler(forward(rp))), nil
+}
+
+// cutWatch tells cut of an upstream answer whose body fails to read before
+// its end while its client still waits: the client gets a cut answer
+// (ReverseProxy aborts it), and ReverseProxy logs only at debug level. A
+// protocol switch's body (a websocket) is left as it is: ReverseProxy
+// needs it to be writable.
+type cutWatch struct {
+	http.RoundTripper
+	cut func(*http.Request, error)
+}
+
+func (c cutWatch) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := c.RoundTripper.RoundTrip(r)
+	if err == nil && resp.StatusCode != http.StatusSwitchingProtocols {
+		resp.Body = &watchedBody{ReadCloser: resp.Body, r: r, cut: c.cut}
+	}
+	return resp, err
+}
+
+// watchedBody is an answer's body that reports its first failed read.
+type watchedBody struct {
+	io.ReadCloser
+	r    *http.Request
+	cut  func(*http.Request, error)
+	told bool
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && !b.told && b.r.Context().Err() == nil {
+		b.told = true
+		b.cut(b.r, err)
+	}
+	return n, err
 }
 
 // upstreamIdleConns is how many idle connections the proxy keeps to its
@@ -258,15 +308,18 @@ func limitsFor(p *config.Policy, runtime *overrides.Registry, unknown func(polic
 // counted against its client's limit, as every request that reached the
 // proxy is: an upstream that fails is no reason to give a client more
 // (docs/http.md).
-func upstreamFailed(log *slog.Logger, logs *sample.Sampler) func(http.ResponseWriter, *http.Request, error) {
+func upstreamFailed(log *slog.Logger, logs *sample.Sampler, count func(reason string)) func(http.ResponseWriter, *http.Request, error) {
 	return func(w http.ResponseWriter, r *http.Request, err error) {
 		if r.Context().Err() != nil {
 			return // the client went away: nobody to answer
 		}
-		status, title := http.StatusBadGateway, "the upstream failed"
+		status, title, reason := http.StatusBadGateway, "the upstream failed", "unreachable"
 		var ne net.Error
 		if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
-			status, title = http.StatusGatewayTimeout, "the upstream did not answer in time"
+			status, title, reason = http.StatusGatewayTimeout, "the upstream did not answer in time", "timeout"
+		}
+		if count != nil {
+			count(reason)
 		}
 		if ok, held := logs.Allow("upstream"); ok {
 			log.Warn("sluice proxy: upstream failed", "status", status, "method", r.Method, "path", r.URL.Path,

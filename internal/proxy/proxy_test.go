@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/faultproxy"
+	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/localsync"
 	"github.com/sluicehq/sluice/memstore"
@@ -393,5 +395,82 @@ func TestUpstreamConnectionsReused(t *testing.T) {
 	t.Logf("%d connections to the upstream for %d requests", dials.Load(), clients*each)
 	if n := dials.Load(); n > 2*clients {
 		t.Fatalf("%d connections to the upstream for %d requests from %d clients; want at most %d", n, clients*each, clients, 2*clients)
+	}
+}
+
+// Every way the upstream fails a request is told to Deps.UpstreamFailed
+// once and logged: refused (502), no headers in time (504), and an answer
+// cut mid-body, which reaches the client as a cut answer and was logged
+// only at debug level.
+func TestUpstreamFailuresCounted(t *testing.T) {
+	var mu sync.Mutex
+	failed := map[string]int{}
+	deps := Deps{UpstreamFailed: func(reason string) { mu.Lock(); failed[reason]++; mu.Unlock() }}
+	cut := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Length", "1000")
+		w.WriteHeader(200)
+		io.WriteString(w, "part of it")
+		w.(http.Flusher).Flush()
+		conn, _, _ := http.NewResponseController(w).Hijack()
+		conn.Close()
+	})
+	var logs logbuf.Buffer
+	up := httptest.NewServer(cut)
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	cfg, _ := config.Parse("test.yaml", []byte("listeners: {proxy_timeout: 200ms}\npolicies: [{name: p, limit: 100/1h}]"))
+	g, _ := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
+	deps.Guard = g
+	h, err := New(cfg, deps, u, slog.New(slog.NewTextHandler(&logs, nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	resp, err := http.Get(srv.URL + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err == nil {
+		t.Fatalf("a cut answer read whole: %q", body)
+	}
+	// The count comes as the proxy's copy fails; the client saw the cut
+	// once the proxy's handler ended.
+	mu.Lock()
+	got := failed["cut"]
+	mu.Unlock()
+	if got != 1 || !strings.Contains(logs.String(), "the upstream's answer was cut") {
+		t.Fatalf("cut %d times; log:\n%s", got, logs.String())
+	}
+
+	down, _ := url.Parse("http://127.0.0.1:1")
+	h, _ = New(cfg, deps, down, slog.New(slog.DiscardHandler))
+	refused := httptest.NewServer(h)
+	t.Cleanup(refused.Close)
+	if resp := get(t, refused.URL+"/x"); resp.StatusCode != 502 {
+		t.Fatalf("upstream down: %d", resp.StatusCode)
+	}
+	hung := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-r.Context().Done():
+		case <-hung:
+		}
+	}))
+	t.Cleanup(slow.Close)
+	t.Cleanup(func() { close(hung) })
+	u, _ = url.Parse(slow.URL)
+	h, _ = New(cfg, deps, u, slog.New(slog.DiscardHandler))
+	timing := httptest.NewServer(h)
+	t.Cleanup(timing.Close)
+	if resp := get(t, timing.URL+"/x"); resp.StatusCode != 504 {
+		t.Fatalf("upstream hung: %d", resp.StatusCode)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if want := map[string]int{"cut": 1, "unreachable": 1, "timeout": 1}; !maps.Equal(failed, want) {
+		t.Fatalf("counted %v; want %v", failed, want)
 	}
 }

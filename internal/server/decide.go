@@ -88,6 +88,13 @@ func (s *Server) CountSettled(policy string, estimate, actual int64, unread bool
 	s.activity.settled(policy, estimate, actual, unread)
 }
 
+// CountUpstreamFailure counts a request `sluice proxy` forwarded that its
+// upstream failed, by reason (unreachable, timeout, cut); the proxy logs
+// it.
+func (s *Server) CountUpstreamFailure(reason string) {
+	s.metrics.upstreamFailed.WithLabelValues(reason).Inc()
+}
+
 // outcome is the decision for one check or descriptor: every limit's
 // decision and the one closest to its limit.
 type outcome struct {

@@ -30,7 +30,9 @@ type metrics struct {
 	charged      *prometheus.CounterVec
 	unread       *prometheus.CounterVec
 	unknownPlan  *prometheus.CounterVec
-	detailed     seriesCap
+	// upstreamFailed is sluice proxy's requests its upstream failed.
+	upstreamFailed *prometheus.CounterVec
+	detailed       seriesCap
 }
 
 // seriesCap bounds the series that requests' own values name (detailed_metric):
@@ -116,6 +118,10 @@ func newMetrics() *metrics {
 			Name: "sluice_plan_unknown_total",
 			Help: "Checks and requests that named a plan their policy does not have (a check's plan, the proxy's plan_from header), decided by the key's override or else the policy's own limits, by policy.",
 		}, []string{"policy"}),
+		upstreamFailed: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_proxy_upstream_failures_total",
+			Help: "Requests sluice proxy forwarded that its upstream failed, by reason: unreachable (answered 502), timeout (no headers within listeners.proxy_timeout: 504), cut (the answer ended mid-body, and so did the client's).",
+		}, []string{"reason"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_config_reloads_total",
 			Help: "Config reloads by result: success or failure.",
@@ -128,7 +134,7 @@ func newMetrics() *metrics {
 	info.WithLabelValues(build.Version, build.Revision, strconv.FormatBool(build.Modified), build.Go).Set(1)
 	m.lastReload.SetToCurrentTime()
 	m.reloadOK.Set(1)
-	m.reg.MustRegister(info, m.checks, m.nearLimit, m.latency, m.storeLatency, m.storeCalls, m.reloads, m.lastReload, m.reloadOK, m.descriptors, m.refused, m.estimated, m.charged, m.unread, m.unknownPlan,
+	m.reg.MustRegister(info, m.checks, m.nearLimit, m.latency, m.storeLatency, m.storeCalls, m.reloads, m.lastReload, m.reloadOK, m.descriptors, m.refused, m.estimated, m.charged, m.unread, m.unknownPlan, m.upstreamFailed,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
