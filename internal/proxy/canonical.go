@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -146,11 +147,27 @@ func canonical(next http.Handler, keyHeaders []string) http.Handler {
 }
 
 // forward restores the URL canonical chose for the upstream, then calls next.
+// A body of a declared length is handed on as exactly that many bytes.
 func forward(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if u, ok := r.Context().Value(forwardKey{}).(*url.URL); ok {
 			r.URL = u
 		}
+		if r.ContentLength > 0 {
+			r.Body = declaredBody{io.LimitReader(r.Body, r.ContentLength), r.Body}
+		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// declaredBody is a request body that ends at its declared length by
+// itself. The transport reads a body once more after sending its declared
+// length, to check that it ends there; on the client's connection that
+// read raced net/http, which reads what is left of a body once the
+// answer's headers go out and then closes it: when the transport came
+// second it found the body closed, took it for a failed send and closed
+// the upstream connection, cutting an answer already on its way.
+type declaredBody struct {
+	io.Reader
+	io.Closer
 }

@@ -88,7 +88,7 @@ func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (ht
 	}}
 	rp.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 	rp.ErrorHandler = upstreamFailed(log, logs, deps.UpstreamFailed)
-	return fullDuplex(d.handler(forward(rp))), nil
+	return d.handler(forward(rp)), nil
 }
 
 // cutWatch tells cut of an upstream answer whose body fails to read before
@@ -129,22 +129,6 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 // upstreamIdleConns is how many idle connections the proxy keeps to its
 // upstream, for as many requests at once.
 const upstreamIdleConns = 256
-
-// fullDuplex lets next read a request's body while it writes the answer,
-// as a proxy streams both at once. Otherwise net/http (HTTP/1) reads what
-// is left of the body when the answer's headers go out, and closes it:
-// a client that sends the rest of its body after the start of the answer
-// waits for ever, and the transport's last read of a body already sent
-// finds it closed and cuts the upstream's connection, and the client's
-// answer, mid-body. HTTP/2 is full duplex already.
-func fullDuplex(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ProtoMajor == 1 {
-			http.NewResponseController(w).EnableFullDuplex()
-		}
-		next.ServeHTTP(w, r)
-	})
-}
 
 // decider is the one request-to-policies step of the proxy and of
 // forward-auth: a request's canonical form, the policies that match it,

@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"bytes"
-	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -258,53 +257,56 @@ policies:
 	}
 }
 
-// A body streams to the upstream while its answer streams back: a client
-// that sends the rest of its body only once the start of the answer came
-// back gets all of it back from an upstream that echoes as it reads.
-// Without full duplex, net/http reads what is left of the request body
-// once the answer's headers go out (here: waits for it, while the client
-// waits for the answer), and closes it, which cuts the upstream's
-// connection mid-answer when the transport reads the body once more.
-func TestBodyStreamsBothWays(t *testing.T) {
+// A body of a declared length is sent to the upstream without being read
+// past its end. The transport read it once more, to check it ended there,
+// and on a client's connection that read raced net/http's own read of what
+// is left once the answer's headers go out, which closes the body: when
+// the transport came second it took the closed body for a failed send and
+// closed the upstream connection, and the client got a cut answer.
+func TestBodyNotReadPastItsLength(t *testing.T) {
 	echo := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rc := http.NewResponseController(w)
-		if err := rc.EnableFullDuplex(); err != nil {
-			t.Error(err)
-		}
-		buf := make([]byte, 4<<10)
-		for {
-			n, err := r.Body.Read(buf)
-			w.Write(buf[:n])
-			rc.Flush()
-			if err != nil {
-				return
-			}
-		}
+		b, _ := io.ReadAll(r.Body) // all of it first: HTTP/1 reads no more of a body once the answer starts
+		w.Write(b)
 	})
-	srv := gatewayTo(t, "policies: [{name: p, limit: 100/1h}]", memstore.New(memstore.Options{}), echo, Deps{})
-	t.Cleanup(srv.CloseClientConnections) // a handler stuck reading, before srv.Close waits for it
-	first, rest := bytes.Repeat([]byte("a"), 4<<10), bytes.Repeat([]byte("b"), 64<<10)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a guard against the deadlock
-	defer cancel()
-	pr, pw := io.Pipe()
-	context.AfterFunc(ctx, func() { pw.CloseWithError(ctx.Err()) })
-	req, _ := http.NewRequestWithContext(ctx, "POST", srv.URL+"/echo", pr)
-	req.ContentLength = int64(len(first) + len(rest))
-	go pw.Write(first)
-	resp, err := http.DefaultClient.Do(req)
+	up := httptest.NewServer(echo)
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	cfg, _ := config.Parse("test.yaml", []byte("policies: [{name: p, limit: 100/1h}]"))
+	g, _ := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
+	h, err := New(cfg, Deps{Guard: g}, u, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer resp.Body.Close()
-	got := make([]byte, len(first))
-	if _, err := io.ReadFull(resp.Body, got); err != nil || !bytes.Equal(got, first) {
-		t.Fatalf("the start of the answer: %q, %v", got, err)
+	body := bytes.Repeat([]byte("0123456789"), 100_000)
+	b := &endWatch{b: body}
+	req := httptest.NewRequest("POST", "/upload", b)
+	req.ContentLength = int64(len(body))
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	if rec.Code != 200 || !bytes.Equal(rec.Body.Bytes(), body) {
+		t.Fatalf("%d, %d bytes back of %d", rec.Code, rec.Body.Len(), len(body))
 	}
-	go func() { pw.Write(rest); pw.Close() }()
-	got, err = io.ReadAll(resp.Body)
-	if err != nil || !bytes.Equal(got, rest) {
-		t.Fatalf("%d bytes back of %d (%v)", len(got), len(rest), err)
+	if b.pastEnd.Load() != 0 {
+		t.Fatalf("the body was read %d times past its end", b.pastEnd.Load())
 	}
+}
+
+// endWatch counts the reads of b once all of it was read.
+type endWatch struct {
+	b       []byte
+	read    atomic.Int64
+	pastEnd atomic.Int64
+}
+
+func (e *endWatch) Read(p []byte) (int, error) {
+	off := e.read.Load()
+	if off == int64(len(e.b)) {
+		e.pastEnd.Add(1)
+		return 0, io.EOF
+	}
+	n := copy(p, e.b[off:])
+	e.read.Add(int64(n))
+	return n, nil
 }
 
 // countingReader counts the bytes read from it.
