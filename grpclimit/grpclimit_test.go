@@ -134,11 +134,13 @@ func TestStreamsInFlight(t *testing.T) {
 	c := serve(t, grpclimit.Options{Store: memstore.New(memstore.Options{}), Policies: []grpclimit.Policy{
 		{Name: "watch", Method: "/grpc.health.v1.Health/Watch", Concurrency: 2, Key: grpclimit.Method()},
 	}})
+	var trailer metadata.MD // the last stream's
 	open := func() (context.CancelFunc, error) {
 		ctx, cancel := context.WithCancel(context.Background())
 		s, err := c.Watch(ctx, &healthpb.HealthCheckRequest{})
 		if err == nil {
 			_, err = s.Recv()
+			trailer = s.Trailer()
 		}
 		return cancel, err
 	}
@@ -153,6 +155,9 @@ func TestStreamsInFlight(t *testing.T) {
 	if cancel, err := open(); status.Code(err) != codes.ResourceExhausted {
 		cancel()
 		t.Fatalf("third stream: %v; want ResourceExhausted", err)
+	}
+	if len(trailer.Get("grpc-retry-pushback-ms")) != 1 {
+		t.Fatalf("third stream's trailers %v; want grpc-retry-pushback-ms", trailer)
 	}
 	first()
 	var third context.CancelFunc
