@@ -183,9 +183,10 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 	var handler atomic.Pointer[http.Handler]
 	hup := server.CatchSIGHUP() // before any listener: see WatchReload
 	var srv *server.Server
+	var upstreamConns *http.Transport // one for the process: a reload keeps its connections
 	build := func(cfg *config.Config) error {
 		h, err := proxy.New(cfg, proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides(), Count: srv.CountCheck, Settled: srv.CountSettled, UnknownPlan: srv.NoteUnknownPlan,
-			UpstreamFailed: srv.CountUpstreamFailure}, u, log)
+			UpstreamFailed: srv.CountUpstreamFailure, Transport: upstreamConns}, u, log)
 		if err != nil {
 			return err
 		}
@@ -207,6 +208,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sluice proxy: store mode shard needs the peer service of `sluice serve`; run the proxy against a local-sync or Redis store, or in front of `sluice serve`")
 		return 2
 	}
+	upstreamConns = proxy.NewTransport(srv.Config().Listeners)
 	if err := build(srv.Config()); err != nil {
 		fail(stderr, "proxy", err)
 		return 1

@@ -52,6 +52,9 @@ type Deps struct {
 	// time: 504), cut (its answer ended mid-body, and so did the
 	// client's): the server's CountUpstreamFailure.
 	UpstreamFailed func(reason string)
+	// Transport is the connections to the upstream, kept across reloads;
+	// nil: a new one, NewTransport(cfg.Listeners).
+	Transport *http.Transport
 }
 
 // New returns a handler that limits by cfg's policies and forwards what it
@@ -67,15 +70,10 @@ func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (ht
 	}
 	rp := httputil.NewSingleHostReverseProxy(upstream)
 	rp.FlushInterval = -1 // stream responses as they come
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	// An upstream that sends no headers within the proxy timeout gets
-	// its client a 504, not a connection the listener cuts.
-	tr.ResponseHeaderTimeout = cfg.Listeners.ProxyTimeout
-	// Every request goes to the one upstream: keep a connection for each
-	// of as many at once, where net/http keeps 2 and closes the rest after
-	// their request (a new connection, and one in TIME_WAIT, per request
-	// under load).
-	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = upstreamIdleConns, upstreamIdleConns
+	tr := deps.Transport
+	if tr == nil {
+		tr = NewTransport(cfg.Listeners)
+	}
 	logs := sample.New(1)
 	rp.Transport = cutWatch{tr, func(r *http.Request, err error) {
 		if deps.UpstreamFailed != nil {
@@ -124,6 +122,22 @@ func (b *watchedBody) Read(p []byte) (int, error) {
 		b.cut(b.r, err)
 	}
 	return n, err
+}
+
+// NewTransport returns the connections to an upstream under l. A process
+// makes one and gives it to each New (Deps.Transport), so that a reload
+// keeps them; l is taken once, as the listeners section is.
+func NewTransport(l config.Listeners) *http.Transport {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// An upstream that sends no headers within the proxy timeout gets
+	// its client a 504, not a connection the listener cuts.
+	tr.ResponseHeaderTimeout = l.ProxyTimeout
+	// Every request goes to the one upstream: keep a connection for each
+	// of as many at once, where net/http keeps 2 and closes the rest after
+	// their request (a new connection, and one in TIME_WAIT, per request
+	// under load).
+	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = upstreamIdleConns, upstreamIdleConns
+	return tr
 }
 
 // upstreamIdleConns is how many idle connections the proxy keeps to its
