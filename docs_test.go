@@ -59,11 +59,13 @@ func TestDocsGoExamplesCompile(t *testing.T) {
 		"redisstore": "github.com/sluicehq/sluice/redisstore", "httplimit": "github.com/sluicehq/sluice/httplimit",
 		"clientip": "github.com/sluicehq/sluice/clientip", "httpretry": "github.com/sluicehq/sluice/httpretry",
 		"grpclimit": "github.com/sluicehq/sluice/grpclimit", "time": "time", "http": "net/http", "context": "context", "log": "log",
+		"grpc": "google.golang.org/grpc",
 	}
 	given := map[string]string{ // what the prose around the examples names
 		"ctx": "context.Context", "store": "sluice.Store", "mux": "*http.ServeMux", "ip": "*clientip.Resolver",
 		"loginLimit": "sluice.Limit", "apiLimit": "sluice.Limit", "searchLimit": "sluice.Limit", "trial": "sluice.Limit",
 		"limitsOfCustomer": "func(string) []sluice.Limit",
+		"addr": "string", "creds": "grpc.DialOption",
 	}
 	var src strings.Builder
 	used := map[string]bool{"context": true, "sluice": true, "http": true, "clientip": true}
