@@ -65,7 +65,7 @@ func TestDocsGoExamplesCompile(t *testing.T) {
 		"ctx": "context.Context", "store": "sluice.Store", "mux": "*http.ServeMux", "ip": "*clientip.Resolver",
 		"loginLimit": "sluice.Limit", "apiLimit": "sluice.Limit", "searchLimit": "sluice.Limit", "trial": "sluice.Limit",
 		"limitsOfCustomer": "func(string) []sluice.Limit",
-		"addr": "string", "creds": "grpc.DialOption",
+		"addr":             "string", "creds": "grpc.DialOption",
 	}
 	var src strings.Builder
 	used := map[string]bool{"context": true, "sluice": true, "http": true, "clientip": true}
