@@ -6,9 +6,9 @@
 // detail (google.rpc.RetryInfo) with the retry delay, and the same delay
 // in the grpc-retry-pushback-ms trailer, which gRPC's own retry policy
 // waits for; its x-ratelimit-* numbers are trailers, an allowed call's
-// response headers. A store failure
-// under a fail-closed policy fails with codes.Unavailable; under the
-// default fail-local policy it is decided by an in-memory stand-in.
+// response headers. A store failure under a fail-closed policy fails with
+// codes.Unavailable, told a second the same two ways; under the default
+// fail-local policy it is decided by an in-memory stand-in.
 package grpclimit
 
 import (
@@ -328,7 +328,7 @@ func (i *Interceptor) decide(ctx context.Context, method string, b *door.Batch[*
 			if i.opts.OnResult != nil {
 				i.opts.OnResult(method, &v)
 			}
-			if err := statusOf(a, v); err != nil {
+			if err := statusOf(ctx, a, v); err != nil {
 				return err
 			}
 			return exhausted(ctx, fmt.Sprintf("concurrency limited: %d calls in flight already", p.Concurrency), d.RetryAfter)
@@ -352,7 +352,7 @@ func (i *Interceptor) decide(ctx context.Context, method string, b *door.Batch[*
 			}
 		}
 	}
-	if err := statusOf(a, v); err != nil {
+	if err := statusOf(ctx, a, v); err != nil {
 		return err
 	}
 	if v.Closest < 0 {
@@ -373,26 +373,32 @@ func (i *Interceptor) decide(ctx context.Context, method string, b *door.Batch[*
 
 // statusOf is the status of an Invalid or Unavailable answer; nil for the
 // others.
-func statusOf(a door.Answer, v sluice.Verdict) error {
+func statusOf(ctx context.Context, a door.Answer, v sluice.Verdict) error {
 	switch a {
 	case door.Invalid:
 		return status.Error(codes.InvalidArgument, v.Err.Error())
 	case door.Unavailable:
-		return status.Error(codes.Unavailable, "rate limiter unavailable")
+		return refused(ctx, codes.Unavailable, "rate limiter unavailable", door.UnavailableRetry)
 	}
 	return nil
 }
 
-// exhausted is the ResourceExhausted status of a refused call, with its
-// retry delay in the message, as RetryInfo, and in whole milliseconds,
-// rounded up, as the grpc-retry-pushback-ms trailer, which gRPC's own
-// retry policy waits for (it reads no RetryInfo). The rate metadata goes
-// in the trailer too, with no header: an answer with headers commits the
-// call, and gRPC's retry would not retry it at all.
+// exhausted is the ResourceExhausted status of a call refused by its
+// limits, with rate, their metadata.
 func exhausted(ctx context.Context, msg string, retry time.Duration, rate ...string) error {
+	return refused(ctx, codes.ResourceExhausted, msg, retry, rate...)
+}
+
+// refused is the status code of a refused call, with its retry delay in
+// the message, as RetryInfo, and in whole milliseconds, rounded up, as the
+// grpc-retry-pushback-ms trailer, which gRPC's own retry policy waits for
+// (it reads no RetryInfo). The rate metadata goes in the trailer too, with
+// no header: an answer with headers commits the call, and gRPC's retry
+// would not retry it at all.
+func refused(ctx context.Context, code codes.Code, msg string, retry time.Duration, rate ...string) error {
 	ms := int64((retry + time.Millisecond - 1) / time.Millisecond)
 	grpc.SetTrailer(ctx, metadata.Pairs(append(rate, "grpc-retry-pushback-ms", strconv.FormatInt(ms, 10))...))
-	st := status.New(codes.ResourceExhausted, fmt.Sprintf("%s; retry in %v", msg, retry))
+	st := status.New(code, fmt.Sprintf("%s; retry in %v", msg, retry))
 	if detailed, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(retry)}); err == nil {
 		st = detailed
 	}

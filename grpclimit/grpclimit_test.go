@@ -70,13 +70,7 @@ func TestUnaryDeniesWithRetryInfo(t *testing.T) {
 	if len(hdr) != 0 || len(trailer.Get("x-ratelimit-remaining")) != 1 || trailer.Get("x-ratelimit-remaining")[0] != "0" || len(trailer.Get("grpc-retry-pushback-ms")) != 1 {
 		t.Fatalf("4th call: headers %v, trailers %v; want the rate numbers and grpc-retry-pushback-ms as trailers", hdr, trailer)
 	}
-	var retry time.Duration
-	for _, d := range st.Details() {
-		if ri, ok := d.(*errdetails.RetryInfo); ok {
-			retry = ri.RetryDelay.AsDuration()
-		}
-	}
-	if retry <= 0 || retry > 20*time.Second {
+	if retry := retryDelay(err); retry <= 0 || retry > 20*time.Second {
 		t.Fatalf("RetryInfo delay %v; want (0, 20s] for 3/min", retry)
 	}
 }
@@ -111,8 +105,14 @@ func TestFailClosedAndShadow(t *testing.T) {
 	c := serve(t, grpclimit.Options{Store: down, Policies: []grpclimit.Policy{
 		{Name: "p", Limit: sluice.PerMinute(100), Key: grpclimit.PeerAddr(), FailMode: sluice.FailClosed},
 	}})
-	if _, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{}); status.Code(err) != codes.Unavailable {
+	var trailer metadata.MD
+	_, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{}, grpc.Trailer(&trailer))
+	if status.Code(err) != codes.Unavailable {
 		t.Fatalf("store down, fail-closed: %v; want Unavailable", err)
+	}
+	// Told to come back in a second, as HTTP's 503 says with Retry-After.
+	if p := trailer.Get("grpc-retry-pushback-ms"); len(p) != 1 || p[0] != "1000" || retryDelay(err) != time.Second {
+		t.Fatalf("store down, fail-closed: pushback %v, RetryInfo %v; want 1000 ms, 1s", p, retryDelay(err))
 	}
 	var shadowed atomic.Int64
 	c = serve(t, grpclimit.Options{Store: memstore.New(memstore.Options{}), Policies: []grpclimit.Policy{
@@ -249,4 +249,14 @@ func TestClientRetryWaitsForPushback(t *testing.T) {
 	if err != nil || attempts.Load() != 2 {
 		t.Fatalf("the 5th call: %v after %d attempts (trailer %v); want allowed on its one retry", err, attempts.Load(), trailer)
 	}
+}
+
+// retryDelay is the RetryInfo delay err carries; 0 for none.
+func retryDelay(err error) time.Duration {
+	for _, d := range status.Convert(err).Details() {
+		if ri, ok := d.(*errdetails.RetryInfo); ok {
+			return ri.RetryDelay.AsDuration()
+		}
+	}
+	return 0
 }

@@ -323,7 +323,7 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 	case door.Unavailable:
 		res.FailedClosed = true
 		m.report(r, res)
-		m.refuse(w, r, s, res, http.StatusServiceUnavailable, time.Second)
+		m.refuse(w, r, s, res, http.StatusServiceUnavailable, door.UnavailableRetry)
 		return false
 	case door.Limited:
 		d := ds[res.Closest]
@@ -410,7 +410,7 @@ func (m *Middleware) refuseSlot(w http.ResponseWriter, r *http.Request, s *scrat
 	case door.Unavailable:
 		res.Err, res.FailedClosed = v.Err, true
 		m.report(r, res)
-		m.refuse(w, r, s, res, http.StatusServiceUnavailable, time.Second)
+		m.refuse(w, r, s, res, http.StatusServiceUnavailable, door.UnavailableRetry)
 		return
 	}
 	res.Err = v.Err // the store's, when the stand-in denied

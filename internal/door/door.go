@@ -21,6 +21,7 @@ package door
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/memstore"
@@ -61,6 +62,12 @@ func OnMissing(p *Policy) Action {
 	}
 	return ByAddress
 }
+
+// UnavailableRetry is the wait a caller refused for a failed store under
+// a fail-closed policy is told (HTTP's 503 Retry-After, gRPC's
+// Unavailable): a second, long enough not to hammer the store it failed
+// on, short enough to find it back.
+const UnavailableRetry = time.Second
 
 // ErrIdentityTooLong is wrapped by Identity's error.
 var ErrIdentityTooLong = fmt.Errorf("request identity too long: at most %d bytes", sluice.MaxIdentityLen)
