@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -181,4 +182,36 @@ policies:
 	if rateHeader != "3" {
 		t.Fatalf("%s passed X-RateLimit-Limit %q to the upstream with an allowed request; want 3", gw.name, rateHeader)
 	}
+	// The gateway keeps its connections to sluice: 18 checks closed none
+	// of them (a closed one stays in TIME_WAIT on sluice's side for a
+	// minute), where one per check costs a connection each, and one in
+	// TIME_WAIT, at the gateway's full rate.
+	_, port, _ := net.SplitHostPort(p.http)
+	if n := timeWaits(t, port); n > 0 {
+		t.Fatalf("%s closed %d connections to sluice for 18 checks; want none: keep-alive", gw.name, n)
+	}
+}
+
+// timeWaits counts the TCP connections on this host's local port that
+// were closed from that side and wait out TIME_WAIT (/proc/net/tcp).
+func timeWaits(t *testing.T, port string) int {
+	t.Helper()
+	n := 0
+	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(line)
+			if len(f) < 4 || f[3] != "06" { // TIME_WAIT
+				continue
+			}
+			_, hex, _ := strings.Cut(f[1], ":")
+			if local, err := strconv.ParseUint(hex, 16, 16); err == nil && strconv.FormatUint(local, 10) == port {
+				n++
+			}
+		}
+	}
+	return n
 }
