@@ -16,9 +16,10 @@ import (
 // without a restart: Redis keeps the connections authenticated before,
 // and new ones need the new password once the old one is removed (ACL
 // SETUSER name >new, then <old). A file that cannot be read then leaves
-// the last password read in use (rotated.File). Not for Sentinel, whose
-// client gives the sentinels' connections the same credentials.
-func usePasswordFile(opt *rueidis.ClientOption, path string, log *slog.Logger) error {
+// the last password read in use (rotated.File); files gets it. Not for
+// Sentinel, whose client gives the sentinels' connections the same
+// credentials.
+func usePasswordFile(opt *rueidis.ClientOption, path string, log *slog.Logger, files *[]rotated.Counted) error {
 	switch {
 	case opt.Sentinel.MasterSet != "":
 		return errors.New("redisstore: password_file is not for Sentinel: give the password in the URL")
@@ -29,6 +30,7 @@ func usePasswordFile(opt *rueidis.ClientOption, path string, log *slog.Logger) e
 	if err != nil {
 		return fmt.Errorf("redisstore: %w", err)
 	}
+	*files = append(*files, f)
 	user := opt.Username
 	opt.AuthCredentialsFn = func(rueidis.AuthCredentialsContext) (rueidis.AuthCredentials, error) {
 		password, _ := f.Read() // a failure is logged, and the last password stays

@@ -59,6 +59,9 @@ func TestPasswordFileRotatedWithoutRestart(t *testing.T) {
 	if log := logged.String(); strings.Count(log, "redis password_file could not be read again") != 1 || strings.Count(log, "redis password_file read again") != 1 {
 		t.Fatalf("want one warning of the unreadable file and one line of its end; logged:\n%s", log)
 	}
+	if store.FileErrors() == 0 {
+		t.Fatal("the reads of the removed file were not counted (FileErrors)")
+	}
 	if strings.Contains(logged.String(), "second") {
 		t.Fatalf("a password was logged:\n%s", logged.String())
 	}

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/internal/rotated"
 )
 
 // A user key holding braces, backslashes or binary bytes is always the
@@ -47,7 +48,7 @@ func TestParseURL(t *testing.T) {
 		{"redis-sentinel://s1:26379,s2:26379/mymaster", []string{"s1:26379", "s2:26379"}, "mymaster", false, ""},
 	}
 	for _, tt := range tests {
-		opt, _, err := parseURL(tt.url, TLS{}, "", nil)
+		opt, _, err := parseURL(tt.url, TLS{}, "", nil, new([]rotated.Counted))
 		if err != nil {
 			t.Errorf("%s: %v", tt.url, err)
 			continue
@@ -70,14 +71,14 @@ func TestParseURL(t *testing.T) {
 		"redis://h:6379?sentinel_password=p",               // not Sentinel
 		"redis-sentinel://s1:26379/m?db=2&client_name=app", // rueidis's, which a sentinel URL does not read
 	} {
-		if _, _, err := parseURL(bad, TLS{}, "", nil); err == nil {
+		if _, _, err := parseURL(bad, TLS{}, "", nil, new([]rotated.Counted)); err == nil {
 			t.Errorf("%s: accepted", bad)
 		}
 	}
 	// Sentinel: the sentinels' credentials apart from Redis's, and the
 	// master asked for every few seconds, whichever form names it.
 	for _, u := range []string{"redis-sentinel://u:p@s1:26379/m?sentinel_username=su&sentinel_password=sp", "redis://u:p@s1:26379?master_set=m&sentinel_username=su&sentinel_password=sp"} {
-		opt, _, err := parseURL(u, TLS{}, "", nil)
+		opt, _, err := parseURL(u, TLS{}, "", nil, new([]rotated.Counted))
 		if err != nil || opt.Sentinel.MasterSet != "m" || opt.Username != "u" || opt.Password != "p" || opt.Sentinel.Username != "su" || opt.Sentinel.Password != "sp" || opt.Sentinel.TopologyRefreshInterval != sentinelRefresh {
 			t.Errorf("%s: %+v, %v", u, opt.Sentinel, err)
 		}

@@ -89,8 +89,9 @@ type Store struct {
 	lastDial time.Time
 	dialErr  error
 	retry    time.Duration
-	stop     chan struct{}   // closed by Close: OnConnect's goroutine ends
-	demoted  *sample.Sampler // logs the clients closed for a replica's READONLY
+	stop     chan struct{}     // closed by Close: OnConnect's goroutine ends
+	demoted  *sample.Sampler   // logs the clients closed for a replica's READONLY
+	files    []rotated.Counted // the files Open reads again: FileErrors
 
 	batch batcher
 	clock clock
@@ -145,7 +146,8 @@ func newStore(opts Options) *Store {
 // unreachable it still returns: calls fail at once with an error wrapping
 // ErrNotConnected, and the connection is retried every ReconnectInterval.
 func Open(rawURL string, opts Options) (*Store, error) {
-	opt, prefix, err := parseURL(rawURL, opts.TLS, opts.PasswordFile, opts.Logger)
+	var files []rotated.Counted
+	opt, prefix, err := parseURL(rawURL, opts.TLS, opts.PasswordFile, opts.Logger, &files)
 	if err != nil {
 		return nil, err
 	}
@@ -155,7 +157,7 @@ func Open(rawURL string, opts Options) (*Store, error) {
 	opt.ReadBufferEachConn, opt.WriteBufferEachConn = connBuffer, connBuffer
 	opt.RingScaleEachConn = ringScale
 	s := newStore(opts)
-	s.owned, s.opt = true, opt
+	s.owned, s.opt, s.files = true, opt, files
 	s.watchDials(opts.OnConnect)
 	s.mu.Lock()
 	s.dialLocked()
@@ -190,9 +192,9 @@ const sentinelRefresh = 5 * time.Second
 
 // parseURL reads raw, with t and the URL's tls_* parameters as its TLS
 // and passwordFile or its password_file parameter as its password, and
-// returns its prefix parameter; log hears of a CA bundle or password file
-// that cannot be read again.
-func parseURL(raw string, t TLS, passwordFile string, log *slog.Logger) (opt rueidis.ClientOption, prefix string, err error) {
+// returns its prefix parameter; log hears of a CA bundle, certificate or
+// password file that cannot be read again, and files gets each of them.
+func parseURL(raw string, t TLS, passwordFile string, log *slog.Logger, files *[]rotated.Counted) (opt rueidis.ClientOption, prefix string, err error) {
 	u, err := url.Parse(raw)
 	if err != nil {
 		return opt, "", fmt.Errorf("redisstore: %w", withoutURL(err))
@@ -234,7 +236,7 @@ func parseURL(raw string, t TLS, passwordFile string, log *slog.Logger) (opt rue
 		return opt, "", errors.New("redisstore: sentinel_username and sentinel_password are for Sentinel: a redis-sentinel:// URL, or one with master_set")
 	}
 	if passwordFile != "" {
-		if err := usePasswordFile(&opt, passwordFile, log); err != nil {
+		if err := usePasswordFile(&opt, passwordFile, log, files); err != nil {
 			return opt, "", err
 		}
 	}
@@ -242,7 +244,7 @@ func parseURL(raw string, t TLS, passwordFile string, log *slog.Logger) (opt rue
 		return opt, prefix, nil
 	}
 	var ca *rotated.File[*x509.CertPool]
-	if opt.TLSConfig, ca, err = t.config(opt.TLSConfig, log); err != nil {
+	if opt.TLSConfig, ca, err = t.config(opt.TLSConfig, log, files); err != nil {
 		return opt, "", err
 	}
 	if ca != nil {
@@ -382,6 +384,18 @@ func (s *Store) Client() (rueidis.Client, error) {
 
 // Prefix returns the prefix of the store's keys.
 func (s *Store) Prefix() string { return s.prefix }
+
+// FileErrors returns how many times a file Open was given (the password
+// file, the TLS CA bundle, the client certificate and key) could not be
+// read again, each time leaving the last good one in use; 0 for a Store
+// from New.
+func (s *Store) FileErrors() uint64 {
+	var n uint64
+	for _, f := range s.files {
+		n += f.Failures()
+	}
+	return n
+}
 
 // ClockErrors returns how many measurements of Redis's clock (TIME) have
 // failed. A call's deadline travels to Redis in Redis's time, so that a

@@ -80,9 +80,9 @@ func tlsFromURL(u *url.URL, t TLS) (TLS, error) {
 
 // config returns the tls.Config of t over base (the URL's, or nil), and
 // the CA bundle that a dial must read again (nil without CAFile), which
-// tells log of its failures. The files are read now, so that a missing
-// or bad one is an error of Open.
-func (t TLS) config(base *tls.Config, log *slog.Logger) (*tls.Config, *rotated.File[*x509.CertPool], error) {
+// tells log of its failures; files gets each file read again. The files
+// are read now, so that a missing or bad one is an error of Open.
+func (t TLS) config(base *tls.Config, log *slog.Logger, files *[]rotated.Counted) (*tls.Config, *rotated.File[*x509.CertPool], error) {
 	c := &tls.Config{MinVersion: tls.VersionTLS12}
 	if base != nil {
 		c = base.Clone()
@@ -93,6 +93,7 @@ func (t TLS) config(base *tls.Config, log *slog.Logger) (*tls.Config, *rotated.F
 		if ca, err = rotated.Open(t.CAFile, "redis TLS ca_file", parseCAs, log); err != nil {
 			return nil, nil, fmt.Errorf("redisstore: %w", err)
 		}
+		*files = append(*files, ca)
 		c.RootCAs = ca.Last()
 	}
 	if (t.CertFile == "") != (t.KeyFile == "") {
@@ -111,6 +112,7 @@ func (t TLS) config(base *tls.Config, log *slog.Logger) (*tls.Config, *rotated.F
 		if err != nil {
 			return nil, nil, fmt.Errorf("redisstore: %w", err)
 		}
+		*files = append(*files, pair)
 		c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 			cert, _ := pair.Read() // the last good pair while the two files are half rotated
 			return cert, nil

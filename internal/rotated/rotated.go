@@ -4,7 +4,7 @@
 // Read reads the file again, and parses it when it changed; a file that
 // cannot be read or parsed at that moment (half-written, removed) leaves
 // the last good value in use. The first failure of a run is logged, and
-// its end.
+// its end; every failed Read is counted (Failures).
 package rotated
 
 import (
@@ -13,6 +13,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 )
 
 // File is a file and the value last parsed from it. Its methods are safe
@@ -26,6 +27,8 @@ type File[T any] struct {
 	raw []byte // as last parsed
 	val T
 	err error // of the last reading, when it left val as it was
+
+	failures atomic.Uint64 // Reads that failed
 }
 
 // Open reads path, which holds what (named in errors and log lines, such
@@ -60,6 +63,9 @@ func (f *File[T]) Read() (T, error) {
 		}
 		f.raw, f.val, f.err = raw, v, nil
 	}
+	if f.err != nil {
+		f.failures.Add(1)
+	}
 	switch {
 	case f.log == nil:
 	case f.err != nil && was == nil:
@@ -69,6 +75,13 @@ func (f *File[T]) Read() (T, error) {
 	}
 	return f.val, f.err
 }
+
+// Failures returns how many Reads failed since Open: each left the last
+// good value in use.
+func (f *File[T]) Failures() uint64 { return f.failures.Load() }
+
+// Counted is a File of any value, for counting its failures.
+type Counted interface{ Failures() uint64 }
 
 // Last returns the last good value, without reading the file.
 func (f *File[T]) Last() T {

@@ -13,7 +13,8 @@ import (
 
 // A file's steps through a rotation: each Read answers the file as it is,
 // or the last good value with the failure that kept it; the first failure
-// of a run is logged, and its end, and nothing else.
+// of a run is logged, and its end, and nothing else; each failed Read is
+// counted.
 func TestFileThroughARotation(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "token")
 	if _, err := rotated.Open(path, "token file", rotated.Text, nil); err == nil || !strings.Contains(err.Error(), "token file") {
@@ -48,6 +49,9 @@ func TestFileThroughARotation(t *testing.T) {
 		if got != step.want || (err != nil) != step.failing || f.Last() != step.want {
 			t.Fatalf("after writing %q: Read %q, %v; Last %q; want %q, failing %v", step.write, got, err, f.Last(), step.want, step.failing)
 		}
+	}
+	if f.Failures() != 2 {
+		t.Fatalf("%d failed reads counted; want 2", f.Failures())
 	}
 	if log := logged.String(); strings.Count(log, "level=WARN") != 1 || strings.Count(log, "token file read again") != 1 || strings.Count(log, "\n") != 2 {
 		t.Fatalf("want one warning and one line of its end; logged:\n%s", log)

@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -274,6 +275,22 @@ func TestAdminTokenFileRotated(t *testing.T) {
 	write("third")
 	if code, _ := bearer(t, admin, "third"); code != 200 {
 		t.Fatalf("the token written again: %d", code)
+	}
+	// Counted too: at least the two requests that read it emptied and gone.
+	resp, err := http.Get("http://" + s.Addrs().HTTP + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var failed float64
+	for line := range strings.SplitSeq(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, "sluice_admin_token_file_errors_total "); ok {
+			failed, _ = strconv.ParseFloat(v, 64)
+		}
+	}
+	if failed < 2 {
+		t.Fatalf("sluice_admin_token_file_errors_total = %v; want at least 2", failed)
 	}
 	if log := buf.String(); strings.Count(log, "admin token file could not be read again") != 1 || strings.Count(log, "admin token file read again") != 1 {
 		t.Fatalf("want one warning of the unreadable file and one line of its end; logged:\n%s", log)

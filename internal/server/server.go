@@ -131,6 +131,11 @@ func New(opts Options) (*Server, error) {
 	s := &Server{opts: opts, log: opts.Logger, metrics: newMetrics(), logs: sample.New(1), activity: newActivity()}
 	s.history.add(true, "")
 	s.cfg.Store(&state{cfg: cfg})
+	if f := opts.AdminTokenFile; f != nil {
+		s.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_admin_token_file_errors_total",
+			Help: "Reads of the admin token file (-admin-token-file) that failed, each at an admin request: the last token read stays in use; the first of a run is logged."},
+			func() float64 { return float64(f.Failures()) }))
+	}
 	if err := s.openStore(cfg); err != nil {
 		return nil, err
 	}
@@ -275,6 +280,9 @@ func (s *Server) openStore(cfg *config.Config) error {
 	s.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_redis_clock_errors_total",
 		Help: "Measurements of Redis's clock (TIME) that failed: deadlines travel to Redis in its time, so until one succeeds calls carry none, and after that they keep the last."},
 		func() float64 { return float64(rs.ClockErrors()) }))
+	s.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_redis_file_errors_total",
+		Help: "Reads of the store's password_file, TLS ca_file or client certificate and key that failed, each at a new connection: the last good one stays in use; the first of a run is logged."},
+		func() float64 { return float64(rs.FileErrors()) }))
 	if r := cfg.Store.Redis; r != nil && r.LocalSync != nil {
 		ls, err := localsync.New(localsync.Options{
 			Shared: rs, Interval: r.LocalSync.Interval, Instances: cfg.Store.Instances, Timeout: cfg.Store.Timeout,
