@@ -57,6 +57,9 @@ type Registry struct {
 	mu    sync.Mutex                                // serialises changes in the process
 	redis *shared                                   // nil: this process only
 	log   *slog.Logger
+
+	// What went wrong following Redis (Errors).
+	reloadErrs, subscribeErrs, unparsed atomic.Uint64
 }
 
 // New returns a Registry of this process alone.
@@ -74,6 +77,19 @@ func (r *Registry) Lookup(storeKey string) ([]sluice.Limit, bool) {
 	}
 	ls, ok := t[storeKey]
 	return ls, ok
+}
+
+// Errors counts what went wrong following the overrides in Redis, each
+// also logged, sampled.
+type Errors struct {
+	Reload    uint64 // reading them failed: the last ones read stay in force
+	Subscribe uint64 // the subscription to their changes was lost or refused: they arrive at the next reload, every 5s
+	Unparsed  uint64 // one did not parse, and was skipped
+}
+
+// Errors returns what went wrong following Redis since the registry started.
+func (r *Registry) Errors() Errors {
+	return Errors{Reload: r.reloadErrs.Load(), Subscribe: r.subscribeErrs.Load(), Unparsed: r.unparsed.Load()}
 }
 
 // LimitsFor returns the limits of key under p, for a request that names
@@ -235,6 +251,7 @@ func (r *Registry) follow(ctx context.Context, subscribed chan struct{}) {
 		}
 	}
 	go func() {
+		var reloads lineEvery // one line, then at most one a minute
 		t := time.NewTicker(reloadEvery)
 		defer t.Stop()
 		for {
@@ -245,7 +262,10 @@ func (r *Registry) follow(ctx context.Context, subscribed chan struct{}) {
 			case <-wake:
 			}
 			if err := r.reload(ctx); err != nil && ctx.Err() == nil {
-				r.log.Warn("overrides: reload from Redis failed", "error", err)
+				r.reloadErrs.Add(1)
+				if held, ok := reloads.allow(time.Minute); ok {
+					r.log.Warn("overrides: reload from Redis failed; the overrides read last stay in force", "error", err, "lines_held_back", held)
+				}
 			}
 		}
 	}()
@@ -273,6 +293,7 @@ func (r *Registry) follow(ctx context.Context, subscribed chan struct{}) {
 			return
 		}
 		settle() // NewShared waits no longer
+		r.subscribeErrs.Add(1)
 		if got.Load() {
 			backoff = retryFirst
 		}
@@ -361,6 +382,7 @@ func (r *Registry) reload(ctx context.Context) error {
 		}
 		ls, err := decode(v)
 		if err != nil {
+			r.unparsed.Add(1)
 			r.log.Warn("overrides: an override in Redis does not parse; skipped", "key", k, "value", v, "error", err)
 			continue
 		}

@@ -112,3 +112,34 @@ func TestSharedWithRedisDown(t *testing.T) {
 		t.Fatal("a change that failed was kept")
 	}
 }
+
+// An override written to Redis by hand that does not parse is skipped by
+// every instance's reload, and counted, not only logged.
+func TestUnparsedOverrideCounted(t *testing.T) {
+	srv := redistest.Standalone(t)
+	store, err := redisstore.Open(srv.URL(), redisstore.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(func() { cancel(); store.Close() })
+	r := overrides.NewShared(ctx, store.Client, store.Prefix(), nil)
+	client, err := store.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hset := client.B().Hset().Key(store.Prefix()+"{overrides}").FieldValue().FieldValue("api\x00broken", "not a limit").Build()
+	if err := client.Do(ctx, hset).Error(); err != nil {
+		t.Fatal(err)
+	}
+	// A change elsewhere reloads every instance before Set returns.
+	if _, err := r.Set(context.Background(), "api", "vip", []sluice.Limit{{Rate: 5, Period: time.Minute}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := r.Lookup("api\x00vip"); !ok {
+		t.Fatal("the good override was not applied")
+	}
+	if r.Errors().Unparsed == 0 {
+		t.Fatal("the override that does not parse was not counted")
+	}
+}

@@ -275,6 +275,19 @@ func (s *Server) openStore(cfg *config.Config) error {
 	follow, stop := context.WithCancel(context.Background())
 	go p.every(follow, preflightEvery) // a setting changed on a live server
 	s.overrides = overrides.NewShared(follow, rs.Client, rs.Prefix(), s.log)
+	for _, e := range []struct {
+		reason string
+		n      func(overrides.Errors) uint64
+	}{
+		{"reload", func(e overrides.Errors) uint64 { return e.Reload }},
+		{"subscribe", func(e overrides.Errors) uint64 { return e.Subscribe }},
+		{"unparsed", func(e overrides.Errors) uint64 { return e.Unparsed }},
+	} {
+		s.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_overrides_errors_total",
+			Help:        "What went wrong following the runtime overrides in Redis, by reason: reload (reading them failed: the last ones read stay in force), subscribe (the subscription to their changes was lost or refused: they arrive at the next reload, every 5s), unparsed (one did not parse, and was skipped).",
+			ConstLabels: prometheus.Labels{"reason": e.reason}},
+			func() float64 { return float64(e.n(s.overrides.Errors())) }))
+	}
 	s.store, s.closer, s.storeType = rs, func() { stop(); rs.Close() }, "redis"
 	s.redis = rs
 	s.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_redis_clock_errors_total",

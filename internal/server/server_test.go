@@ -499,3 +499,22 @@ func TestOperatorMetrics(t *testing.T) {
 		}
 	}
 }
+
+// On Redis, what goes wrong beside the checks is exported: the clock's
+// measurements, the files read again, the overrides followed.
+func TestRedisSideErrorsExported(t *testing.T) {
+	srv := redistest.Standalone(t)
+	r := start(t, "policies: [{name: p, limit: 10/1h}]\n", srv.URL())
+	m := r.metrics(t)
+	for _, series := range []string{
+		"sluice_redis_clock_errors_total ",
+		"sluice_redis_file_errors_total ",
+		`sluice_overrides_errors_total{reason="reload"} `,
+		`sluice_overrides_errors_total{reason="subscribe"} `,
+		`sluice_overrides_errors_total{reason="unparsed"} `,
+	} {
+		if !strings.Contains(m, "\n"+series) {
+			t.Errorf("%s is not exported", strings.TrimSpace(series))
+		}
+	}
+}
