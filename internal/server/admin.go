@@ -82,7 +82,7 @@ func (s *Server) adminHandler() http.Handler {
 		}
 		from := remoteIP(r)
 		if d, _ := failures.Peek(r.Context(), from); !d.Allowed {
-			s.log.Warn("admin: wrong tokens from this address; refused until the minute is over", "remote", from, "method", r.Method, "path", r.URL.Path)
+			s.refusedAdmin(lockedOut, "admin: wrong tokens from this address; refused until the minute is over", from, "method", r.Method, "path", r.URL.Path)
 			w.Header().Set("Retry-After", strconv.FormatInt(int64((d.RetryAfter+time.Second-1)/time.Second), 10))
 			problem(w, http.StatusTooManyRequests, "too many wrong tokens from this address; retry later", "")
 			return
@@ -93,7 +93,7 @@ func (s *Server) adminHandler() http.Handler {
 			if auth != "" { // a request without a credential guesses nothing
 				failures.Allow(r.Context(), from)
 			}
-			s.log.Warn("admin: refused: no valid bearer token", "remote", from, "method", r.Method, "path", r.URL.Path)
+			s.refusedAdmin(wrongToken, "admin: refused: no valid bearer token", from, "method", r.Method, "path", r.URL.Path)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
 			problem(w, http.StatusUnauthorized, "a valid bearer token is required", "")
 			return
@@ -239,4 +239,27 @@ func (s *Server) adminSetOverride(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(applied)
+}
+
+// Why the admin API or the status page refused a request for its token
+// (sluice_admin_refused_total's reasons).
+const (
+	wrongToken = "wrong_token" // none, or not the admin token
+	lockedOut  = "locked_out"  // from an address past adminFailures wrong tokens this minute
+)
+
+// refusedAdmin counts a request refused for reason, and logs msg with the
+// caller's address: each wrong token (an address is locked out after
+// adminFailures of them a minute, which bounds their lines), and locked
+// out requests once a second at most, with how many were held back.
+func (s *Server) refusedAdmin(reason, msg, from string, attrs ...any) {
+	s.metrics.adminRefused.WithLabelValues(reason).Inc()
+	if reason == lockedOut {
+		ok, held := s.logs.Allow("admin: " + lockedOut)
+		if !ok {
+			return
+		}
+		attrs = append(attrs, "suppressed", held)
+	}
+	s.log.Warn(msg, append([]any{"remote", from}, attrs...)...)
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -51,5 +52,22 @@ func TestAdminAudited(t *testing.T) {
 	}
 	if code, _ := call("GET", "/admin/config", "s3cret"); code != 429 {
 		t.Fatalf("right token from a throttled address: %d, want 429", code)
+	}
+	// A throttled address hammering away: every request counted, its
+	// lines at most one a second.
+	for range 50 {
+		call("GET", "/admin/config", "guess")
+	}
+	m := r.metrics(t)
+	for series, want := range map[string]int{
+		`sluice_admin_refused_total{reason="wrong_token"}`: adminFailures,
+		`sluice_admin_refused_total{reason="locked_out"}`:  52,
+	} {
+		if !strings.Contains(m, "\n"+series+" "+strconv.Itoa(want)+"\n") {
+			t.Errorf("want %s %d in the metrics", series, want)
+		}
+	}
+	if n := strings.Count(buf.String(), "admin: wrong tokens from this address"); n < 1 || n >= 52 {
+		t.Fatalf("%d lines for 52 requests from a throttled address; want one a second at most", n)
 	}
 }

@@ -32,6 +32,7 @@ type metrics struct {
 	unknownPlan  *prometheus.CounterVec
 	// upstreamFailed is sluice proxy's requests its upstream failed.
 	upstreamFailed *prometheus.CounterVec
+	adminRefused   *prometheus.CounterVec // by refusedAdmin's reasons
 	detailed       seriesCap
 }
 
@@ -122,6 +123,10 @@ func newMetrics() *metrics {
 			Name: "sluice_proxy_upstream_failures_total",
 			Help: "Requests sluice proxy forwarded that its upstream failed, by reason: unreachable (answered 502), timeout (no headers within listeners.proxy_timeout: 504), cut (the answer ended mid-body, and so did the client's).",
 		}, []string{"reason"}),
+		adminRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_admin_refused_total",
+			Help: "Requests to the admin API and the status page refused for their token, by reason: wrong_token (none, or not the admin token), locked_out (from an address past its wrong tokens for the minute).",
+		}, []string{"reason"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_config_reloads_total",
 			Help: "Config reloads by result: success or failure.",
@@ -134,7 +139,7 @@ func newMetrics() *metrics {
 	info.WithLabelValues(build.Version, build.Revision, strconv.FormatBool(build.Modified), build.Go).Set(1)
 	m.lastReload.SetToCurrentTime()
 	m.reloadOK.Set(1)
-	m.reg.MustRegister(info, m.checks, m.nearLimit, m.latency, m.storeLatency, m.storeCalls, m.reloads, m.lastReload, m.reloadOK, m.descriptors, m.refused, m.estimated, m.charged, m.unread, m.unknownPlan, m.upstreamFailed,
+	m.reg.MustRegister(info, m.checks, m.nearLimit, m.latency, m.storeLatency, m.storeCalls, m.reloads, m.lastReload, m.reloadOK, m.descriptors, m.refused, m.estimated, m.charged, m.unread, m.unknownPlan, m.upstreamFailed, m.adminRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

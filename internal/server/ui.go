@@ -175,7 +175,7 @@ func (u *ui) login(w http.ResponseWriter, r *http.Request) {
 	}
 	from := remoteIP(r)
 	if d, _ := u.failures.Peek(r.Context(), from); !d.Allowed {
-		u.s.log.Warn("ui: wrong tokens from this address; refused until the minute is over", "remote", from)
+		u.s.refusedAdmin(lockedOut, "ui: wrong tokens from this address; refused until the minute is over", from)
 		w.WriteHeader(http.StatusTooManyRequests)
 		u.render(w, r, loginPage(page, "Too many wrong tokens from this address: try again in a minute."))
 		return
@@ -184,7 +184,7 @@ func (u *ui) login(w http.ResponseWriter, r *http.Request) {
 		if given != "" { // an empty form guesses nothing
 			u.failures.Allow(r.Context(), from)
 		}
-		u.s.log.Warn("ui: refused: wrong admin token", "remote", from)
+		u.s.refusedAdmin(wrongToken, "ui: refused: wrong admin token", from)
 		w.WriteHeader(http.StatusUnauthorized)
 		u.render(w, r, loginPage(page, "That is not the admin token."))
 		return
