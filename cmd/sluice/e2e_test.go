@@ -773,6 +773,13 @@ policies:
 		t.Fatalf("admitted %d of 90 while Redis was down; local decisions must go on", admitted)
 	}
 	time.Sleep(300 * time.Millisecond) // several failed syncs
+	// Each failed sync is counted; its lines are sampled, not one each.
+	for i, p := range procs {
+		failed := metric(t, p.http, `sluice_store_calls_total{operation="sync",result="error"}`)
+		if lines := strings.Count(p.out.String(), "local-sync: sync failed"); failed < 2 || float64(lines) >= failed {
+			t.Fatalf("instance %d: %v failed syncs counted, %d lines; want several, and fewer lines", i, failed, lines)
+		}
+	}
 	srv.Restart()
 	waitFor(t, func() bool { return redisCount(t, srv) >= 0 })
 	time.Sleep(300 * time.Millisecond) // more syncs: nothing may be pushed twice

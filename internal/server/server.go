@@ -301,8 +301,11 @@ func (s *Server) openStore(cfg *config.Config) error {
 			Shared: rs, Interval: r.LocalSync.Interval, Instances: cfg.Store.Instances, Timeout: cfg.Store.Timeout,
 			OnSync: func(took time.Duration, err error) {
 				s.metrics.storeCall("sync", took, err)
-				if err != nil {
-					s.log.Warn("local-sync: sync failed; kept for the next", "error", err)
+				if err == nil {
+					return
+				}
+				if ok, held := s.logs.Allow("local-sync"); ok { // every sync_interval while Redis is down
+					s.log.Warn("local-sync: sync failed; kept for the next", "error", err, "suppressed", held)
 				}
 			},
 		})
