@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net"
@@ -75,6 +76,42 @@ func (p *proc) wait() error {
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	return startBinary(t, binary, env, args...)
+}
+
+// proxyProc is a `sluice proxy` started for a test.
+type proxyProc struct {
+	cmd       *exec.Cmd
+	addr, ops string // its listener and its metrics listener
+	out       *logbuf.Buffer
+}
+
+// startProxy starts `sluice proxy` of the policy file in front of
+// upstream, with env added to its environment, and returns once it
+// accepts connections.
+func startProxy(t *testing.T, file, upstream string, env ...string) *proxyProc {
+	t.Helper()
+	p := &proxyProc{addr: freeport.Addr(t), ops: freeport.Addr(t), out: &logbuf.Buffer{}}
+	p.cmd = exec.Command(binary, "proxy", "-config", file, "-upstream", upstream, "-listen", p.addr, "-metrics", p.ops)
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		p.cmd.Process.Kill()
+		p.cmd.Wait()
+		if t.Failed() {
+			t.Logf("sluice proxy output:\n%s", p.out)
+		}
+	})
+	waitFor(t, func() bool {
+		c, err := net.Dial("tcp", p.addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return p
 }
 
 // startBinary is start with the sluice binary bin. Its listeners bind
@@ -507,21 +544,8 @@ func TestProxy(t *testing.T) {
     match: "/shaped"
     shape: true
 `), 0o644)
-	addr, ops := freeport.Addr(t), freeport.Addr(t)
-	cmd := exec.Command(binary, "proxy", "-config", file, "-upstream", upstream.URL, "-listen", addr, "-metrics", ops)
-	out := &logbuf.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	waitFor(t, func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
+	px := startProxy(t, file, upstream.URL)
+	addr, ops := px.addr, px.ops
 
 	body := bytes.Repeat([]byte("0123456789"), 100_000)
 	codes := map[int]int{}
@@ -892,21 +916,8 @@ func TestProxyReloadsUnderLoad(t *testing.T) {
 	defer upstream.Close()
 	file := filepath.Join(t.TempDir(), "proxy.yaml")
 	os.WriteFile(file, []byte("policies: [{name: p, limit: 1000000/1h, key: client_ip}]\n"), 0o644)
-	addr := freeport.Addr(t)
-	cmd := exec.Command(binary, "proxy", "-config", file, "-upstream", upstream.URL, "-listen", addr, "-metrics", freeport.Addr(t))
-	out := &logbuf.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	waitFor(t, func() bool {
-		c, err := net.Dial("tcp", addr)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
+	px := startProxy(t, file, upstream.URL)
+	addr, cmd, out := px.addr, px.cmd, px.out
 	var ok, failed atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -1028,5 +1039,40 @@ func TestAdminTokenFileRotatesWithoutRestart(t *testing.T) {
 		if code, _ := adminCall(t, p.admin, token, "GET", "/admin/config", ""); code != want {
 			t.Errorf("token %q after the file was rotated: %d; want %d", token, code, want)
 		}
+	}
+}
+
+// An upstream over TLS with a private CA: refused (502, counted as
+// unreachable) until the proxy is given the CA, as any Go program is, in
+// SSL_CERT_FILE; then its answers pass.
+func TestProxyToTLSUpstream(t *testing.T) {
+	upstream := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "up") }))
+	defer upstream.Close()
+	dir := t.TempDir()
+	file, ca := filepath.Join(dir, "proxy.yaml"), filepath.Join(dir, "ca.pem")
+	os.WriteFile(file, []byte("policies: [{name: p, limit: 100/1h}]\n"), 0o644)
+	os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: upstream.Certificate().Raw}), 0o644)
+	get := func(px *proxyProc) (int, string) {
+		resp, err := http.Get("http://" + px.addr + "/x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		return resp.StatusCode, string(body)
+	}
+	untrusting := startProxy(t, file, upstream.URL, "SSL_CERT_FILE="+filepath.Join(dir, "none.pem"))
+	if code, _ := get(untrusting); code != http.StatusBadGateway {
+		t.Fatalf("an upstream whose CA the proxy does not have: %d; want 502", code)
+	}
+	if n := metric(t, untrusting.ops, `sluice_proxy_upstream_failures_total{reason="unreachable"}`); n != 1 {
+		t.Fatalf("sluice_proxy_upstream_failures_total{reason=\"unreachable\"} = %v; want 1", n)
+	}
+	if !strings.Contains(untrusting.out.String(), "certificate") {
+		t.Fatalf("the failure's log line does not name the certificate:\n%s", untrusting.out)
+	}
+	trusting := startProxy(t, file, upstream.URL, "SSL_CERT_FILE="+ca)
+	if code, body := get(trusting); code != 200 || body != "up" {
+		t.Fatalf("with the upstream's CA in SSL_CERT_FILE: %d %q", code, body)
 	}
 }

@@ -11,7 +11,6 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/sluicehq/sluice/internal/freeport"
 	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -93,14 +92,8 @@ func TestProxyLimitChangeKeepsUsed(t *testing.T) {
 	defer upstream.Close()
 	file := filepath.Join(t.TempDir(), "proxy.yaml")
 	os.WriteFile(file, []byte(sixPolicies("1", true)), 0o644)
-	addr := freeport.Addr(t)
-	cmd := exec.Command(binary, "proxy", "-config", file, "-upstream", upstream.URL, "-listen", addr, "-metrics", freeport.Addr(t))
-	out := &logbuf.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	px := startProxy(t, file, upstream.URL)
+	addr, cmd, out := px.addr, px.cmd, px.out
 	get := func(alg string) (int, http.Header) {
 		resp, err := http.Get("http://" + addr + "/" + alg + "/x")
 		if err != nil {
