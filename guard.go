@@ -185,6 +185,16 @@ func (o Outcome) String() string { return outcomeNames[o] }
 // Failed reports whether the store failed and the failure policy decided.
 func (o Outcome) Failed() bool { return o >= LocalAllowed && o <= FailedClosed }
 
+// ShadowResult is what became of a check's shadow requests.
+type ShadowResult uint8
+
+// The results of a check's shadow requests.
+const (
+	ShadowAllowed   ShadowResult = iota // none, or every one allowed
+	ShadowWouldDeny                     // one would have been denied
+	ShadowFailed                        // not decided: the store failed; they took nothing, and settle nothing
+)
+
 // Verdict is a Guard's answer to a Check; the decisions themselves are
 // written into the caller's slices. Its four fields fit in 32 bytes (the
 // two small ones side by side), so the compiler returns it in registers
@@ -193,9 +203,8 @@ func (o Outcome) Failed() bool { return o >= LocalAllowed && o <= FailedClosed }
 // stores, a stall on every check (TestVerdictStaysInRegisters).
 type Verdict struct {
 	Outcome Outcome
-	// ShadowDenied reports that a shadow request would have been denied,
-	// whatever the Outcome.
-	ShadowDenied bool
+	// Shadow is what became of the shadow requests, whatever the Outcome.
+	Shadow ShadowResult
 	// Closest is the index of the enforced decision closest to its limit,
 	// -1 when there is none (no enforced requests, Invalid, FailedClosed).
 	Closest int
@@ -261,11 +270,12 @@ func (g *Guard) Decide(ctx context.Context, c *Check, ds, sds []Decision) Verdic
 		sds = sds[:len(c.Shadow)]
 		if err := g.call(ctx, c.Shadow, sds); err != nil {
 			g.note(ctx, c.Label, "rate limit store failed (shadow)", err)
+			v.Shadow = ShadowFailed
 			for i, r := range c.Shadow { // decided as failing open, not left as the caller's slice held them
 				sds[i] = Decision{Allowed: true, Limit: r.Limit, Remaining: r.Limit.Capacity() - r.Cost}
 			}
 		} else if !sds[Closest(sds)].Allowed {
-			v.ShadowDenied = true
+			v.Shadow = ShadowWouldDeny
 			if v.Outcome == Allowed {
 				v.Outcome = ShadowDenied
 			}

@@ -538,8 +538,8 @@ func TestShadowDecidedAsFailingOpenWhenTheStoreFails(t *testing.T) {
 	limit := sluice.Limit{Rate: 10, Period: time.Hour}
 	sds := []sluice.Decision{{Allowed: false, Limit: sluice.Limit{Rate: 1, Period: time.Second}, RetryAfter: time.Minute}} // an earlier check's
 	v := c.guard.Decide(context.Background(), &sluice.Check{Label: "p", Shadow: []sluice.Request{{Key: "k", Limit: limit, Cost: 1}}}, nil, sds)
-	if want := (sluice.Decision{Allowed: true, Limit: limit, Remaining: 9}); sds[0] != want || v.ShadowDenied || v.Outcome != sluice.Allowed {
-		t.Fatalf("shadow on a store that is down: %+v, %+v; want %+v, not shadow-denied", sds[0], v, want)
+	if want := (sluice.Decision{Allowed: true, Limit: limit, Remaining: 9}); sds[0] != want || v.Shadow != sluice.ShadowFailed || v.Outcome != sluice.Allowed {
+		t.Fatalf("shadow on a store that is down: %+v, %+v; want %+v, its shadow failed", sds[0], v, want)
 	}
 	if !strings.Contains(c.log.String(), "rate limit store failed (shadow)") {
 		t.Fatalf("the failure is not logged:\n%s", c.log)

@@ -345,7 +345,7 @@ func (i *Interceptor) decide(ctx context.Context, method string, b *door.Batch[*
 	if i.opts.OnResult != nil {
 		i.opts.OnResult(method, &v)
 	}
-	if v.ShadowDenied && i.opts.OnShadowDenied != nil {
+	if v.Shadow == sluice.ShadowWouldDeny && i.opts.OnShadowDenied != nil {
 		for j, d := range sds {
 			if !d.Allowed {
 				i.opts.OnShadowDenied(b.Shadow[j].Name, method)

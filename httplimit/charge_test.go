@@ -412,3 +412,80 @@ func TestShadowDeniedChargeSettlesNothing(t *testing.T) {
 		}
 	}
 }
+
+// A shadow policy whose take failed with the store took nothing, so its
+// answer settles nothing on it once the store is back: giving back the
+// estimate less the answer would give the shadow count room it never
+// lost, and it would under-report what the enforced limit would do.
+func TestShadowChargeWhoseTakeFailedSettlesNothing(t *testing.T) {
+	redis := redistest.Standalone(t)
+	proxy := faultproxy.Start(t, redis.Addr)
+	store, err := redisstore.Open(redis.URLVia(proxy.Addr), redisstore.Options{Prefix: redistest.UniquePrefix(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	entered, resume := make(chan struct{}), make(chan struct{})
+	var mu sync.Mutex
+	results := map[string]httplimit.Result{} // each client's last
+	p := tokenPolicy()
+	p.Limit, p.Shadow = sluice.Limit{Rate: 10000, Period: 720 * time.Hour}, true // GCRA: a refund is room, whatever took it
+	srv := chargeServer(t, store, p, func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Wait") != "" {
+			entered <- struct{}{}
+			<-resume
+		}
+		fmt.Fprintf(w, `{"usage":{"total_tokens":%s}}`, r.Header.Get("X-Used"))
+	}, func(o *httplimit.Options) {
+		o.OnResult = func(r *http.Request, res *httplimit.Result) {
+			mu.Lock()
+			results[r.Header.Get("X-User")] = *res
+			mu.Unlock()
+		}
+	})
+	result := func(user string) httplimit.Result {
+		mu.Lock()
+		defer mu.Unlock()
+		return results[user]
+	}
+	// decided sends requests of user until Redis decides its shadow policy
+	// (a connection the outage broke fails one call), and returns what the
+	// shadow decision left.
+	decided := func(user, used string) int64 {
+		for deadline := time.Now().Add(30 * time.Second); ; {
+			resp, err := postHeaders(srv.URL, "X-User", user, "X-Used", used)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if res := result(user); !res.ShadowFailed {
+				return res.Decisions[0].Remaining
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the shadow policy still failed 30 s after Redis came back", user)
+			}
+		}
+	}
+	decided("alice", "9000") // 1000 left
+	proxy.Down()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if _, err := postHeaders(srv.URL, "X-User", "alice", "X-Used", "100", "X-Wait", "yes"); err != nil {
+			t.Error(err)
+		}
+	}()
+	<-entered
+	if res := result("alice"); !res.ShadowFailed || res.Outcome != sluice.Allowed {
+		t.Fatalf("the request during the outage: %+v, want allowed with its shadow failed", res)
+	}
+	proxy.Up()
+	for range 3 { // Redis decides again, on every connection the outage broke
+		decided("probe", "0")
+	}
+	close(resume) // its answer, 100, settles nothing: it took nothing
+	<-done
+	if left := decided("alice", "0"); left != 500 {
+		t.Fatalf("after an answer of 100 to a request whose shadow take failed: %d left after this one's 500, want 500 (1000 as before it, less 500)", left)
+	}
+}

@@ -74,8 +74,10 @@ type Result struct {
 	// Denied reports that the request was answered 429; FailedClosed that
 	// it was answered 503 because the store or a key failed.
 	Denied, FailedClosed bool
-	// ShadowDenied reports that a shadow policy would have denied.
-	ShadowDenied bool
+	// ShadowDenied reports that a shadow policy would have denied;
+	// ShadowFailed that the shadow policies were not decided (the store
+	// failed): they took nothing.
+	ShadowDenied, ShadowFailed bool
 	// Err is the store or key error, if any.
 	Err error
 	// MissingKey reports that a policy found no identity for the request
@@ -298,7 +300,7 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 	s.verdict = v
 	ds, sds = ds[:len(reqs)], sds[:len(sreqs)]
 	enforced := b.Enforced
-	res.Outcome, res.ShadowDenied = v.Outcome, v.ShadowDenied
+	res.Outcome, res.ShadowDenied, res.ShadowFailed = v.Outcome, v.Shadow == sluice.ShadowWouldDeny, v.Shadow == sluice.ShadowFailed
 	if v.Err != nil {
 		res.Err = v.Err
 	}
@@ -357,7 +359,7 @@ func (m *Middleware) giveBack(r *http.Request, s *scratch) {
 			m.guard.Settle(ctx, p.Name, req, s.taken, req.Cost, 0, p.FailMode)
 		}
 	}
-	if s.res.ShadowDenied {
+	if s.res.ShadowDenied || s.res.ShadowFailed {
 		return // the shadow requests, all or none, took nothing
 	}
 	for i, p := range b.Shadow {
@@ -369,8 +371,8 @@ func (m *Middleware) giveBack(r *http.Request, s *scratch) {
 
 // settling returns the charges of the request s allowed that its answer
 // settles, or nil for none. A request that took nothing (failed open, or
-// a shadow policy's that would have denied) has nothing to settle: its
-// estimate was never charged.
+// a shadow policy's that would have denied or whose store failed) has
+// nothing to settle: its estimate was never charged.
 func (m *Middleware) settling(r *http.Request, s *scratch) *settling {
 	if !m.charges {
 		return nil
@@ -390,7 +392,7 @@ func (m *Middleware) settling(r *http.Request, s *scratch) *settling {
 		add(p, b.Check.Enforced[i], s.verdict.Took(b.Check.Modes[i]))
 	}
 	for i, p := range b.Shadow {
-		add(p, b.Check.Shadow[i], !s.res.ShadowDenied)
+		add(p, b.Check.Shadow[i], !s.res.ShadowDenied && !s.res.ShadowFailed)
 	}
 	return st
 }
