@@ -545,3 +545,28 @@ func TestShadowDecidedAsFailingOpenWhenTheStoreFails(t *testing.T) {
 		t.Fatalf("the failure is not logged:\n%s", c.log)
 	}
 }
+
+// A check's shadow requests are decided apart from its enforced ones and
+// never deny: the Verdict says what became of them, and the Outcome
+// carries a shadow denial only when the enforced requests were allowed.
+func TestGuardShadowResults(t *testing.T) {
+	g, err := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enforced := sluice.Request{Key: "e", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Hour}, Cost: 1}
+	shadow := sluice.Request{Key: "s", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1, Period: time.Hour}, Cost: 1}
+	ds, sds := make([]sluice.Decision, 1), make([]sluice.Decision, 1)
+	for i, want := range []struct {
+		shadow  sluice.ShadowResult
+		outcome sluice.Outcome
+	}{
+		{sluice.ShadowAllowed, sluice.Allowed},
+		{sluice.ShadowWouldDeny, sluice.ShadowDenied},
+	} {
+		v := g.Decide(context.Background(), &sluice.Check{Label: "p", Enforced: []sluice.Request{enforced}, Modes: []sluice.FailMode{sluice.FailLocal}, Shadow: []sluice.Request{shadow}}, ds, sds)
+		if v.Shadow != want.shadow || v.Outcome != want.outcome || !ds[0].Allowed {
+			t.Fatalf("check %d: %+v, enforced %+v; want shadow %v, outcome %v", i+1, v, ds[0], want.shadow, want.outcome)
+		}
+	}
+}
