@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -317,6 +318,31 @@ func TestCostHeaderOfAnAnswerWithNoBody(t *testing.T) {
 // the answer's usage once Redis is back would give back what was never
 // taken, and its client would get more than the limit.
 func TestFailedOpenChargeSettlesNothing(t *testing.T) {
+	p := tokenPolicy()
+	p.Limit = sluice.Limit{Rate: 10000, Period: 720 * time.Hour} // GCRA: a refund is room, whatever took it
+	p.FailMode = sluice.FailOpen
+	during, left := acrossAnOutage(t, p,
+		func(res httplimit.Result) bool { return res.Outcome == sluice.Allowed },
+		func(resp *http.Response, _ httplimit.Result) int64 {
+			n, _ := strconv.ParseInt(resp.Header.Get("X-RateLimit-Remaining"), 10, 64)
+			return n
+		})
+	if during.Outcome != sluice.FailedOpen {
+		t.Fatalf("the request during the outage: %v, want failed_open", during.Outcome)
+	}
+	if left != 500 {
+		t.Fatalf("after an answer of 100 to a request that failed open: %d left after this one's 500, want 500 (1000 as before it, less 500)", left)
+	}
+}
+
+// acrossAnOutage runs p on Redis through a fault proxy. alice's first
+// request is answered 9000 tokens (1000 left of 10000); with Redis down
+// she sends one whose answer, 100, waits until Redis is back and decides
+// again; then one answered 0, whose left is returned, with the result of
+// the request during the outage. decided tells a request whose policy
+// Redis decided (a connection the outage broke fails one call).
+func acrossAnOutage(t *testing.T, p httplimit.Policy, decided func(httplimit.Result) bool, left func(*http.Response, httplimit.Result) int64) (during httplimit.Result, after int64) {
+	t.Helper()
 	redis := redistest.Standalone(t)
 	proxy := faultproxy.Start(t, redis.Addr)
 	store, err := redisstore.Open(redis.URLVia(proxy.Addr), redisstore.Options{Prefix: redistest.UniquePrefix(t)})
@@ -326,10 +352,7 @@ func TestFailedOpenChargeSettlesNothing(t *testing.T) {
 	t.Cleanup(store.Close)
 	entered, resume := make(chan struct{}), make(chan struct{})
 	var mu sync.Mutex
-	outcomes := map[string]sluice.Outcome{} // each client's last
-	p := tokenPolicy()
-	p.Limit = sluice.Limit{Rate: 10000, Period: 720 * time.Hour} // GCRA: a refund is room, whatever took it
-	p.FailMode = sluice.FailOpen
+	results := map[string]httplimit.Result{} // each client's last
 	srv := chargeServer(t, store, p, func(w http.ResponseWriter, r *http.Request) {
 		if r.Header.Get("X-Wait") != "" {
 			entered <- struct{}{}
@@ -339,32 +362,33 @@ func TestFailedOpenChargeSettlesNothing(t *testing.T) {
 	}, func(o *httplimit.Options) {
 		o.OnResult = func(r *http.Request, res *httplimit.Result) {
 			mu.Lock()
-			outcomes[r.Header.Get("X-User")] = res.Outcome
+			results[r.Header.Get("X-User")] = *res
 			mu.Unlock()
 		}
 	})
-	outcome := func(user string) sluice.Outcome {
+	result := func(user string) httplimit.Result {
 		mu.Lock()
 		defer mu.Unlock()
-		return outcomes[user]
+		return results[user]
 	}
-	// decided sends requests of user until Redis decides one (a connection
-	// the outage broke fails one call, open), and returns that one.
-	decided := func(user, used string) *http.Response {
+	// send sends requests of user until Redis decides one, and returns
+	// what it left.
+	send := func(user, used string) int64 {
 		for deadline := time.Now().Add(30 * time.Second); ; {
 			resp, err := postHeaders(srv.URL, "X-User", user, "X-Used", used)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if outcome(user) == sluice.Allowed {
-				return resp
+			resp.Body.Close()
+			if res := result(user); decided(res) {
+				return left(resp, res)
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("%s: requests still failed open 30 s after Redis came back", user)
+				t.Fatalf("%s: requests still failed 30 s after Redis came back", user)
 			}
 		}
 	}
-	decided("alice", "9000") // 1000 left
+	send("alice", "9000") // 1000 left
 	proxy.Down()
 	done := make(chan struct{})
 	go func() {
@@ -374,18 +398,14 @@ func TestFailedOpenChargeSettlesNothing(t *testing.T) {
 		}
 	}()
 	<-entered
-	if o := outcome("alice"); o != sluice.FailedOpen {
-		t.Fatalf("the request during the outage: %v, want failed_open", o)
-	}
+	during = result("alice")
 	proxy.Up()
 	for range 3 { // Redis decides again, on every connection the outage broke
-		decided("probe", "0")
+		send("probe", "0")
 	}
 	close(resume) // its answer, 100, settles nothing: it took nothing
 	<-done
-	if resp := decided("alice", "0"); resp.Header.Get("X-RateLimit-Remaining") != "500" {
-		t.Fatalf("after an answer of 100 to a request that failed open: %v left after this one's 500, want 500 (1000 as before it, less 500)", resp.Header.Get("X-RateLimit-Remaining"))
-	}
+	return during, send("alice", "0")
 }
 
 // A shadow policy that would have denied took nothing, so the answer
@@ -418,74 +438,15 @@ func TestShadowDeniedChargeSettlesNothing(t *testing.T) {
 // estimate less the answer would give the shadow count room it never
 // lost, and it would under-report what the enforced limit would do.
 func TestShadowChargeWhoseTakeFailedSettlesNothing(t *testing.T) {
-	redis := redistest.Standalone(t)
-	proxy := faultproxy.Start(t, redis.Addr)
-	store, err := redisstore.Open(redis.URLVia(proxy.Addr), redisstore.Options{Prefix: redistest.UniquePrefix(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(store.Close)
-	entered, resume := make(chan struct{}), make(chan struct{})
-	var mu sync.Mutex
-	results := map[string]httplimit.Result{} // each client's last
 	p := tokenPolicy()
 	p.Limit, p.Shadow = sluice.Limit{Rate: 10000, Period: 720 * time.Hour}, true // GCRA: a refund is room, whatever took it
-	srv := chargeServer(t, store, p, func(w http.ResponseWriter, r *http.Request) {
-		if r.Header.Get("X-Wait") != "" {
-			entered <- struct{}{}
-			<-resume
-		}
-		fmt.Fprintf(w, `{"usage":{"total_tokens":%s}}`, r.Header.Get("X-Used"))
-	}, func(o *httplimit.Options) {
-		o.OnResult = func(r *http.Request, res *httplimit.Result) {
-			mu.Lock()
-			results[r.Header.Get("X-User")] = *res
-			mu.Unlock()
-		}
-	})
-	result := func(user string) httplimit.Result {
-		mu.Lock()
-		defer mu.Unlock()
-		return results[user]
+	during, left := acrossAnOutage(t, p,
+		func(res httplimit.Result) bool { return !res.ShadowFailed },
+		func(_ *http.Response, res httplimit.Result) int64 { return res.Decisions[0].Remaining })
+	if !during.ShadowFailed || during.Outcome != sluice.Allowed {
+		t.Fatalf("the request during the outage: %+v, want allowed with its shadow failed", during)
 	}
-	// decided sends requests of user until Redis decides its shadow policy
-	// (a connection the outage broke fails one call), and returns what the
-	// shadow decision left.
-	decided := func(user, used string) int64 {
-		for deadline := time.Now().Add(30 * time.Second); ; {
-			resp, err := postHeaders(srv.URL, "X-User", user, "X-Used", used)
-			if err != nil {
-				t.Fatal(err)
-			}
-			resp.Body.Close()
-			if res := result(user); !res.ShadowFailed {
-				return res.Decisions[0].Remaining
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: the shadow policy still failed 30 s after Redis came back", user)
-			}
-		}
-	}
-	decided("alice", "9000") // 1000 left
-	proxy.Down()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if _, err := postHeaders(srv.URL, "X-User", "alice", "X-Used", "100", "X-Wait", "yes"); err != nil {
-			t.Error(err)
-		}
-	}()
-	<-entered
-	if res := result("alice"); !res.ShadowFailed || res.Outcome != sluice.Allowed {
-		t.Fatalf("the request during the outage: %+v, want allowed with its shadow failed", res)
-	}
-	proxy.Up()
-	for range 3 { // Redis decides again, on every connection the outage broke
-		decided("probe", "0")
-	}
-	close(resume) // its answer, 100, settles nothing: it took nothing
-	<-done
-	if left := decided("alice", "0"); left != 500 {
+	if left != 500 {
 		t.Fatalf("after an answer of 100 to a request whose shadow take failed: %d left after this one's 500, want 500 (1000 as before it, less 500)", left)
 	}
 }
