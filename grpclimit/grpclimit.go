@@ -331,7 +331,7 @@ func (i *Interceptor) decide(ctx context.Context, method string, b *door.Batch[*
 			if err := statusOf(ctx, a, v); err != nil {
 				return err
 			}
-			return exhausted(ctx, fmt.Sprintf("concurrency limited: %d calls in flight already", p.Concurrency), d.RetryAfter)
+			return refused(ctx, codes.ResourceExhausted, fmt.Sprintf("concurrency limited: %d calls in flight already", p.Concurrency), d.RetryAfter)
 		}
 		if p.Limit != (sluice.Limit{}) {
 			b.Add(p, r, req, p.limits[:])
@@ -365,7 +365,7 @@ func (i *Interceptor) decide(ctx context.Context, method string, b *door.Batch[*
 		"x-ratelimit-reset", strconv.FormatInt(int64((d.ResetAfter+time.Second-1)/time.Second), 10),
 	}
 	if a == door.Limited {
-		return exhausted(ctx, "rate limited", d.RetryAfter, rate...)
+		return refused(ctx, codes.ResourceExhausted, "rate limited", d.RetryAfter, rate...)
 	}
 	grpc.SetHeader(ctx, metadata.Pairs(rate...))
 	return nil
@@ -381,12 +381,6 @@ func statusOf(ctx context.Context, a door.Answer, v sluice.Verdict) error {
 		return refused(ctx, codes.Unavailable, "rate limiter unavailable", door.UnavailableRetry)
 	}
 	return nil
-}
-
-// exhausted is the ResourceExhausted status of a call refused by its
-// limits, with rate, their metadata.
-func exhausted(ctx context.Context, msg string, retry time.Duration, rate ...string) error {
-	return refused(ctx, codes.ResourceExhausted, msg, retry, rate...)
 }
 
 // refused is the status code of a refused call, with its retry delay in
