@@ -374,7 +374,7 @@ func TestSentinel(t *testing.T) {
 	}
 	defer s.Close()
 	l := sluice.Limit{Rate: 2, Period: time.Hour}
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		d, err := s.Take(context.Background(), sluice.Request{Key: "k", Limit: l, Cost: 2})
 		if err == nil {
@@ -384,7 +384,7 @@ func TestSentinel(t *testing.T) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no master through Sentinel after 10s: %v", err)
+			t.Fatalf("no master through Sentinel after 30s: %v", err)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
@@ -451,7 +451,7 @@ func TestSentinelWithPasswords(t *testing.T) {
 		}
 		l := sluice.Limit{Rate: 2, Period: time.Hour}
 		var d sluice.Decision
-		for deadline := time.Now().Add(10 * time.Second); ; {
+		for deadline := time.Now().Add(30 * time.Second); ; {
 			if d, err = s.Take(context.Background(), sluice.Request{Key: "k", Limit: l, Cost: 1}); err == nil || !works || time.Now().After(deadline) {
 				break
 			}
@@ -485,9 +485,9 @@ func TestSentinelMasterChangesWithoutAnEvent(t *testing.T) {
 		_, err := s.Take(context.Background(), sluice.Request{Key: "k", Limit: l, Cost: 1})
 		return err
 	}
-	for deadline := time.Now().Add(10 * time.Second); take() != nil; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(30 * time.Second); take() != nil; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("no master through Sentinel after 10s: %v", take())
+			t.Fatalf("no master through Sentinel after 30s: %v", take())
 		}
 	}
 	_, rport, _ := net.SplitHostPort(replica.Addr)

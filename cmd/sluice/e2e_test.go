@@ -798,8 +798,10 @@ policies:
 	}
 	time.Sleep(300 * time.Millisecond) // several failed syncs
 	// Each failed sync is counted; its lines are sampled, not one each.
+	const syncErrors = `sluice_store_calls_total{operation="sync",result="error"}`
 	for i, p := range procs {
-		failed := metric(t, p.http, `sluice_store_calls_total{operation="sync",result="error"}`)
+		waitFor(t, func() bool { return metric(t, p.http, syncErrors) >= 2 })
+		failed := metric(t, p.http, syncErrors)
 		if lines := strings.Count(p.out.String(), "local-sync: sync failed"); failed < 2 || float64(lines) >= failed {
 			t.Fatalf("instance %d: %v failed syncs counted, %d lines; want several, and fewer lines", i, failed, lines)
 		}
