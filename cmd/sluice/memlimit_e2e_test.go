@@ -98,17 +98,20 @@ func TestMemoryLimitFollowsTheContainer(t *testing.T) {
 		if err := setLimit(192 << 20); err != nil {
 			t.Fatal(err)
 		}
-		// Read again within memoryRefresh (10 s): wait for it.
+		// Read again within memoryRefresh (10 s): wait for the line that
+		// follows the change (the runtime's limit is set before it is
+		// logged), then read the limit.
 		const want = 181_193_932 // 90% of 192 MiB, in whole bytes
-		for metric(t, p.http, "go_gc_gomemlimit_bytes") != want {
+		log := fmt.Sprintf(`msg="memory limit" bytes=%d from=container`, want)
+		for !strings.Contains(p.out.String(), log) {
 			select {
 			case <-p.exited:
 				t.Fatalf("sluice exited (%v)", p.exitErr)
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
-		if log := fmt.Sprintf(`msg="memory limit" bytes=%d from=container`, want); !strings.Contains(p.out.String(), log) {
-			t.Errorf("no %s in the log:\n%s", log, p.out)
+		if got := metric(t, p.http, "go_gc_gomemlimit_bytes"); got != want {
+			t.Errorf("go_gc_gomemlimit_bytes %v after %s, want %v", got, log, float64(want))
 		}
 	})
 }
