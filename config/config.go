@@ -180,10 +180,14 @@ type Listeners struct {
 	WriteTimeout      time.Duration // from the end of the headers to the end of the answer
 	ProxyTimeout      time.Duration // `sluice proxy`: its read and write timeouts, for uploads and streamed answers
 	IdleTimeout       time.Duration // a keep-alive connection between requests; gRPC: a connection without calls
-	MaxHeaderBytes    int           // a request's headers
-	MaxConnections    int           // open connections per listener; more wait to be accepted
-	MaxStreams        int           // gRPC: concurrent calls per connection
-	Drain             time.Duration // on SIGTERM, how long /readyz answers 503 before the listeners close
+	// UpstreamIdleTimeout: `sluice proxy` closes a connection to its
+	// upstream idle this long, before the upstream's own keep-alive
+	// timeout can close it under a request already sent.
+	UpstreamIdleTimeout time.Duration
+	MaxHeaderBytes      int           // a request's headers
+	MaxConnections      int           // open connections per listener; more wait to be accepted
+	MaxStreams          int           // gRPC: concurrent calls per connection
+	Drain               time.Duration // on SIGTERM, how long /readyz answers 503 before the listeners close
 }
 
 // Envoy is how the Envoy rate limit service answers, where
@@ -493,15 +497,16 @@ type storeYAML struct {
 }
 
 type listenersYAML struct {
-	ReadHeaderTimeout time.Duration `yaml:"read_header_timeout"`
-	ReadTimeout       time.Duration `yaml:"read_timeout"`
-	WriteTimeout      time.Duration `yaml:"write_timeout"`
-	ProxyTimeout      time.Duration `yaml:"proxy_timeout"`
-	IdleTimeout       time.Duration `yaml:"idle_timeout"`
-	MaxHeaderBytes    int           `yaml:"max_header_bytes"`
-	MaxConnections    int           `yaml:"max_connections"`
-	MaxStreams        int           `yaml:"max_streams"`
-	Drain             time.Duration `yaml:"drain"`
+	ReadHeaderTimeout   time.Duration `yaml:"read_header_timeout"`
+	ReadTimeout         time.Duration `yaml:"read_timeout"`
+	WriteTimeout        time.Duration `yaml:"write_timeout"`
+	ProxyTimeout        time.Duration `yaml:"proxy_timeout"`
+	IdleTimeout         time.Duration `yaml:"idle_timeout"`
+	UpstreamIdleTimeout time.Duration `yaml:"upstream_idle_timeout"`
+	MaxHeaderBytes      int           `yaml:"max_header_bytes"`
+	MaxConnections      int           `yaml:"max_connections"`
+	MaxStreams          int           `yaml:"max_streams"`
+	Drain               time.Duration `yaml:"drain"`
 }
 
 type uiYAML struct {
@@ -830,7 +835,7 @@ func (c *checker) listeners(n *yaml.Node, y listenersYAML) Listeners {
 	for name, v := range map[string]int64{
 		"read_header_timeout": int64(l.ReadHeaderTimeout), "read_timeout": int64(l.ReadTimeout),
 		"write_timeout": int64(l.WriteTimeout), "proxy_timeout": int64(l.ProxyTimeout),
-		"idle_timeout": int64(l.IdleTimeout), "max_header_bytes": int64(l.MaxHeaderBytes),
+		"idle_timeout": int64(l.IdleTimeout), "upstream_idle_timeout": int64(l.UpstreamIdleTimeout), "max_header_bytes": int64(l.MaxHeaderBytes),
 		"max_connections": int64(l.MaxConnections), "max_streams": int64(l.MaxStreams),
 	} {
 		if v <= 0 {

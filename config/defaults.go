@@ -39,8 +39,14 @@ var defaults = struct {
 		ProxyTimeout: 5 * time.Minute,
 		// Keep-alive connections are reused for this long between
 		// requests: idle ones cannot pile up.
-		IdleTimeout:    30 * time.Second,
-		MaxHeaderBytes: 64 << 10,
+		IdleTimeout: 30 * time.Second,
+		// Below the keep-alive timeouts upstreams ship with (Gunicorn
+		// 2s; Node.js, uvicorn, Apache 5s): an upstream that closes an
+		// idle connection as the proxy sends on it fails that request
+		// (a 502 for a POST, which cannot be sent again). Reconnecting
+		// after a second's quiet costs a connection a second at most.
+		UpstreamIdleTimeout: time.Second,
+		MaxHeaderBytes:      64 << 10,
 		// Per listener; Go raises the file descriptor limit to the hard
 		// limit at start, usually far above.
 		MaxConnections: 4096,

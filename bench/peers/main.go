@@ -4,10 +4,12 @@
 //
 //	cd bench && go run ./peers -envoy-rl PATH [-gubernator PATH]
 //
-// PATH is a binary you built: envoyproxy/ratelimit's (`go build -o
-// ratelimit ./src/service_cmd` in its repository) and gubernator's (`go
-// build ./cmd/gubernator` in gubernator-io/gubernator's). sluice is built
-// from this tree. redis-server must be on PATH.
+// PATH is a binary you built as its project's Dockerfile builds its
+// release: envoyproxy/ratelimit's (`CGO_ENABLED=0 go build -ldflags="-w
+// -s" -o ratelimit ./src/service_cmd` in its repository) and gubernator's
+// (`CGO_ENABLED=0 go build -ldflags="-w -s" ./cmd/gubernator` in
+// gubernator-io/gubernator's). sluice is built from this tree as
+// deploy/Dockerfile builds it. redis-server must be on PATH.
 //
 // Envoy RLS v3: envoyproxy/ratelimit on Redis, an empty handler served
 // by grpc-go (what the transport alone costs), sluice on its memory store
@@ -162,8 +164,9 @@ func (r *run) main(envoyRL, guber, sluiceBin string, rounds int, levels []int) e
 		if err != nil {
 			return fmt.Errorf("finding sluice's module: %w", err)
 		}
-		build := exec.Command("go", "build", "-tags", "grpcnotrace,vtprotobuf", "-o", sluiceBin, "./cmd/sluice") // as deploy/Dockerfile
+		build := exec.Command("go", "build", "-trimpath", "-tags", "grpcnotrace,vtprotobuf", "-ldflags=-s -w", "-o", sluiceBin, "./cmd/sluice") // as deploy/Dockerfile
 		build.Dir, build.Stderr = strings.TrimSpace(string(dir)), os.Stderr
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if err := build.Run(); err != nil {
 			return fmt.Errorf("building sluice: %w", err)
 		}

@@ -137,6 +137,11 @@ func NewTransport(l config.Listeners) *http.Transport {
 	// their request (a new connection, and one in TIME_WAIT, per request
 	// under load).
 	tr.MaxIdleConns, tr.MaxIdleConnsPerHost = upstreamIdleConns, upstreamIdleConns
+	// Close an idle connection before the upstream's keep-alive timeout
+	// does: one it closes as a request goes out fails that request, and
+	// net/http sends again only a request that is safe to repeat (not a
+	// POST).
+	tr.IdleConnTimeout = l.UpstreamIdleTimeout
 	return tr
 }
 

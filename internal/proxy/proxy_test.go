@@ -400,6 +400,66 @@ func TestUpstreamConnectionsReused(t *testing.T) {
 	}
 }
 
+// The proxy closes a connection to its upstream once it has been idle for
+// listeners.upstream_idle_timeout, so that an upstream with a short
+// keep-alive timeout (Node.js and uvicorn 5s, Gunicorn 2s) never closes one
+// under a request the proxy is sending: that request would fail, and a
+// POST cannot be sent again. Here the upstream never closes an idle
+// connection itself, so a connection that closes was closed by the proxy;
+// the next POST goes on a new one, and every POST is answered by the
+// upstream.
+func TestUpstreamIdleConnectionsClosedFirst(t *testing.T) {
+	states := make(chan http.ConnState, 16)
+	var bodies atomic.Int64
+	up := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b, _ := io.ReadAll(r.Body); string(b) == "order" {
+			bodies.Add(1)
+		}
+		io.WriteString(w, "up")
+	}))
+	up.Config.IdleTimeout = time.Hour
+	up.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew || s == http.StateClosed {
+			states <- s
+		}
+	}
+	up.Start()
+	t.Cleanup(up.Close)
+	u, _ := url.Parse(up.URL)
+	srv := gatewayURL(t, "listeners: {upstream_idle_timeout: 50ms}\npolicies: [{name: p, limit: 1000000/1h}]", memstore.New(memstore.Options{}), u, Deps{})
+	post := func() {
+		t.Helper()
+		resp, err := http.Post(srv.URL+"/orders", "text/plain", strings.NewReader("order"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("POST through the proxy: %d", resp.StatusCode)
+		}
+	}
+	next := func(want http.ConnState) {
+		t.Helper()
+		select {
+		case s := <-states:
+			if s != want {
+				t.Fatalf("the upstream's connection went %v; want %v", s, want)
+			}
+		case <-time.After(30 * time.Second): // a guard against hanging: the event decides
+			t.Fatalf("no %v connection at the upstream", want)
+		}
+	}
+	post()
+	next(http.StateNew)
+	next(http.StateClosed) // by the proxy: the upstream keeps idle ones an hour
+	post()
+	next(http.StateNew)
+	if n := bodies.Load(); n != 2 {
+		t.Fatalf("the upstream read %d of the 2 POSTs' bodies", n)
+	}
+}
+
 // Every way the upstream fails a request is told to Deps.UpstreamFailed
 // once and logged: refused (502), no headers in time (504), and an answer
 // cut mid-body, which reaches the client as a cut answer and was logged
