@@ -38,8 +38,12 @@ var defaults = struct {
 		// bounded.
 		ProxyTimeout: 5 * time.Minute,
 		// Keep-alive connections are reused for this long between
-		// requests: idle ones cannot pile up.
-		IdleTimeout: 30 * time.Second,
+		// requests: idle ones cannot pile up. Longer than the gateways
+		// and load balancers in front keep theirs (nginx and AWS ALB
+		// 60s, Traefik 90s, Caddy 2m): a connection closed here as the
+		// gateway sends on it fails that request (a 502 for a POST,
+		// which the gateway cannot send again).
+		IdleTimeout: 3 * time.Minute,
 		// Below the keep-alive timeouts upstreams ship with (Gunicorn
 		// 2s; Node.js, uvicorn, Apache 5s): an upstream that closes an
 		// idle connection as the proxy sends on it fails that request
