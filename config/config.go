@@ -175,15 +175,12 @@ type LocalSync struct {
 // so that no client can hold a connection, a file descriptor or a
 // goroutine for long: a slow header, a slow body, an idle keep-alive.
 type Listeners struct {
-	ReadHeaderTimeout time.Duration // a request's headers must arrive within it
-	ReadTimeout       time.Duration // its headers and body
-	WriteTimeout      time.Duration // from the end of the headers to the end of the answer
-	ProxyTimeout      time.Duration // `sluice proxy`: its read and write timeouts, for uploads and streamed answers
-	IdleTimeout       time.Duration // a keep-alive connection between requests; gRPC: a connection without calls
-	// UpstreamIdleTimeout: `sluice proxy` closes a connection to its
-	// upstream idle this long, before the upstream's own keep-alive
-	// timeout can close it under a request already sent.
-	UpstreamIdleTimeout time.Duration
+	ReadHeaderTimeout   time.Duration // a request's headers must arrive within it
+	ReadTimeout         time.Duration // its headers and body
+	WriteTimeout        time.Duration // from the end of the headers to the end of the answer
+	ProxyTimeout        time.Duration // `sluice proxy`: its read and write timeouts, for uploads and streamed answers
+	IdleTimeout         time.Duration // a keep-alive connection between requests; gRPC: a connection without calls
+	UpstreamIdleTimeout time.Duration // `sluice proxy`: a connection to the upstream left unused, closed before the upstream's keep-alive timeout can close it under a request
 	MaxHeaderBytes      int           // a request's headers
 	MaxConnections      int           // open connections per listener; more wait to be accepted
 	MaxStreams          int           // gRPC: concurrent calls per connection

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -390,5 +391,16 @@ func TestLoadDirIgnoresDotFiles(t *testing.T) {
 	c, err := config.Load(dir)
 	if err != nil || c.Domains["d"] == nil {
 		t.Fatalf("load: %v, %v; want domain d from d.yaml alone", c, err)
+	}
+}
+
+// A listener bound of zero is refused where it is written: every listener
+// is bounded, and the proxy's idle connections to its upstream too.
+func TestListenerBoundsMustBePositive(t *testing.T) {
+	for _, field := range []string{"idle_timeout", "upstream_idle_timeout", "max_streams"} {
+		_, err := config.Parse("p.yaml", []byte("listeners:\n  "+field+": 0\n"))
+		if want := fmt.Sprintf("p.yaml:2:%d: listeners.%s: must be positive", len(field)+5, field); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: 0: %v; want %q", field, err, want)
+		}
 	}
 }
