@@ -103,10 +103,13 @@ func TestMemoryLimitFollowsTheContainer(t *testing.T) {
 		// logged), then read the limit.
 		const want = 181_193_932 // 90% of 192 MiB, in whole bytes
 		log := fmt.Sprintf(`msg="memory limit" bytes=%d from=container`, want)
+		guard := time.After(time.Minute) // six refreshes: a guard against hanging, the line decides
 		for !strings.Contains(p.out.String(), log) {
 			select {
 			case <-p.exited:
 				t.Fatalf("sluice exited (%v)", p.exitErr)
+			case <-guard:
+				t.Fatalf("no %s a minute after the container was resized:\n%s", log, p.out)
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
