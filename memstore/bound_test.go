@@ -293,7 +293,8 @@ func TestHotKeyExactOddInterval(t *testing.T) {
 		{sluice.Limit{Algorithm: sluice.LeakyBucket, Rate: 999, Period: 7 * time.Second, Burst: 300}, 3 * time.Second},
 		// Emission intervals of 1/3 µs and 1/1000 µs: the remainder
 		// packs in units of 10^6 (one word, swapped), where 999,999,937
-		// over an hour's has none and takes two words under the lock.
+		// over an hour's has none and takes two words, swapped together
+		// (cas128) or under the lock.
 		{sluice.Limit{Algorithm: sluice.GCRA, Rate: 3_000_000, Period: time.Second, Burst: 500}, 7 * time.Microsecond},
 		{sluice.Limit{Algorithm: sluice.GCRA, Rate: 1_000_000_000, Period: time.Second, Burst: 1000}, time.Microsecond},
 		{sluice.Limit{Algorithm: sluice.GCRA, Rate: 999_999_937, Period: time.Hour, Burst: 1000}, time.Millisecond},
@@ -328,6 +329,107 @@ func TestHotKeyExactOddInterval(t *testing.T) {
 		if got := hammer(t0.Add(later)); got != want {
 			t.Fatalf("%v: admitted %d after %v, want %d", l, got, later, want)
 		}
+	}
+}
+
+// A hot key whose state is two words, swapped together without the lock
+// where the processor can (cas128), stays exact while batches lock it and
+// peeks read it: at one instant the Takes and the batches that include it
+// admit its burst between them, and no peek reports more than is left.
+func TestTwoWordsSwapBesideTheLock(t *testing.T) {
+	l := sluice.Limit{Algorithm: sluice.GCRA, Rate: 999_999_937, Period: time.Hour, Burst: 1000}
+	s := memstore.New(memstore.Options{})
+	ctx := context.Background()
+	hammer := func(now time.Time) int64 {
+		var admitted atomic.Int64
+		var wg sync.WaitGroup
+		for range 6 {
+			wg.Go(func() {
+				for range 300 {
+					d, err := s.Take(ctx, sluice.Request{Key: "hot", Limit: l, Cost: 1, Now: now})
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if d.Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		for range 2 { // each batch also takes from a key of its own, never short
+			wg.Go(func() {
+				reqs := []sluice.Request{{Key: "hot", Limit: l, Cost: 1, Now: now}, {Key: "cold", Limit: l, Cost: 1, Now: now}}
+				ds := make([]sluice.Decision, 2)
+				for range 300 {
+					if err := s.TakeAll(ctx, reqs, ds); err != nil {
+						t.Error(err)
+						return
+					}
+					if ds[0].Allowed && ds[1].Allowed {
+						admitted.Add(1)
+					}
+				}
+			})
+		}
+		wg.Go(func() {
+			for range 300 {
+				d, err := s.Take(ctx, sluice.Request{Key: "hot", Limit: l, Now: now})
+				if err != nil || d.Remaining < 0 || d.Remaining > l.Burst {
+					t.Errorf("a peek: %+v, %v", d, err)
+					return
+				}
+			}
+		})
+		wg.Wait()
+		return admitted.Load()
+	}
+	take(t, s, "cold", l, 0, t0)
+	if got := hammer(t0); got != l.Burst {
+		t.Fatalf("admitted %d at one instant, want the burst %d", got, l.Burst)
+	}
+	// A millisecond later, 277 of 277.77 more fit.
+	if got, want := hammer(t0.Add(time.Millisecond)), int64(time.Millisecond)*l.Rate/int64(l.Period); got != want {
+		t.Fatalf("admitted %d a millisecond later, want %d", got, want)
+	}
+}
+
+// A peek on a two-word state read while admissions swap it reports a
+// state the key was in: with only admissions at one instant, what it
+// reports left never grows. A pair read torn between two swaps (one
+// swap's TAT, the next one's remainder) would report up to a µs of
+// admissions, a thousand of these, given back.
+func TestTwoWordsPeekSeesOneState(t *testing.T) {
+	l := sluice.Limit{Algorithm: sluice.GCRA, Rate: 999_999_937, Period: time.Second, Burst: 10_000_000}
+	s := memstore.New(memstore.Options{})
+	ctx := context.Background()
+	take(t, s, "hot", l, 1, t0)
+	var done atomic.Bool
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(func() {
+			for range 300_000 {
+				if d, err := s.Take(ctx, sluice.Request{Key: "hot", Limit: l, Cost: 1, Now: t0}); err != nil || !d.Allowed {
+					t.Errorf("an admission: %+v, %v", d, err)
+					return
+				}
+			}
+		})
+	}
+	peeks, last := 0, l.Burst
+	go func() { wg.Wait(); done.Store(true) }()
+	for !done.Load() {
+		d, err := s.Take(ctx, sluice.Request{Key: "hot", Limit: l, Now: t0})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Remaining > last {
+			t.Fatalf("peek %d: %d left, after %d: a state the key was never in", peeks, d.Remaining, last)
+		}
+		peeks, last = peeks+1, d.Remaining
+	}
+	if d := take(t, s, "hot", l, 0, t0); d.Remaining != l.Burst-600_001 {
+		t.Fatalf("after 600,001 admissions a peek reports %d left, want %d", d.Remaining, l.Burst-600_001)
 	}
 }
 

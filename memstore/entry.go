@@ -16,24 +16,29 @@ import (
 // changes; its state is guarded by its own lock, so a Take on an existing
 // key locks that key alone: Takes on other keys of the shard, and sweeping,
 // do not wait for it. The GCRA and the leaky bucket skip even that lock
-// when their state is one word (see Store.Take).
+// when their state is one word, and when it is two where the processor
+// swaps two words at once (cas128; see Store.Take).
 //
 // An entry is 64 bytes whatever its algorithm, a key of up to 16 bytes
 // included: with its index slot, such a key costs about 80 bytes, and a
 // lookup that finds it reads one object. A longer key is a second object.
 // Its expiry is not stored: it is derived from the state (algorithm.FullAt).
 type entry struct {
-	key string     // in short when it fits
-	mu  sync.Mutex // the lock, in tables that do not swap
+	key string // in short when it fits
 	// a is the state's first word, A, which no algorithm makes negative:
 	// alone when B is 0, with B packed in (packedB) when both fit, or with
 	// hasB set and B in b; or a mark. Guarded by mu; in tables that swap
 	// (swaps), read and swapped atomically, and busyMark while locked.
 	a int64
 	// b is B when a has hasB, else the unit a counts B in (see unit).
-	// c is C. Both guarded by the lock; c also read atomically in tables
-	// that swap.
-	b, c  int64
+	// Guarded by the lock; in tables that swap, also swapped with a in
+	// one instruction where the processor has one (cas128), so a and b
+	// are adjacent at an offset that is a multiple of 16.
+	b int64
+	// c is C. Guarded by the lock; also read atomically in tables that
+	// swap.
+	c     int64
+	mu    sync.Mutex // the lock, in tables that do not swap
 	short [16]byte
 }
 

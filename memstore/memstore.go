@@ -314,26 +314,52 @@ func takeExisting(e *entry, t *table, c *config, req *sluice.Request, now int64)
 		// whole number of µs, and packs in beside A, in units, when
 		// Rate/gcd(Rate, Period) is at most 1024): decide on it and
 		// compare-and-swap it, with no lock. The word is counted in c's
-		// unit, which is b while e is kept at c's rate (see unit).
+		// unit, which is b while e is kept at c's rate (see unit). Two
+		// words (hasB) are read one at a time and swapped together
+		// (cas128), which fails if either changed: a pair read torn
+		// between two writes is never written, and a report made on it
+		// without a write (a peek, a denial) is first confirmed by
+		// swapping the pair for itself.
 		a := atomic.LoadInt64(&e.a)
-		if a < 0 || a&hasB != 0 {
-			break // locked, dead, or two words
+		two := a&hasB != 0
+		if a < 0 || two && !hasCAS128 {
+			break // locked, dead, or two words that cannot be swapped together
 		}
 		if atomic.LoadInt64(&e.c) != c.params.Rate {
 			break // kept at another rate (the limit changed): converted under the lock
 		}
-		old := stateOf(a, c.unit.d, c.params.Rate)
+		b := c.unit.d
+		if two {
+			b = atomic.LoadInt64(&e.b)
+		}
+		old := stateOf(a, b, c.params.Rate)
 		if req.Cost == 0 {
+			if two && !cas128(&e.a, a, b, a, b) {
+				continue
+			}
 			return outcomeOf(report(alg, req, &c.params, now, old)), true // a peek writes nothing
 		}
 		next, ok := algorithm.Admit(alg, old, &c.params, now, req.Cost)
 		if !ok && !req.Forced() {
+			if two && !cas128(&e.a, a, b, a, b) {
+				continue
+			}
 			// A denial writes nothing: reported on the state it saw.
 			return denied(algorithm.Denied(alg, old, next, &c.params, now, req.Cost)), true
 		}
+		if !ok {
+			break // forced past the burst: under the lock
+		}
+		if two {
+			na, nb := pack(next, c.unit)
+			if cas128(&e.a, a, b, na, nb) {
+				return admitted(algorithm.Admitted(alg, old, next, &c.params, now)), true
+			}
+			continue
+		}
 		w, fits := word(next, c.unit)
-		if !ok || !fits {
-			break // forced past the burst, or two words: under the lock
+		if !fits {
+			break // from one word to two: under the lock
 		}
 		if atomic.CompareAndSwapInt64(&e.a, a, w) {
 			return admitted(algorithm.Admitted(alg, old, next, &c.params, now)), true
