@@ -1,4 +1,4 @@
-//go:build !race
+//go:build !race && !sluice_nocas128
 
 #include "textflag.h"
 

@@ -12,7 +12,7 @@ import (
 // either is not.
 func TestCAS128(t *testing.T) {
 	if !hasCAS128 {
-		t.Skip("no 16-byte compare-and-swap in this build (" + runtime.GOARCH + ", or -race)")
+		t.Skip("no 16-byte compare-and-swap in this build (" + runtime.GOARCH + ", -race or -tags sluice_nocas128)")
 	}
 	e := newEntry("k", stateOf(1, 0, 0), one)
 	e.a, e.b = 10, 20
@@ -39,7 +39,7 @@ func TestCAS128(t *testing.T) {
 // read torn between two swaps is read again.
 func TestCAS128Concurrent(t *testing.T) {
 	if !hasCAS128 {
-		t.Skip("no 16-byte compare-and-swap in this build (" + runtime.GOARCH + ", or -race)")
+		t.Skip("no 16-byte compare-and-swap in this build (" + runtime.GOARCH + ", -race or -tags sluice_nocas128)")
 	}
 	e := newEntry("k", stateOf(1, 0, 0), one)
 	e.a, e.b = 0, 0
@@ -71,7 +71,7 @@ func TestCAS128Concurrent(t *testing.T) {
 // instruction faults on any other address.
 func TestEntryWordsAligned(t *testing.T) {
 	if !hasCAS128 {
-		t.Skip("no 16-byte compare-and-swap in this build (" + runtime.GOARCH + ", or -race)")
+		t.Skip("no 16-byte compare-and-swap in this build (" + runtime.GOARCH + ", -race or -tags sluice_nocas128)")
 	}
 	if off := unsafe.Offsetof(entry{}.a); off%16 != 0 || unsafe.Offsetof(entry{}.b) != off+8 {
 		t.Fatalf("entry.a at %d, entry.b at %d: want a at a multiple of 16 and b right after", off, unsafe.Offsetof(entry{}.b))
