@@ -358,6 +358,43 @@ func TestExpectContinue(t *testing.T) {
 	}
 }
 
+// An upstream that answers an upload before reading all of it (a body
+// over its size limit refused at once, as nginx's client_max_body_size
+// and most frameworks do) gets its answer to the client through the
+// proxy, and the proxy goes on serving: not a 502 because the upstream
+// stopped reading, nor a connection reset under the client's upload, nor
+// an upstream failure counted.
+func TestUpstreamAnswersBeforeReadingTheUpload(t *testing.T) {
+	refuse := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/upload" {
+			io.CopyN(io.Discard, r.Body, 1024)
+			http.Error(w, "too large", http.StatusRequestEntityTooLarge)
+			return
+		}
+		io.WriteString(w, "up")
+	})
+	var failures atomic.Int64
+	srv := gatewayTo(t, "policies: [{name: p, limit: 100/1h}]", memstore.New(memstore.Options{}), refuse,
+		Deps{UpstreamFailed: func(string) { failures.Add(1) }})
+	for i := range 3 {
+		resp, err := http.Post(srv.URL+"/upload", "application/octet-stream", bytes.NewReader(make([]byte, 32<<20)))
+		if err != nil {
+			t.Fatalf("upload %d: %v", i, err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || string(b) != "too large\n" {
+			t.Fatalf("upload %d: %d %q, want the upstream's 413", i, resp.StatusCode, b)
+		}
+		if resp := get(t, srv.URL+"/after"); resp.StatusCode != 200 {
+			t.Fatalf("after upload %d: %d", i, resp.StatusCode)
+		}
+	}
+	if n := failures.Load(); n != 0 {
+		t.Fatalf("%d upstream failures counted for answers the upstream gave", n)
+	}
+}
+
 // Concurrent requests reuse the proxy's connections to its upstream: 32
 // clients sending 40 requests each open at most a connection or two per
 // client, where net/http's default of 2 idle connections per host closed
