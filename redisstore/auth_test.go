@@ -67,8 +67,41 @@ func TestPasswordFileRotatedWithoutRestart(t *testing.T) {
 	}
 }
 
-// A password file goes with a user in the URL, in place of its password,
-// and not with Sentinel; a file that cannot be read at Open is its error.
+// With Sentinel the password file is the master's: the store finds the
+// master through a sentinel that requires a password of its own (the
+// URL's sentinel_password), authenticates to the master as the URL's user
+// with the file's password, and follows the file as it is rotated. A
+// sentinel given the file's credentials, or the master the sentinel's,
+// would refuse them or let the store in as another user.
+func TestPasswordFileWithSentinel(t *testing.T) {
+	master, sentinel := redistest.SentinelAuth(t, "", "sentinel-s3cret")
+	master.Do("ACL", "SETUSER", "limiter", "on", ">first", "~*", "&*", "+@all")
+	file := filepath.Join(t.TempDir(), "password")
+	write := func(contents string) { t.Helper(); swapFile(t, file, []byte(contents)) }
+	write("first\n")
+	store, err := redisstore.Open("redis-sentinel://limiter@"+sentinel+"/mymaster?sentinel_password=sentinel-s3cret&password_file="+url.QueryEscape(file),
+		redisstore.Options{Prefix: uniquePrefix(t), ReconnectInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	until := func(what string, want func(error) bool) error { t.Helper(); return takeUntil(t, store, what, want) }
+	until("the master found through the sentinel, the file's password", decided)
+
+	master.Do("ACL", "SETUSER", "limiter", ">second")
+	write("second\n")
+	master.Do("ACL", "SETUSER", "limiter", "<first")
+	master.Do("CLIENT", "KILL", "USER", "limiter")
+	until("the password rotated in its file, the old one removed", decided)
+	for line := range strings.SplitSeq(master.Do("CLIENT", "LIST"), "\n") {
+		if strings.Contains(line, "lib-name=rueidis") && !strings.Contains(line, " user=limiter ") {
+			t.Fatalf("a connection of the store's to the master is not the URL's user: %s", line)
+		}
+	}
+}
+
+// A password file goes with a user in the URL, in place of its password;
+// a file that cannot be read at Open is its error.
 func TestPasswordFileRefused(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "password")
 	if err := os.WriteFile(file, []byte("secret\n"), 0o600); err != nil {
@@ -80,7 +113,6 @@ func TestPasswordFileRefused(t *testing.T) {
 	}
 	for _, tt := range []struct{ url, want string }{
 		{"redis://u:pass@127.0.0.1:1?password_file=" + url.QueryEscape(file), "give one"},
-		{"redis-sentinel://127.0.0.1:1/mymaster?password_file=" + url.QueryEscape(file), "not for Sentinel"},
 		{"redis://127.0.0.1:1?password_file=/nonexistent", "password_file"},
 		{"redis://127.0.0.1:1?password_file=" + url.QueryEscape(empty), "is empty"},
 	} {

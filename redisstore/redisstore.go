@@ -40,7 +40,9 @@ type Options struct {
 	// each new connection, so that a password rotated on disk is used
 	// without a restart; a file that cannot be read then, or is empty,
 	// leaves the last password read in use (logged). Open also reads it
-	// from the URL's password_file parameter. Not for Sentinel.
+	// from the URL's password_file parameter. With Sentinel it is Redis's
+	// password (the master's and replicas'); the sentinels' own is the
+	// URL's sentinel_password.
 	PasswordFile string
 	// OnConnect, if set, is called from a goroutine of its own after the
 	// client of a Store from Open makes a new connection (the first, and
@@ -240,22 +242,24 @@ func parseURL(raw string, t TLS, passwordFile string, log *slog.Logger, files *[
 			return opt, "", err
 		}
 	}
-	if !t.set() {
-		return opt, prefix, nil
+	if t.set() {
+		var ca *rotated.File[*x509.CertPool]
+		if opt.TLSConfig, ca, err = t.config(opt.TLSConfig, log, files); err != nil {
+			return opt, "", err
+		}
+		if ca != nil {
+			opt.DialCtxFn = caDialer(ca, opt.DialCtxFn)
+		}
+		if t.ServerName == "" {
+			// Each connection's own host, not the first of a seed list.
+			opt.TLSConfig.ServerName = ""
+		}
+		if opt.Sentinel.MasterSet != "" {
+			opt.Sentinel.TLSConfig = opt.TLSConfig
+		}
 	}
-	var ca *rotated.File[*x509.CertPool]
-	if opt.TLSConfig, ca, err = t.config(opt.TLSConfig, log, files); err != nil {
-		return opt, "", err
-	}
-	if ca != nil {
-		opt.DialCtxFn = caDialer(ca, opt.DialCtxFn)
-	}
-	if t.ServerName == "" {
-		// Each connection's own host, not the first of a seed list.
-		opt.TLSConfig.ServerName = ""
-	}
-	if opt.Sentinel.MasterSet != "" {
-		opt.Sentinel.TLSConfig = opt.TLSConfig
+	if opt.Sentinel.MasterSet != "" && passwordFile != "" {
+		markSentinelConns(&opt) // last: over TLS and the CA bundle's dialer
 	}
 	return opt, prefix, nil
 }

@@ -301,13 +301,20 @@ func Sentinel(t testing.TB) (master *Server, sentinelAddr string) {
 
 // SentinelAuth is Sentinel with passwords, as operators run it: the
 // master requires redisPass, and the sentinel sentinelPass (its
-// requirepass), with which clients authenticate to each separately.
+// requirepass), with which clients authenticate to each separately. With
+// redisPass empty the master's default user needs none, and a test adds
+// the users it authenticates as (Do runs as the default user).
 func SentinelAuth(t testing.TB, redisPass, sentinelPass string) (master *Server, sentinelAddr string) {
 	t.Helper()
-	master = start(t, []string{"--requirepass", redisPass})
+	var args []string
+	monitor := "requirepass " + sentinelPass + "\n"
+	if redisPass != "" {
+		args = []string{"--requirepass", redisPass}
+		monitor += "sentinel auth-pass mymaster " + redisPass + "\n"
+	}
+	master = start(t, args)
 	_, mport, _ := net.SplitHostPort(master.Addr)
-	return master, startSentinel(t, "requirepass "+sentinelPass+"\nsentinel monitor mymaster 127.0.0.1 "+mport+" 1\n"+
-		"sentinel auth-pass mymaster "+redisPass+"\nsentinel down-after-milliseconds mymaster 1000\n")
+	return master, startSentinel(t, "sentinel monitor mymaster 127.0.0.1 "+mport+" 1\n"+monitor+"sentinel down-after-milliseconds mymaster 1000\n")
 }
 
 // startSentinel starts a redis-sentinel with the config lines monitor
