@@ -23,13 +23,12 @@ func TestCAS128(t *testing.T) {
 		if got := cas128(&e.a, tc.old0, tc.old1, 30, 40); got != tc.swapped {
 			t.Fatalf("cas128 from (%d, %d) on (10, 20): %v, want %v", tc.old0, tc.old1, got, tc.swapped)
 		}
-		if want := [2]int64{10, 20}; tc.swapped {
+		want := [2]int64{10, 20}
+		if tc.swapped {
 			want = [2]int64{30, 40}
-			if e.a != want[0] || e.b != want[1] {
-				t.Fatalf("after the swap: (%d, %d), want %v", e.a, e.b, want)
-			}
-		} else if e.a != want[0] || e.b != want[1] {
-			t.Fatalf("after a failed swap: (%d, %d), want %v", e.a, e.b, want)
+		}
+		if got := [2]int64{e.a, e.b}; got != want {
+			t.Fatalf("after cas128 from (%d, %d): %v, want %v", tc.old0, tc.old1, got, want)
 		}
 	}
 }
