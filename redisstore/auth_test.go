@@ -2,6 +2,7 @@ package redisstore_test
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"os"
@@ -110,8 +111,91 @@ func TestPasswordFileWithSentinel(t *testing.T) {
 	}
 }
 
-// A password file goes with a user in the URL, in place of its password;
-// a file that cannot be read at Open is its error.
+// Both passwords in files, as a deployment mounts its secrets: Redis's
+// (password_file) and the sentinel's own (sentinel_password_file). Each is
+// rotated on disk while the store runs, the old password removed and the
+// connections that used it broken; then the master fails over. The store
+// learns of the new master from the sentinel, with the sentinel's new
+// password, and decides on it as the URL's user with Redis's new one.
+func TestCredentialFilesAcrossFailover(t *testing.T) {
+	master, replica, sentinel := redistest.SentinelAuthFailover(t, "sentinel-first")
+	servers := []*redistest.Server{master, replica}
+	for _, s := range servers { // an ACL user is not replicated
+		s.Do("ACL", "SETUSER", "limiter", "on", ">first", "~*", "&*", "+@all")
+	}
+	dir := t.TempDir()
+	redisFile, sentinelFile := filepath.Join(dir, "redis"), filepath.Join(dir, "sentinel")
+	swapFile(t, redisFile, []byte("first\n"))
+	swapFile(t, sentinelFile, []byte("sentinel-first\n"))
+	store, err := redisstore.Open("redis-sentinel://limiter@"+sentinel+"/mymaster?password_file="+url.QueryEscape(redisFile)+"&sentinel_password_file="+url.QueryEscape(sentinelFile),
+		redisstore.Options{Prefix: uniquePrefix(t), ReconnectInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(store.Close)
+	until := func(what string, want func(error) bool) error { t.Helper(); return takeUntil(t, store, what, want) }
+	until("the master found through the sentinel, both passwords from their files", decided)
+
+	asSentinel := func(password string, args ...string) string {
+		t.Helper()
+		return redistest.Cli(t, sentinel, append([]string{"--no-auth-warning", "-a", password}, args...)...)
+	}
+	asSentinel("sentinel-first", "ACL", "SETUSER", "default", ">sentinel-second")
+	swapFile(t, sentinelFile, []byte("sentinel-second\n"))
+	asSentinel("sentinel-second", "ACL", "SETUSER", "default", "<sentinel-first")
+	for _, s := range servers {
+		s.Do("ACL", "SETUSER", "limiter", ">second")
+	}
+	swapFile(t, redisFile, []byte("second\n"))
+	for _, s := range servers {
+		s.Do("ACL", "SETUSER", "limiter", "<first")
+		s.Do("CLIENT", "KILL", "USER", "limiter")
+	}
+	for _, kind := range []string{"normal", "pubsub"} { // the store's, not this one's
+		asSentinel("sentinel-second", "CLIENT", "KILL", "TYPE", kind)
+	}
+	until("both passwords rotated in their files, the old ones removed", decided)
+
+	asSentinel("sentinel-second", "SENTINEL", "FAILOVER", "mymaster")
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(replica.Do("INFO", "replication"), "role:master"); time.Sleep(10 * time.Millisecond) { // polling: the promotion has no event here
+		if time.Now().After(deadline) {
+			t.Fatal("the replica not promoted 30 s after SENTINEL FAILOVER")
+		}
+	}
+	// Promoted, it replicates no more: a key written since that it holds
+	// is the store's decision on it. (The old master, until the sentinel
+	// demotes it, still takes writes.)
+	limit := sluice.Limit{Rate: 1_000_000, Period: time.Hour}
+	for i, deadline := 0, time.Now().Add(30*time.Second); ; i++ {
+		key := fmt.Sprint("after-failover-", i)
+		_, err := store.Take(context.Background(), sluice.Request{Key: key, Limit: limit, Cost: 1})
+		if err == nil && replica.Do("KEYS", "*"+key+"*") != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the failover, no decision on the promoted replica; the last take's error: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the store to follow
+	}
+	stores := 0
+	for _, line := range strings.Split(replica.Do("CLIENT", "LIST"), "\n") {
+		// Besides redis-cli's and the sentinel's: the old master's
+		// replication link (flags=S).
+		if strings.Contains(line, " cmd=client|list ") || strings.Contains(line, " name=sentinel-") || strings.Contains(line, " flags=S ") {
+			continue
+		}
+		if stores++; !strings.Contains(line, " user=limiter ") {
+			t.Fatalf("a connection to the new master is not the URL's user: %s", line)
+		}
+	}
+	if stores == 0 {
+		t.Fatal("no connection of the store's to the new master")
+	}
+}
+
+// A password file goes with a user in the URL, in place of its password,
+// and a sentinel password file with Sentinel, in place of
+// sentinel_password; a file that cannot be read at Open is its error.
 func TestPasswordFileRefused(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "password")
 	if err := os.WriteFile(file, []byte("secret\n"), 0o600); err != nil {
@@ -125,6 +209,10 @@ func TestPasswordFileRefused(t *testing.T) {
 		{"redis://u:pass@127.0.0.1:1?password_file=" + url.QueryEscape(file), "give one"},
 		{"redis://127.0.0.1:1?password_file=/nonexistent", "password_file"},
 		{"redis://127.0.0.1:1?password_file=" + url.QueryEscape(empty), "is empty"},
+		{"redis-sentinel://127.0.0.1:1/m?sentinel_password=secret&sentinel_password_file=" + url.QueryEscape(file), "give one"},
+		{"redis://127.0.0.1:1?sentinel_password_file=" + url.QueryEscape(file), "are for Sentinel"},
+		{"redis-sentinel://127.0.0.1:1/m?sentinel_password_file=/nonexistent", "sentinel_password_file"},
+		{"redis-sentinel://127.0.0.1:1/m?sentinel_password_file=" + url.QueryEscape(empty), "is empty"},
 	} {
 		if _, err := redisstore.Open(tt.url, redisstore.Options{}); err == nil || !strings.Contains(err.Error(), tt.want) || strings.Contains(err.Error(), "secret") {
 			t.Errorf("%s: error %v; want one saying %q, without the password", tt.url, err, tt.want)

@@ -214,8 +214,10 @@ func (s *Store) runBatch(client rueidis.Client, batch []*call) {
 // that abandoned the reply) gives the connection back: calls go on the
 // shared one until the clock's next measurement, a second later, opens
 // another. A connection that cannot be made (maxclients, say) is thus
-// never in a caller's way.
+// never in a caller's way. Under Sentinel, a connection to a master the
+// client has left is turned off as well (clock.follow).
 func (s *Store) send(ctx context.Context, client rueidis.Client, now string, calls []*call) {
+	s.clock.follow(client)
 	dc, ok := s.clock.own.tryCall()
 	if !ok {
 		s.run(ctx, client, client, now, calls)

@@ -47,7 +47,14 @@ type clock struct {
 	// own is the connection refreshes run on, which a lone call may use
 	// too (Store.send).
 	own ownConn
+	// masterCheck is when (local Unix ns) follow next compares own's
+	// master with the client's, under Sentinel.
+	masterCheck atomic.Int64
 }
+
+// masterCheckEvery is how often, at most, a lone call under Sentinel
+// checks that the own connection is to the client's master.
+const masterCheckEvery = 100 * time.Millisecond
 
 // clockLogEvery is how many failures in a row go by between two lines.
 const clockLogEvery = 60
@@ -156,6 +163,32 @@ func (c *clock) measure(ctx context.Context, client rueidis.Client, dedicated bo
 	}
 	if n := c.failing.Swap(0); n > 0 && c.log != nil {
 		c.log.Info("redisstore: Redis's clock measured again", "failures", n)
+	}
+}
+
+// follow turns the own connection off when it is to a server that is no
+// longer the client's master (Sentinel moved the client), so that lone
+// calls go on the shared connection, which follows the master, and has
+// the clock measured at the next call on a new connection, to the new
+// master, which turns it on again. It looks at most every
+// masterCheckEvery, and not at all off Sentinel.
+func (c *clock) follow(client rueidis.Client) {
+	was := c.own.master.Load()
+	if was == nil {
+		return
+	}
+	now := time.Now().UnixNano()
+	if now < c.masterCheck.Load() {
+		return
+	}
+	c.masterCheck.Store(now + int64(masterCheckEvery))
+	if !c.own.works.Load() || !c.own.stale(client) {
+		return
+	}
+	c.own.works.Store(false)
+	c.next.Store(0)
+	if c.log != nil {
+		c.log.Info("redisstore: the master moved (Sentinel): the store's own connection follows it", "from", *was, "to", masterOf(client))
 	}
 }
 

@@ -514,6 +514,78 @@ func TestSentinelMasterChangesWithoutAnEvent(t *testing.T) {
 	}
 }
 
+// A switchover (SENTINEL FAILOVER, as for maintenance) leaves the old
+// master up and taking writes until the sentinels demote it, or for good
+// if they cannot reach it: a decision there is lost at its next resync.
+// Once the client follows the new master, so do lone calls, which go on
+// the store's own connection: here the sentinels stop watching right
+// after the switch, so the old master is never demoted, and every lone
+// check must still reach the new one.
+func TestSentinelSwitchoverMovesLoneCalls(t *testing.T) {
+	master, replica, sentinels := redistest.Sentinels(t, 1000)
+	var logged logbuf.Buffer
+	s, err := redisstore.Open("redis-sentinel://"+strings.Join(sentinels, ",")+"/mymaster", redisstore.Options{Prefix: uniquePrefix(t), ReconnectInterval: 50 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := context.Background()
+	l := sluice.Limit{Rate: 1_000_000, Period: time.Hour}
+	take := func(key string) error {
+		_, err := s.Take(ctx, sluice.Request{Key: key, Limit: l, Cost: 1})
+		return err
+	}
+	for deadline := time.Now().Add(30 * time.Second); take("before") != nil; time.Sleep(50 * time.Millisecond) { // polling for the master to be found
+		if time.Now().After(deadline) {
+			t.Fatalf("no master through Sentinel after 30s: %v", take("before"))
+		}
+	}
+	for i := range 20 { // lone calls, on the store's own connection once the clock is measured
+		if err := take(fmt.Sprint("before-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	redistest.Cli(t, sentinels[0], "SENTINEL", "FAILOVER", "mymaster")
+	client, err := s.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) { // polling: rueidis reports no event
+		if _, ok := client.Nodes()[replica.Addr]; ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the client did not follow the promoted replica in 30 s")
+		}
+	}
+	for _, a := range sentinels { // nothing will demote the old master now
+		redistest.Cli(t, a, "SENTINEL", "REMOVE", "mymaster")
+	}
+	var onOld int
+	for i, deadline := 0, time.Now().Add(30*time.Second); ; i++ {
+		key := fmt.Sprint("after-", i)
+		err := take(key)
+		if err == nil && replica.Do("KEYS", "*"+key+"*") != "" {
+			break
+		}
+		if master.Do("KEYS", "*"+key+"*") != "" {
+			onOld++
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the client followed the new master, lone checks are still decided on the old one (%d of %d); the last error: %v", onOld, i+1, err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the store to follow
+	}
+	if !strings.Contains(master.Do("INFO", "replication"), "role:master") {
+		t.Fatal("the old master was demoted: the test did not keep it taking writes")
+	}
+	if !strings.Contains(logged.String(), "the master moved") {
+		t.Errorf("the move is not logged:\n%s", logged.String())
+	}
+	t.Logf("%d lone checks decided on the old master before the store followed", onOld)
+}
+
 // A managed Redis's primary endpoint (ElastiCache's, say) is a DNS name
 // moved to the replica it promotes, while the old primary, demoted to a
 // replica, keeps its clients' connections open and answers every write

@@ -18,8 +18,17 @@ import (
 // Held, not borrowed per call: a caller never waits for rueidis' pool of
 // dedicated connections, which does not heed its context, and a call
 // costs no more than on the shared connection.
+//
+// Under Sentinel a dedicated connection stays on the server it was made
+// to when the client moves to a new master: rueidis closes the old
+// master's shared connections, not one held outside its pool, and the
+// old master may take writes for seconds more (until the sentinels demote
+// it) or for good (cut off from them), writes its next resync throws
+// away. So the connection remembers its master, and the store checks it
+// against the client's (stale) and measures again on the new one.
 type ownConn struct {
 	works   atomic.Bool             // conn is open, and worked when last used
+	master  atomic.Pointer[string]  // under Sentinel, the address of the master conn is to; else nil
 	mu      sync.Mutex              // held by what is on conn
 	conn    rueidis.DedicatedClient // guarded by mu; nil when none
 	release func()                  // gives conn back; guarded by mu
@@ -54,10 +63,53 @@ func (o *ownConn) called(err error) (wasOn bool) {
 // opening it if there is none. The caller unlocks it with measured.
 func (o *ownConn) measure(client rueidis.Client) rueidis.DedicatedClient {
 	o.mu.Lock()
+	if o.conn != nil && o.stale(client) {
+		o.closeLocked()
+	}
 	if o.conn == nil {
-		o.conn, o.release = client.Dedicate()
+		o.dedicateLocked(client)
 	}
 	return o.conn
+}
+
+// dedicateLocked opens conn, and under Sentinel notes its master: the
+// client's before and after Dedicate, so that a move between the two is
+// not taken for either (tried again, then left to the next measurement).
+func (o *ownConn) dedicateLocked(client rueidis.Client) {
+	for range 3 {
+		before := masterOf(client)
+		o.conn, o.release = client.Dedicate()
+		if after := masterOf(client); after == before {
+			if after == "" {
+				o.master.Store(nil)
+			} else {
+				o.master.Store(&after)
+			}
+			return
+		}
+		o.closeLocked()
+	}
+	o.conn, o.release = client.Dedicate()
+	o.master.Store(new(string)) // unknown: stale at the next check
+}
+
+// stale reports whether conn is to a server that is no longer the
+// client's master (Sentinel only).
+func (o *ownConn) stale(client rueidis.Client) bool {
+	m := o.master.Load()
+	return m != nil && *m != masterOf(client)
+}
+
+// masterOf returns the address of a Sentinel client's master, or "" for
+// another client.
+func masterOf(client rueidis.Client) string {
+	if client.Mode() != rueidis.ClientModeSentinel {
+		return ""
+	}
+	for addr := range client.Nodes() { // the master alone
+		return addr
+	}
+	return ""
 }
 
 // measured unlocks the connection after a measurement that ended in err:

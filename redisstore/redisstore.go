@@ -42,7 +42,8 @@ type Options struct {
 	// leaves the last password read in use (logged). Open also reads it
 	// from the URL's password_file parameter. With Sentinel it is Redis's
 	// password (the master's and replicas'); the sentinels' own is the
-	// URL's sentinel_password.
+	// URL's sentinel_password, or the file its sentinel_password_file
+	// names, read again at each connection to a sentinel as this one is.
 	PasswordFile string
 	// OnConnect, if set, is called from a goroutine of its own after the
 	// client of a Store from Open makes a new connection (the first, and
@@ -142,6 +143,7 @@ func newStore(opts Options) *Store {
 //	redis://...?prefix=staging:          (Options.Prefix, where that is not set)
 //	redis://user@host:port?password_file=/run/secrets/redis  (Options.PasswordFile)
 //	redis-sentinel://[user:password@]host:port[,host:port...]/master-name[?sentinel_username=u&sentinel_password=p]
+//	redis-sentinel://user@host:port/master-name?password_file=/run/secrets/redis&sentinel_password_file=/run/secrets/sentinel
 //	redis://host1:port1,host2:port2       (a Cluster seed list; Cluster is detected)
 //
 // It returns an error only for a URL it cannot parse. When Redis is
@@ -207,11 +209,11 @@ func parseURL(raw string, t TLS, passwordFile string, log *slog.Logger, files *[
 	}
 	q := u.Query()
 	prefix = q.Get("prefix")
-	sentinelUser, sentinelPass := q.Get("sentinel_username"), q.Get("sentinel_password")
+	sentinelUser, sentinelPass, sentinelFile := q.Get("sentinel_username"), q.Get("sentinel_password"), q.Get("sentinel_password_file")
 	if passwordFile == "" {
 		passwordFile = q.Get("password_file")
 	}
-	for _, name := range []string{"prefix", "sentinel_username", "sentinel_password", "password_file"} {
+	for _, name := range []string{"prefix", "sentinel_username", "sentinel_password", "sentinel_password_file", "password_file"} {
 		q.Del(name)
 	}
 	var unknown []string
@@ -222,7 +224,7 @@ func parseURL(raw string, t TLS, passwordFile string, log *slog.Logger, files *[
 	}
 	if len(unknown) > 0 {
 		slices.Sort(unknown)
-		return opt, "", fmt.Errorf("redisstore: unknown URL parameters %v: want prefix, tls_*, password_file, sentinel_username, sentinel_password, or rueidis's %v (not on redis-sentinel://)", unknown, rueidisParams)
+		return opt, "", fmt.Errorf("redisstore: unknown URL parameters %v: want prefix, tls_*, password_file, sentinel_username, sentinel_password, sentinel_password_file, or rueidis's %v (not on redis-sentinel://)", unknown, rueidisParams)
 	}
 	u.RawQuery = q.Encode()
 	if u.RawQuery != query {
@@ -234,13 +236,8 @@ func parseURL(raw string, t TLS, passwordFile string, log *slog.Logger, files *[
 	if opt.Sentinel.MasterSet != "" {
 		opt.Sentinel.Username, opt.Sentinel.Password = sentinelUser, sentinelPass
 		opt.Sentinel.TopologyRefreshInterval = sentinelRefresh
-	} else if sentinelUser != "" || sentinelPass != "" {
-		return opt, "", errors.New("redisstore: sentinel_username and sentinel_password are for Sentinel: a redis-sentinel:// URL, or one with master_set")
-	}
-	if passwordFile != "" {
-		if err := usePasswordFile(&opt, passwordFile, log, files); err != nil {
-			return opt, "", err
-		}
+	} else if sentinelUser != "" || sentinelPass != "" || sentinelFile != "" {
+		return opt, "", errors.New("redisstore: sentinel_username, sentinel_password and sentinel_password_file are for Sentinel: a redis-sentinel:// URL, or one with master_set")
 	}
 	if t.set() {
 		var ca *rotated.File[*x509.CertPool]
@@ -258,8 +255,12 @@ func parseURL(raw string, t TLS, passwordFile string, log *slog.Logger, files *[
 			opt.Sentinel.TLSConfig = opt.TLSConfig
 		}
 	}
-	if opt.Sentinel.MasterSet != "" && passwordFile != "" {
-		markSentinelConns(&opt) // last: over TLS and the CA bundle's dialer
+	if passwordFile != "" || sentinelFile != "" {
+		// Last: the sentinels' connections are marked over TLS and the
+		// CA bundle's dialer.
+		if err := useCredentialFiles(&opt, passwordFile, sentinelFile, log, files); err != nil {
+			return opt, "", err
+		}
 	}
 	return opt, prefix, nil
 }

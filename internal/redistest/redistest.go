@@ -354,19 +354,44 @@ func clusterSynced(n *Server) bool {
 // addresses once the replica is in sync and every sentinel sees it.
 func Sentinels(t testing.TB, downAfterMS int) (master, replica *Server, sentinels []string) {
 	t.Helper()
+	return sentinelsOf(t, 3, 2, downAfterMS, "")
+}
+
+// SentinelAuthFailover is one sentinel with a password of its own
+// (requirepass sentinelPass) monitoring a master and its replica, neither
+// with a password for the default user: a test adds the users it
+// authenticates as on both (an ACL user is not replicated) and fails over
+// with SENTINEL FAILOVER, which one sentinel may do alone.
+func SentinelAuthFailover(t testing.TB, sentinelPass string) (master, replica *Server, sentinel string) {
+	t.Helper()
+	master, replica, sentinels := sentinelsOf(t, 1, 1, 1000, sentinelPass)
+	return master, replica, sentinels[0]
+}
+
+// sentinelsOf starts a master, a replica of it, and n sentinels, with a
+// requirepass of pass unless it is empty, that monitor it as "mymaster"
+// with quorum and down-after-milliseconds downAfterMS, and returns them
+// once the replica is in sync and every sentinel sees it.
+func sentinelsOf(t testing.TB, n, quorum, downAfterMS int, pass string) (master, replica *Server, sentinels []string) {
+	t.Helper()
 	master = start(t, nil)
 	_, mport, _ := net.SplitHostPort(master.Addr)
 	replica = start(t, []string{"--replicaof", "127.0.0.1", mport})
-	for range 3 {
-		sentinels = append(sentinels, startSentinel(t, fmt.Sprintf("sentinel monitor mymaster 127.0.0.1 %s 2\n"+
-			"sentinel down-after-milliseconds mymaster %d\nsentinel failover-timeout mymaster 10000\n", mport, downAfterMS)))
+	conf := fmt.Sprintf("sentinel monitor mymaster 127.0.0.1 %s %d\nsentinel down-after-milliseconds mymaster %d\nsentinel failover-timeout mymaster 10000\n", mport, quorum, downAfterMS)
+	var auth []string
+	if pass != "" {
+		conf += "requirepass " + pass + "\n"
+		auth = []string{"--no-auth-warning", "-a", pass}
+	}
+	for range n {
+		sentinels = append(sentinels, startSentinel(t, conf))
 	}
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		synced := strings.Contains(replica.Do("INFO", "replication"), "master_link_status:up")
 		seen := true
 		for _, a := range sentinels {
-			if !strings.Contains(cli(t, a, "SENTINEL", "REPLICAS", "mymaster"), replica.Addr[strings.LastIndex(replica.Addr, ":")+1:]) {
+			if !strings.Contains(cli(t, a, append(auth, "SENTINEL", "REPLICAS", "mymaster")...), replica.Addr[strings.LastIndex(replica.Addr, ":")+1:]) {
 				seen = false
 			}
 		}
@@ -376,7 +401,7 @@ func Sentinels(t testing.TB, downAfterMS int) (master, replica *Server, sentinel
 		if time.Now().After(deadline) {
 			t.Fatalf("redistest: replica not in sync or not seen by the sentinels after 20s")
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(100 * time.Millisecond) // polling: replication and discovery report no event
 	}
 }
 
