@@ -2,7 +2,6 @@ package redisstore_test
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"net/url"
 	"os"
@@ -157,33 +156,11 @@ func TestCredentialFilesAcrossFailover(t *testing.T) {
 	until("both passwords rotated in their files, the old ones removed", decided)
 
 	asSentinel("sentinel-second", "SENTINEL", "FAILOVER", "mymaster")
-	client, err := store.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) { // polling: rueidis reports no event
-		if _, ok := client.Nodes()[replica.Addr]; ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("30 s after SENTINEL FAILOVER, the client has not learnt of the promoted replica from the sentinel")
-		}
-	}
+	awaitMaster(t, store, replica)
 	// Nothing demotes the old master now: it takes writes, and a key the
 	// promoted replica holds is the store's decision there.
 	asSentinel("sentinel-second", "SENTINEL", "REMOVE", "mymaster")
-	limit := sluice.Limit{Rate: 1_000_000, Period: time.Hour}
-	for i, deadline := 0, time.Now().Add(30*time.Second); ; i++ {
-		key := fmt.Sprint("after-failover-", i)
-		_, err := store.Take(context.Background(), sluice.Request{Key: key, Limit: limit, Cost: 1})
-		if err == nil && replica.Do("KEYS", "*"+key+"*") != "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("30 s after the client followed, no decision on the promoted replica; the last take's error: %v", err)
-		}
-		time.Sleep(10 * time.Millisecond) // polling for the store to follow
-	}
+	decidedOn(t, store, replica, master)
 	stores := 0
 	for _, line := range strings.Split(replica.Do("CLIENT", "LIST"), "\n") {
 		// Besides redis-cli's and the sentinel's.

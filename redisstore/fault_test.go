@@ -530,53 +530,16 @@ func TestSentinelSwitchoverMovesLoneCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	ctx := context.Background()
-	l := sluice.Limit{Rate: 1_000_000, Period: time.Hour}
-	take := func(key string) error {
-		_, err := s.Take(ctx, sluice.Request{Key: key, Limit: l, Cost: 1})
-		return err
-	}
-	for deadline := time.Now().Add(30 * time.Second); take("before") != nil; time.Sleep(50 * time.Millisecond) { // polling for the master to be found
-		if time.Now().After(deadline) {
-			t.Fatalf("no master through Sentinel after 30s: %v", take("before"))
-		}
-	}
-	for i := range 20 { // lone calls, on the store's own connection once the clock is measured
-		if err := take(fmt.Sprint("before-", i)); err != nil {
-			t.Fatal(err)
-		}
+	takeUntil(t, s, "the master found through the sentinels", decided)
+	for range 20 { // lone calls, on the store's own connection once the clock is measured
+		takeUntil(t, s, "a decision", decided)
 	}
 	redistest.Cli(t, sentinels[0], "SENTINEL", "FAILOVER", "mymaster")
-	client, err := s.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) { // polling: rueidis reports no event
-		if _, ok := client.Nodes()[replica.Addr]; ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the client did not follow the promoted replica in 30 s")
-		}
-	}
+	awaitMaster(t, s, replica)
 	for _, a := range sentinels { // nothing will demote the old master now
 		redistest.Cli(t, a, "SENTINEL", "REMOVE", "mymaster")
 	}
-	var onOld int
-	for i, deadline := 0, time.Now().Add(30*time.Second); ; i++ {
-		key := fmt.Sprint("after-", i)
-		err := take(key)
-		if err == nil && replica.Do("KEYS", "*"+key+"*") != "" {
-			break
-		}
-		if master.Do("KEYS", "*"+key+"*") != "" {
-			onOld++
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("30 s after the client followed the new master, lone checks are still decided on the old one (%d of %d); the last error: %v", onOld, i+1, err)
-		}
-		time.Sleep(10 * time.Millisecond) // polling for the store to follow
-	}
+	onOld := decidedOn(t, s, replica, master)
 	if !strings.Contains(master.Do("INFO", "replication"), "role:master") {
 		t.Fatal("the old master was demoted: the test did not keep it taking writes")
 	}
@@ -584,6 +547,47 @@ func TestSentinelSwitchoverMovesLoneCalls(t *testing.T) {
 		t.Errorf("the move is not logged:\n%s", logged.String())
 	}
 	t.Logf("%d lone checks decided on the old master before the store followed", onOld)
+}
+
+// awaitMaster returns once store's client has learnt from the sentinels
+// that srv is the master.
+func awaitMaster(t *testing.T, store *redisstore.Store, srv *redistest.Server) {
+	t.Helper()
+	client, err := store.Client()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) { // polling: rueidis reports no event
+		if _, ok := client.Nodes()[srv.Addr]; ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s on, the client has not learnt from the sentinels that %s is the master", srv.Addr)
+		}
+	}
+}
+
+// decidedOn takes one from a new key of store at a time until a key is
+// on master, the server it should decide on (promoted, so replicating
+// none: a key there is a decision there), and returns how many were
+// decided on old first.
+func decidedOn(t *testing.T, store *redisstore.Store, master, old *redistest.Server) (onOld int) {
+	t.Helper()
+	limit := sluice.Limit{Rate: 1_000_000, Period: time.Hour}
+	for i, deadline := 0, time.Now().Add(30*time.Second); ; i++ {
+		key := fmt.Sprint("after-", i)
+		_, err := store.Take(context.Background(), sluice.Request{Key: key, Limit: limit, Cost: 1})
+		if err == nil && master.Do("KEYS", "*"+key+"*") != "" {
+			return onOld
+		}
+		if old.Do("KEYS", "*"+key+"*") != "" {
+			onOld++
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("30 s after the client followed the new master, checks are still decided elsewhere (%d of %d on the old one); the last error: %v", onOld, i+1, err)
+		}
+		time.Sleep(10 * time.Millisecond) // polling for the store to follow
+	}
 }
 
 // A managed Redis's primary endpoint (ElastiCache's, say) is a DNS name
