@@ -74,23 +74,25 @@ func (o *ownConn) measure(client rueidis.Client) rueidis.DedicatedClient {
 
 // dedicateLocked opens conn, and under Sentinel notes its master: the
 // client's before and after Dedicate, so that a move between the two is
-// not taken for either (tried again, then left to the next measurement).
+// not taken for either (tried again, then left to the next check, as is
+// a master not known yet: "" is stale once one is).
 func (o *ownConn) dedicateLocked(client rueidis.Client) {
+	if client.Mode() != rueidis.ClientModeSentinel {
+		o.conn, o.release = client.Dedicate()
+		o.master.Store(nil)
+		return
+	}
 	for range 3 {
 		before := masterOf(client)
 		o.conn, o.release = client.Dedicate()
 		if after := masterOf(client); after == before {
-			if after == "" {
-				o.master.Store(nil)
-			} else {
-				o.master.Store(&after)
-			}
+			o.master.Store(&after)
 			return
 		}
 		o.closeLocked()
 	}
 	o.conn, o.release = client.Dedicate()
-	o.master.Store(new(string)) // unknown: stale at the next check
+	o.master.Store(new(string))
 }
 
 // stale reports whether conn is to a server that is no longer the
