@@ -37,10 +37,7 @@ func TestPasswordFileRotatedWithoutRestart(t *testing.T) {
 	until := func(what string, want func(error) bool) error { t.Helper(); return takeUntil(t, store, what, want) }
 	until("the first password", decided)
 
-	srv.Do("ACL", "SETUSER", "limiter", ">second")
-	write("second\n")
-	srv.Do("ACL", "SETUSER", "limiter", "<first")
-	srv.Do("CLIENT", "KILL", "USER", "limiter")
+	rotate(t, file, "first", "second", srv)
 	until("the password rotated in its file, the old one removed", decided)
 
 	if err := os.Remove(file); err != nil {
@@ -88,26 +85,9 @@ func TestPasswordFileWithSentinel(t *testing.T) {
 	until := func(what string, want func(error) bool) error { t.Helper(); return takeUntil(t, store, what, want) }
 	until("the master found through the sentinel, the file's password", decided)
 
-	master.Do("ACL", "SETUSER", "limiter", ">second")
-	write("second\n")
-	master.Do("ACL", "SETUSER", "limiter", "<first")
-	master.Do("CLIENT", "KILL", "USER", "limiter")
+	rotate(t, file, "first", "second", master)
 	until("the password rotated in its file, the old one removed", decided)
-	// The store's connections are every one but redis-cli's own and the
-	// sentinel's (named sentinel-…).
-	clients := strings.Split(master.Do("CLIENT", "LIST"), "\n")
-	stores := 0
-	for _, line := range clients {
-		if strings.Contains(line, " cmd=client|list ") || strings.Contains(line, " name=sentinel-") {
-			continue
-		}
-		if stores++; !strings.Contains(line, " user=limiter ") {
-			t.Fatalf("a connection of the store's to the master is not the URL's user: %s", line)
-		}
-	}
-	if stores == 0 {
-		t.Fatalf("no connection of the store's to the master:\n%s", strings.Join(clients, "\n"))
-	}
+	storeConnectedAs(t, master, "limiter")
 }
 
 // Both passwords in files, as a deployment mounts its secrets: Redis's
@@ -142,14 +122,7 @@ func TestCredentialFilesAcrossFailover(t *testing.T) {
 	asSentinel("sentinel-first", "ACL", "SETUSER", "default", ">sentinel-second")
 	swapFile(t, sentinelFile, []byte("sentinel-second\n"))
 	asSentinel("sentinel-second", "ACL", "SETUSER", "default", "<sentinel-first")
-	for _, s := range servers {
-		s.Do("ACL", "SETUSER", "limiter", ">second")
-	}
-	swapFile(t, redisFile, []byte("second\n"))
-	for _, s := range servers {
-		s.Do("ACL", "SETUSER", "limiter", "<first")
-		s.Do("CLIENT", "KILL", "USER", "limiter")
-	}
+	rotate(t, redisFile, "first", "second", servers...)
 	for _, kind := range []string{"normal", "pubsub"} { // the store's, not this one's
 		asSentinel("sentinel-second", "CLIENT", "KILL", "TYPE", kind)
 	}
@@ -161,18 +134,41 @@ func TestCredentialFilesAcrossFailover(t *testing.T) {
 	// promoted replica holds is the store's decision there.
 	asSentinel("sentinel-second", "SENTINEL", "REMOVE", "mymaster")
 	decidedOn(t, store, replica, master)
+	storeConnectedAs(t, replica, "limiter")
+}
+
+// rotate moves the ACL user limiter of servers from password from to
+// password to as an operator does: the new one added, written to file,
+// the old one removed, and the connections that used it broken.
+func rotate(t *testing.T, file, from, to string, servers ...*redistest.Server) {
+	t.Helper()
+	for _, s := range servers {
+		s.Do("ACL", "SETUSER", "limiter", ">"+to)
+	}
+	swapFile(t, file, []byte(to+"\n"))
+	for _, s := range servers {
+		s.Do("ACL", "SETUSER", "limiter", "<"+from)
+		s.Do("CLIENT", "KILL", "USER", "limiter")
+	}
+}
+
+// storeConnectedAs fails t unless srv has a connection of the store's,
+// and every one of them is user's: every connection but redis-cli's own
+// and a sentinel's (named sentinel-…).
+func storeConnectedAs(t *testing.T, srv *redistest.Server, user string) {
+	t.Helper()
+	clients := strings.Split(srv.Do("CLIENT", "LIST"), "\n")
 	stores := 0
-	for _, line := range strings.Split(replica.Do("CLIENT", "LIST"), "\n") {
-		// Besides redis-cli's and the sentinel's.
+	for _, line := range clients {
 		if strings.Contains(line, " cmd=client|list ") || strings.Contains(line, " name=sentinel-") {
 			continue
 		}
-		if stores++; !strings.Contains(line, " user=limiter ") {
-			t.Fatalf("a connection to the new master is not the URL's user: %s", line)
+		if stores++; !strings.Contains(line, " user="+user+" ") {
+			t.Fatalf("a connection of the store's to %s is not user %s: %s", srv.Addr, user, line)
 		}
 	}
 	if stores == 0 {
-		t.Fatal("no connection of the store's to the new master")
+		t.Fatalf("no connection of the store's to %s:\n%s", srv.Addr, strings.Join(clients, "\n"))
 	}
 }
 
