@@ -90,8 +90,8 @@ type Store struct {
 	perShardBytes    int64
 	denyingEvictions atomic.Uint64
 	clock            func() time.Time // nil: base advanced by the monotonic clock
-	base             time.Time
-	baseNS           int64 // base in ns: µs are cut from the sum, so now never reads behind a time.Now taken before it
+	base             time.Time        // the monotonic clock's start (see New)
+	baseNS           int64            // the wall clock's start in ns: µs are cut from the sum, so now never reads behind a time.Now taken before it
 	evictions        atomic.Uint64
 	slots            [slotShards]slotShard
 }
@@ -129,6 +129,13 @@ func New(opts Options) *Store {
 	if maxBytes <= 0 {
 		maxBytes = DefaultMaxBytes
 	}
+	// The clock advances base's wall clock reading by the monotonic clock
+	// since a reading taken before it: time.Now reads the wall clock
+	// first, so base's own monotonic reading comes after its wall clock
+	// by the gap between two reads (a system call each under emulation),
+	// and now would read behind the wall clock by that gap. From an
+	// earlier reading it reads ahead of it instead.
+	since := time.Now()
 	base := time.Now()
 	s := &Store{
 		shards:   make([]shard, n),
@@ -138,7 +145,7 @@ func New(opts Options) *Store {
 		// At least one large key's worth per shard.
 		perShardBytes: max(maxBytes/int64(n), 64<<10),
 		clock:         opts.Clock,
-		base:          base,
+		base:          since,
 		baseNS:        base.UnixNano(),
 	}
 	for i := range s.slots {
