@@ -31,7 +31,9 @@ const (
 	rlsServerRedis = "SLUICE_BENCH_RLS_REDIS"
 	// rlsServerProfile names files for the server processes' CPU
 	// profiles, its value with each one's kind appended (".sluice",
-	// ".empty"), written when they stop: where the CPU per check goes.
+	// ".empty"), and their allocation profiles (".sluice.allocs"),
+	// written when they stop: where the CPU and the garbage per check
+	// come from.
 	rlsServerProfile = "SLUICE_BENCH_SERVER_CPUPROFILE"
 )
 
@@ -46,6 +48,14 @@ func serveRLSChild(kind string) {
 		pprof.StartCPUProfile(f)
 		defer f.Close()
 		defer pprof.StopCPUProfile()
+		defer func() {
+			m, err := os.Create(path + "." + kind + ".allocs")
+			if err != nil {
+				panic(err)
+			}
+			defer m.Close()
+			pprof.Lookup("allocs").WriteTo(m, 0)
+		}()
 	}
 	var addr string
 	switch kind {

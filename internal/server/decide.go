@@ -57,12 +57,11 @@ func (s subject) labels() (policy, domain string) {
 // (envoyproxy/ratelimit's near_limit), and in the status page's activity.
 // closest is the enforced decision closest to its limit, nil for none.
 func (s *Server) count(sub subject, o sluice.Outcome, client string, closest *sluice.Decision, start time.Time) {
-	policy, domain := sub.labels()
-	s.metrics.checks.WithLabelValues(policy, domain, o.String()).Inc()
+	s.metrics.check(sub, o)
 	cfg := s.state().cfg
 	if closest != nil && o == sluice.Allowed &&
 		float64(closest.Remaining) <= float64(closest.Limit.Capacity())*(1-cfg.Metrics.NearLimitRatio) {
-		s.metrics.nearLimit.WithLabelValues(policy, domain).Inc()
+		s.metrics.nearLimitFor(sub).Inc()
 	}
 	s.activity.record(sub.name, o, client, cfg.UI.TopKeys, start)
 }
@@ -162,7 +161,6 @@ func (s *Server) decide(ctx context.Context, sub subject, key string, limits []s
 		}
 	}
 	out.Result, out.Taken = v.Outcome, start
-	policy, domain := sub.labels()
 	var closest *sluice.Decision
 	if v.Closest >= 0 {
 		closest = &ds[v.Closest]
@@ -175,10 +173,10 @@ func (s *Server) decide(ctx context.Context, sub subject, key string, limits []s
 	took := time.Since(start).Seconds()
 	if span != nil && span.SpanContext().IsSampled() {
 		// The check's trace beside its latency, for a dashboard to follow.
-		s.metrics.latency.WithLabelValues(policy, domain).(prometheus.ExemplarObserver).ObserveWithExemplar(took,
+		s.metrics.latencyFor(sub).(prometheus.ExemplarObserver).ObserveWithExemplar(took,
 			prometheus.Labels{"trace_id": span.SpanContext().TraceID().String()})
 	} else {
-		s.metrics.latency.WithLabelValues(policy, domain).Observe(took)
+		s.metrics.latencyFor(sub).Observe(took)
 	}
 	switch v.Outcome {
 	case sluice.Invalid:

@@ -1,13 +1,16 @@
 package server
 
 import (
+	"maps"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/internal/buildinfo"
 )
 
@@ -34,6 +37,98 @@ type metrics struct {
 	upstreamFailed *prometheus.CounterVec
 	adminRefused   *prometheus.CounterVec // by refusedAdmin's reasons
 	detailed       seriesCap
+
+	// The series a check counts in, each found by its labels once.
+	checksOf      series[checkLabels, prometheus.Counter]
+	nearLimitOf   series[subject, prometheus.Counter]
+	latencyOf     series[subject, prometheus.Observer]
+	descriptorsOf series[[2]string, prometheus.Counter] // descriptor, result
+	storeCallsOf  series[storeLabels, storeSeries]
+}
+
+// checkLabels are a check's series in sluice_checks_total.
+type checkLabels struct {
+	sub subject
+	o   sluice.Outcome
+}
+
+// storeLabels are a store call's series: its operation and whether it
+// failed.
+type storeLabels struct {
+	operation string
+	failed    bool
+}
+
+// storeSeries are a store call's latency and count.
+type storeSeries struct {
+	latency prometheus.Observer
+	calls   prometheus.Counter
+}
+
+// series holds a vector's series by their labels, each resolved once:
+// WithLabelValues hashes every label value and takes the vector's lock at
+// each call, where a check reads a map that is replaced, never written,
+// when a series is first used. The labels are bounded as the vector's
+// are (by the config, or by seriesCap), and no series is ever deleted, so
+// one found stays the vector's.
+type series[K comparable, V any] struct {
+	mu sync.Mutex // serializes adding
+	m  atomic.Pointer[map[K]V]
+}
+
+// get returns k's series, resolving it once.
+func (c *series[K, V]) get(k K, resolve func() V) V {
+	if m := c.m.Load(); m != nil {
+		if v, ok := (*m)[k]; ok {
+			return v
+		}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var old map[K]V
+	if m := c.m.Load(); m != nil {
+		old = *m
+	}
+	if v, ok := old[k]; ok {
+		return v
+	}
+	m := make(map[K]V, len(old)+1)
+	maps.Copy(m, old)
+	v := resolve()
+	m[k] = v
+	c.m.Store(&m)
+	return v
+}
+
+// check counts a check of sub with outcome o.
+func (m *metrics) check(sub subject, o sluice.Outcome) {
+	m.checksOf.get(checkLabels{sub, o}, func() prometheus.Counter {
+		policy, domain := sub.labels()
+		return m.checks.WithLabelValues(policy, domain, o.String())
+	}).Inc()
+}
+
+// nearLimitFor is sub's near-limit counter.
+func (m *metrics) nearLimitFor(sub subject) prometheus.Counter {
+	return m.nearLimitOf.get(sub, func() prometheus.Counter {
+		policy, domain := sub.labels()
+		return m.nearLimit.WithLabelValues(policy, domain)
+	})
+}
+
+// latencyFor is sub's check latency histogram.
+func (m *metrics) latencyFor(sub subject) prometheus.Observer {
+	return m.latencyOf.get(sub, func() prometheus.Observer {
+		policy, domain := sub.labels()
+		return m.latency.WithLabelValues(policy, domain)
+	})
+}
+
+// descriptor counts an Envoy descriptor decided under name with result.
+func (m *metrics) descriptor(name, result string) {
+	m.descriptorsOf.get([2]string{name, result}, func() prometheus.Counter {
+		return m.descriptors.WithLabelValues(name, result)
+	}).Inc()
 }
 
 // seriesCap bounds the series that requests' own values name (detailed_metric):
@@ -146,10 +241,13 @@ func newMetrics() *metrics {
 
 // storeCall counts one store call of operation.
 func (m *metrics) storeCall(operation string, took time.Duration, err error) {
-	m.storeLatency.WithLabelValues(operation).Observe(took.Seconds())
-	result := "ok"
-	if err != nil {
-		result = "error"
-	}
-	m.storeCalls.WithLabelValues(operation, result).Inc()
+	s := m.storeCallsOf.get(storeLabels{operation, err != nil}, func() storeSeries {
+		result := "ok"
+		if err != nil {
+			result = "error"
+		}
+		return storeSeries{m.storeLatency.WithLabelValues(operation), m.storeCalls.WithLabelValues(operation, result)}
+	})
+	s.latency.Observe(took.Seconds())
+	s.calls.Inc()
 }

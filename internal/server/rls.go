@@ -94,11 +94,10 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 	}
 	resp := &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK, Statuses: make([]*rlspb.RateLimitResponse_DescriptorStatus, len(outs))}
 	sts := make([]descriptorStatus, len(outs))
-	now := time.Now()
 	var closest *rlspb.RateLimitResponse_DescriptorStatus // for the headers
 	overLimit, quota, quotaOver := false, 0, 0
 	for i, o := range outs {
-		st := r.status(&o, now, &sts[i])
+		st := r.status(&o, &sts[i])
 		resp.Statuses[i] = st
 		r.count(req.Domain, descs[i], &o)
 		if o.Unlimited || o.Returned { // neither limits the request
@@ -155,7 +154,7 @@ type descriptorStatus struct {
 // end for its fixed windows; to full for sluice's other algorithms); for
 // an unlimited descriptor, OK with 4294967295 remaining; for no limit, OK
 // alone. A shadow limit is OK whatever it says.
-func (r *rls) status(o *descriptor, now time.Time, a *descriptorStatus) *rlspb.RateLimitResponse_DescriptorStatus {
+func (r *rls) status(o *descriptor, a *descriptorStatus) *rlspb.RateLimitResponse_DescriptorStatus {
 	st := &a.status
 	st.Code = rlspb.RateLimitResponse_OK
 	switch {
@@ -180,6 +179,10 @@ func (r *rls) status(o *descriptor, now time.Time, a *descriptorStatus) *rlspb.R
 	st.CurrentLimit = &a.limit
 	reset := d.ResetAfter
 	if l.Limit.Algorithm.Resolved() == sluice.FixedWindow {
+		now := o.Taken // when the check was decided, or now
+		if now.IsZero() {
+			now = time.Now()
+		}
 		p := int64(l.Limit.Period / time.Second)
 		reset = time.Duration(p-now.Unix()%p) * time.Second
 	}
@@ -222,5 +225,5 @@ func (r *rls) count(domain string, entries []config.Entry, o *descriptor) {
 	case o.Returned && o.Result == sluice.Allowed:
 		result = "returned"
 	}
-	r.s.metrics.descriptors.WithLabelValues(name, result).Inc()
+	r.s.metrics.descriptor(name, result)
 }
