@@ -105,12 +105,14 @@ type InProcess interface {
 }
 
 // intoTaker is a store that decides one request into a caller's Decision
-// from a caller's Request (memstore.Store.TakeInto): it reads *req, sets
-// every field of *d (the zero Decision with an error), and keeps neither
-// pointer past its return (memstore's TestTakeIntoKeepsNeitherPointer
-// holds it to that). Through it a Guard of an in-process store decides on
-// its callers' own Request and Decision, where Store.Take would copy each
-// twice on the way (a Request is 17 words).
+// from a caller's Request (memstore.Store.TakeInto, redisstore's): it
+// reads *req, sets every field of *d (the zero Decision with an error),
+// and keeps neither pointer past its return (memstore's
+// TestTakeIntoKeepsNeitherPointer holds it to that). Through it a Guard of
+// an in-process store decides on its callers' own Request and Decision,
+// where Store.Take would copy each twice on the way (a Request is 17
+// words), and a check of one request reaches any such store without a
+// copy of either on its goroutine's stack.
 type intoTaker interface {
 	TakeInto(ctx context.Context, req *Request, d *Decision) error
 }
@@ -504,12 +506,23 @@ func callerGone(ctx context.Context) bool {
 }
 
 func take(ctx context.Context, s Store, reqs []Request, ds []Decision) error {
-	if len(reqs) == 1 {
-		var err error
-		ds[0], err = s.Take(ctx, reqs[0])
-		return err
+	switch t, ok := s.(intoTaker); {
+	case len(reqs) != 1:
+		return s.TakeAll(ctx, reqs, ds)
+	case ok: // no copy of either on the way
+		return t.TakeInto(ctx, &reqs[0], &ds[0])
 	}
-	return s.TakeAll(ctx, reqs, ds)
+	return takeCopying(ctx, s, &reqs[0], &ds[0])
+}
+
+// takeCopying is take for a store without TakeInto, which copies the
+// Request in and the Decision out: apart, so that the copies are not on
+// the stack of every take (not inlined into it).
+//
+//go:noinline
+func takeCopying(ctx context.Context, s Store, req *Request, d *Decision) (err error) {
+	*d, err = s.Take(ctx, *req)
+	return err
 }
 
 // failed decides c's enforced requests by their fail modes after the store

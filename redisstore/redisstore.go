@@ -429,21 +429,32 @@ func (s *Store) Close() {
 }
 
 // Take decides one request in one script call.
-func (s *Store) Take(ctx context.Context, req sluice.Request) (sluice.Decision, error) {
+func (s *Store) Take(ctx context.Context, req sluice.Request) (d sluice.Decision, err error) {
+	err = s.TakeInto(ctx, &req, &d)
+	return d, err
+}
+
+// TakeInto is Take on a caller's Request, into a caller's Decision: it
+// reads *req, sets every field of *d (the zero Decision with an error),
+// and keeps neither pointer past its return. A Guard decides a check of
+// one request through it, copying neither on the way down.
+func (s *Store) TakeInto(ctx context.Context, req *sluice.Request, d *sluice.Decision) error {
 	c := calls.Get().(*call)
-	c.one.req[0] = req
+	c.one.req[0] = *req
 	c.reqs, c.dst, c.keys = c.one.req[:], c.one.dst[:], c.one.keys[:1]
 	err := s.take(ctx, c)
 	if c.abandoned {
-		return sluice.Decision{}, err // c may still be written: not reused
+		*d = sluice.Decision{}
+		return err // c may still be written: not reused
 	}
-	d := c.dst[0]
+	if err != nil {
+		*d = sluice.Decision{}
+	} else {
+		*d = c.dst[0]
+	}
 	*c = call{done: c.done}
 	calls.Put(c)
-	if err != nil {
-		return sluice.Decision{}, err
-	}
-	return d, nil
+	return err
 }
 
 // calls recycles Take's calls, which most Takes would otherwise allocate.

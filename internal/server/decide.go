@@ -114,35 +114,55 @@ type outcome struct {
 // Guard, and counts the check once under label. A shadow check's limits
 // are decided as enforced ones that fail open, and its denial is reported,
 // never enforced.
-func (s *Server) decide(ctx context.Context, sub subject, key string, limits []sluice.Limit, cost int64, shadow bool, fail sluice.FailMode) outcome {
-	label := sub.name
-	out := outcome{Closest: -1, Shadow: shadow}
+func (s *Server) decide(ctx context.Context, sub subject, key string, limits []sluice.Limit, cost int64, shadow bool, fail sluice.FailMode) (out outcome) {
+	out = outcome{Closest: -1, Shadow: shadow}
 	if len(limits) == 0 {
 		return out
 	}
 	var span trace.Span
 	if s.tracing != nil {
-		ctx, span = s.tracing.check(ctx, label, sub.domain)
-		defer func() {
-			span.SetAttributes(attribute.String("sluice.result", out.Result.String()))
-			span.End()
-		}()
+		ctx, span = s.tracing.check(ctx, sub.name, sub.domain)
+		defer endCheckSpan(span, &out)
 	}
 	if shadow {
 		fail = sluice.FailOpen
 	}
+	var check sluice.Check
+	ds, err := fillCheck(&check, sub.name, key, limits, cost, fail)
+	if err != nil {
+		out.Err = err
+		return out
+	}
+	start := time.Now()
+	v := s.guard.Decide(ctx, &check, ds, nil)
+	s.decided(&out, sub, &check, v, ds, shadow, start, span)
+	return out
+}
+
+// fillCheck fills in c, the Guard's check of cost on key under limits,
+// each failing by fail, and returns the decisions it fills in; an input
+// error for a bad request. Apart from decide, as decided is, so that
+// decide's frame, on the stack while the store decides, holds little more
+// than the check.
+func fillCheck(c *sluice.Check, label, key string, limits []sluice.Limit, cost int64, fail sluice.FailMode) ([]sluice.Decision, error) {
 	reqs := make([]sluice.Request, len(limits))
 	modes := make([]sluice.FailMode, len(limits))
 	for i, l := range limits {
 		reqs[i], modes[i] = sluice.Request{Key: key, Limit: l, Cost: cost}, fail
 		if err := reqs[i].Validate(); err != nil {
-			out.Err = inputError("%v", strings.TrimPrefix(err.Error(), "sluice: "))
-			return out
+			return nil, inputError("%v", strings.TrimPrefix(err.Error(), "sluice: "))
 		}
 	}
-	ds := make([]sluice.Decision, len(reqs))
-	start := time.Now()
-	v := s.guard.Decide(ctx, &sluice.Check{Label: label, Enforced: reqs, Modes: modes}, ds, nil)
+	c.Label, c.Enforced, c.Modes = label, reqs, modes
+	return make([]sluice.Decision, len(reqs)), nil
+}
+
+// decided fills in out, the outcome of check c (one key, cost and fail
+// mode for all its requests) decided at start as v into ds, and counts it
+// once: in metrics, the log of denials, the latency histogram (with its
+// trace, under span).
+func (s *Server) decided(out *outcome, sub subject, c *sluice.Check, v sluice.Verdict, ds []sluice.Decision, shadow bool, start time.Time, span trace.Span) {
+	key, cost, fail := c.Enforced[0].Key, c.Enforced[0].Cost, c.Modes[0]
 	out.Took = v.Took(fail) // before a shadow's denial, or Envoy's 0 hits, is reported as allowed
 	switch {
 	case shadow && v.Outcome == sluice.Denied:
@@ -186,7 +206,12 @@ func (s *Server) decide(ctx context.Context, sub subject, key string, limits []s
 	default:
 		out.Decisions, out.Closest = ds, v.Closest
 	}
-	return out
+}
+
+// endCheckSpan ends a check's span with its result.
+func endCheckSpan(span trace.Span, out *outcome) {
+	span.SetAttributes(attribute.String("sluice.result", out.Result.String()))
+	span.End()
 }
 
 // giveBack returns hits to key's limits (Guard.GiveBack): an Envoy
@@ -329,6 +354,21 @@ type override struct {
 // limit are over it, without a store call; 0 hits never are. Hits given
 // back (a descriptor's is_negative_hits) go to its limits (giveBack).
 func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domain string, descs [][]config.Entry, adds []addend, overrides []*override) ([]descriptor, error) {
+	outs, err := s.matchDescriptors(cfg, domain, descs, overrides)
+	if err != nil {
+		return nil, err
+	}
+	for i := range outs {
+		s.decideDescriptor(ctx, cfg, domain, &outs[i], adds[i], overrides[i] != nil)
+	}
+	return outs, nil
+}
+
+// matchDescriptors finds each descriptor's limits, in the domain's tree
+// or its own override, and the key they are decided on; a descriptor
+// without limits has no key. Apart from checkDescriptors' loop, so that
+// its frame is not on the stack while the store decides.
+func (s *Server) matchDescriptors(cfg *config.Config, domain string, descs [][]config.Entry, overrides []*override) ([]descriptor, error) {
 	if len(descs) == 0 || len(descs) > maxDescriptors {
 		return nil, inputError("%d descriptors: want 1 to %d", len(descs), maxDescriptors)
 	}
@@ -412,41 +452,46 @@ func (s *Server) checkDescriptors(ctx context.Context, cfg *config.Config, domai
 			return nil, inputError("descriptor %d: its entries make a key of %d bytes; at most %d", i, len(o.Key), sluice.MaxKeyLen)
 		}
 	}
-	for i := range outs {
-		o := &outs[i]
-		if o.Key == "" {
-			continue // no limit
-		}
-		key := o.Key
-		limits := make([]sluice.Limit, len(o.Limits))
-		shadow := o.Node.Shadow && overrides[i] == nil
-		o.Hits = adds[i].hits
-		if a := adds[i]; a.back {
-			for j, l := range o.Limits {
-				limits[j] = l.Limit
-			}
-			o.outcome, o.Returned = s.giveBack(ctx, domain, key, limits, a.hits, shadow, cfg.Store.FailMode), true
-			continue
-		}
-		over, h := false, adds[i].hits
-		for j, l := range o.Limits {
-			limits[j] = l.Limit
-			switch c := l.Limit.Capacity(); {
-			case l.Block:
-				over = true
-			case h > c && l.Limit.CountAll:
-				h = c // counted whole: past the capacity, the capacity
-			case h > c:
-				over = true
-			}
-		}
-		if over {
-			o.outcome = s.overLimit(subject{name: domain, domain: true}, key, limits, shadow)
-			continue
-		}
-		o.outcome = s.decide(ctx, subject{name: domain, domain: true}, key, limits, h, shadow, cfg.Store.FailMode)
-	}
 	return outs, nil
+}
+
+// decideDescriptor decides descriptor o, matched, asking a of its limits
+// (own: they are the request's override).
+func (s *Server) decideDescriptor(ctx context.Context, cfg *config.Config, domain string, o *descriptor, a addend, own bool) {
+	if o.Key == "" {
+		return // no limit
+	}
+	shadow := o.Node.Shadow && !own
+	o.Hits = a.hits
+	limits, h, over := descriptorLimits(o.Limits, a.hits)
+	switch {
+	case a.back:
+		o.outcome, o.Returned = s.giveBack(ctx, domain, o.Key, limits, a.hits, shadow, cfg.Store.FailMode), true
+	case over:
+		o.outcome = s.overLimit(subject{name: domain, domain: true}, o.Key, limits, shadow)
+	default:
+		o.outcome = s.decide(ctx, subject{name: domain, domain: true}, o.Key, limits, h, shadow, cfg.Store.FailMode)
+	}
+}
+
+// descriptorLimits are a descriptor's limits as the store takes them, the
+// hits it takes of them (at most the capacity of a limit that counts every
+// request: past it, the capacity), and whether a limit refuses the hits
+// without a store call (a block, or more than its capacity).
+func descriptorLimits(rls []config.RateLimit, hits int64) (limits []sluice.Limit, h int64, over bool) {
+	limits, h = make([]sluice.Limit, len(rls)), hits
+	for j, l := range rls {
+		limits[j] = l.Limit
+		switch c := l.Limit.Capacity(); {
+		case l.Block:
+			over = true
+		case h > c && l.Limit.CountAll:
+			h = c // counted whole: past the capacity, the capacity
+		case h > c:
+			over = true
+		}
+	}
+	return limits, h, over
 }
 
 // giveBackRefused gives back what the descriptors of a request answered

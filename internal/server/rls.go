@@ -39,30 +39,57 @@ var unitOf = map[string]rlspb.RateLimitResponse_RateLimit_Unit{
 // envoyproxy/ratelimit does: OVER_LIMIT, never an error, for a well-formed
 // request over its limits; OK without a limit for an unknown domain or a
 // descriptor that matches none; errors only for malformed requests.
+//
+// It reads the request, decides and answers in three functions, so that
+// its own frame, and so the goroutine's stack while the store decides,
+// holds only what the decision needs: a check on the Redis store then
+// fits the 8 KiB stack a gRPC worker starts with (docs/performance.md).
 func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	defer r.s.track()()
+	in, err := readRLS(req)
+	if err != nil {
+		return nil, err
+	}
+	cfg := r.s.state().cfg
+	outs, err := r.s.checkDescriptors(ctx, cfg, req.Domain, in.descs, in.adds, in.overrides)
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	return r.answer(ctx, cfg, req.Domain, in.descs, outs)
+}
+
+// rlsRequest is what a request's descriptors ask: each one's entries, its
+// hits, and its own limit (nil for none).
+type rlsRequest struct {
+	descs     [][]config.Entry
+	adds      []addend
+	overrides []*override
+}
+
+// readRLS reads req's descriptors, refusing a malformed request.
+func readRLS(req *rlspb.RateLimitRequest) (rlsRequest, error) {
 	if req.GetDomain() == "" {
-		return nil, status.Error(codes.InvalidArgument, "domain is required")
+		return rlsRequest{}, status.Error(codes.InvalidArgument, "domain is required")
 	}
 	if n := len(req.GetDescriptors()); n == 0 || n > maxDescriptors {
-		return nil, status.Errorf(codes.InvalidArgument, "%d descriptors: want 1 to %d", n, maxDescriptors)
+		return rlsRequest{}, status.Errorf(codes.InvalidArgument, "%d descriptors: want 1 to %d", n, maxDescriptors)
 	}
 	n, entries := len(req.Descriptors), 0
 	for i, d := range req.Descriptors {
 		if len(d.GetEntries()) > maxEntries {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries: want at most %d", i, len(d.Entries), maxEntries)
+			return rlsRequest{}, status.Errorf(codes.InvalidArgument, "descriptor %d has %d entries: want at most %d", i, len(d.Entries), maxEntries)
 		}
 		entries += len(d.Entries)
 	}
 	// One allocation each for what a request's descriptors hold, whatever
 	// their number.
 	all := make([]config.Entry, 0, entries)
-	descs, adds, overrides := make([][]config.Entry, n), make([]addend, n), make([]*override, n)
+	in := rlsRequest{descs: make([][]config.Entry, n), adds: make([]addend, n), overrides: make([]*override, n)}
 	for i, d := range req.Descriptors {
 		for _, e := range d.Entries {
 			all = append(all, config.Entry{Key: e.Key, Value: e.Value})
 		}
-		descs[i] = all[len(all)-len(d.Entries):]
+		in.descs[i] = all[len(all)-len(d.Entries):]
 		h := uint64(req.GetHitsAddend())
 		if h == 0 {
 			h = 1
@@ -71,24 +98,26 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 			h = d.GetHitsAddend().GetValue()
 		}
 		if h > math.MaxInt64 {
-			return nil, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d overflows", i, h)
+			return rlsRequest{}, status.Errorf(codes.InvalidArgument, "descriptor %d: hits_addend %d overflows", i, h)
 		}
-		adds[i] = addend{hits: int64(h), back: d.GetIsNegativeHits()}
+		in.adds[i] = addend{hits: int64(h), back: d.GetIsNegativeHits()}
 		if o := d.GetLimit(); o != nil {
-			overrides[i] = &override{Rate: int64(o.GetRequestsPerUnit()), Unit: strings.ToLower(o.GetUnit().String()), Units: 1}
+			in.overrides[i] = &override{Rate: int64(o.GetRequestsPerUnit()), Unit: strings.ToLower(o.GetUnit().String()), Units: 1}
 			if m := o.GetUnitMultiplier(); m != nil {
-				overrides[i].Units = int64(m.GetValue())
+				in.overrides[i].Units = int64(m.GetValue())
 			}
 		}
 	}
-	cfg := r.s.state().cfg
-	outs, err := r.s.checkDescriptors(ctx, cfg, req.Domain, descs, adds, overrides)
-	if err != nil {
-		return nil, status.Error(codes.InvalidArgument, err.Error())
-	}
+	return in, nil
+}
+
+// answer is the response to a request whose descriptors descs were
+// decided as outs: each descriptor's status, the overall code, and the
+// headers; what a refused request took is given back.
+func (r *rls) answer(ctx context.Context, cfg *config.Config, domain string, descs [][]config.Entry, outs []descriptor) (*rlspb.RateLimitResponse, error) {
 	for _, o := range outs {
 		if errors.Is(o.Err, errInput) { // the store found it bad: refused whole
-			r.s.giveBackRefused(ctx, req.Domain, outs, nil, cfg.Store.FailMode)
+			r.s.giveBackRefused(ctx, domain, outs, nil, cfg.Store.FailMode)
 			return nil, status.Error(codes.InvalidArgument, o.Err.Error())
 		}
 	}
@@ -99,7 +128,7 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 	for i, o := range outs {
 		st := r.status(&o, &sts[i])
 		resp.Statuses[i] = st
-		r.count(req.Domain, descs[i], &o)
+		r.count(domain, descs[i], &o)
 		if o.Unlimited || o.Returned { // neither limits the request
 			continue
 		}
@@ -127,7 +156,7 @@ func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) 
 	case cfg.Envoy.ShadowMode:
 		resp.OverallCode = rlspb.RateLimitResponse_OK
 	default:
-		r.s.giveBackRefused(ctx, req.Domain, outs, sts, cfg.Store.FailMode)
+		r.s.giveBackRefused(ctx, domain, outs, sts, cfg.Store.FailMode)
 	}
 	if e := cfg.Envoy; e.ResponseHeaders && closest != nil {
 		resp.ResponseHeadersToAdd = []*corepb.HeaderValue{
