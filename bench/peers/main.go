@@ -36,6 +36,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -133,6 +134,9 @@ type system struct {
 	pid   int
 	check func(ctx context.Context, value string) error
 	idle  proc.Resident // after start
+	// metrics is the server's Prometheus endpoint when it reports the Go
+	// runtime's (sluice serve's /metrics): where its stacks are read.
+	metrics string
 }
 
 // round is what one system did in one round.
@@ -142,6 +146,7 @@ type round struct {
 	redisCPU  float64 // redis-server µs per check
 	rss, file int64   // most seen of each, bytes
 	late      int64   // checks not answered within the deadline
+	stacks    int64   // the Go runtime's stacks in use as the load ends, bytes; 0: not known
 }
 
 const (
@@ -226,9 +231,10 @@ func (r *run) main(envoyRL, guber, sluiceBin string, rounds int, levels []int) e
 		if err != nil {
 			return err
 		}
+		s.metrics = "http://" + httpAddr + "/metrics"
 		grpcSystems = append(grpcSystems, s)
 		if store == "memory" && guber != "" {
-			httpSystems = append(httpSystems, &system{name: "sluice, memory", pid: s.pid, idle: s.idle, check: sluiceHTTP(httpAddr)})
+			httpSystems = append(httpSystems, &system{name: "sluice, memory", pid: s.pid, idle: s.idle, check: sluiceHTTP(httpAddr), metrics: s.metrics})
 		}
 	}
 	if guber != "" {
@@ -400,6 +406,11 @@ func (r *run) load(s *system, c, redisPID int) (round, error) {
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
+	if s.metrics != "" {
+		// Read before the collector runs idle: it shrinks the stacks of
+		// workers no longer in a call.
+		rd.stacks, _ = goStacks(s.metrics)
+	}
 	close(done)
 	sampled.Wait()
 	if err := failed.Load(); err != nil {
@@ -577,12 +588,37 @@ func printTable(title string, systems []*system, res [][]round, redis bool) {
 		v := of(i, rss)
 		return fmt.Sprintf("%.0f–%.0f MB", slices.Min(v)/1e6, slices.Max(v)/1e6)
 	})
+	row("of it, Go stacks in use as the load ends (/metrics)", func(i int) string {
+		v := of(i, func(rd round) float64 { return float64(rd.stacks) })
+		if slices.Min(v) == 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.1f–%.1f MB", slices.Min(v)/1e6, slices.Max(v)/1e6)
+	})
 	row("server RSS idle, after start", func(i int) string { return fmt.Sprintf("%.0f MB", float64(systems[i].idle.Total)/1e6) })
 	row("of RSS, the executable's and other files' pages, under load / idle", func(i int) string {
 		v := of(i, func(rd round) float64 { return float64(rd.file) })
 		return fmt.Sprintf("%.0f–%.0f / %.0f MB", slices.Min(v)/1e6, slices.Max(v)/1e6, float64(systems[i].idle.File)/1e6)
 	})
 	fmt.Println()
+}
+
+// goStacks reads go_memstats_stack_inuse_bytes from a Prometheus
+// endpoint.
+func goStacks(url string) (int64, error) {
+	resp, err := http.Get(url)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "go_memstats_stack_inuse_bytes "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			return int64(f), err
+		}
+	}
+	return 0, fmt.Errorf("%s: no go_memstats_stack_inuse_bytes", url)
 }
 
 func names(systems []*system) []string {
