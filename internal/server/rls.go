@@ -43,7 +43,8 @@ var unitOf = map[string]rlspb.RateLimitResponse_RateLimit_Unit{
 // It reads the request, decides and answers in three functions, so that
 // its own frame, and so the goroutine's stack while the store decides,
 // holds only what the decision needs: a check on the Redis store then
-// fits the 8 KiB stack a gRPC worker starts with (docs/performance.md).
+// fits the 8 KiB stack a gRPC worker starts with
+// (TestRLSCheckStackAboveTheStore).
 func (r *rls) ShouldRateLimit(ctx context.Context, req *rlspb.RateLimitRequest) (*rlspb.RateLimitResponse, error) {
 	defer r.s.track()()
 	in, err := readRLS(req)
