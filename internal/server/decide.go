@@ -111,7 +111,7 @@ type outcome struct {
 }
 
 // decide takes cost from key under limits, all-or-nothing, through the
-// Guard, and counts the check once under label. A shadow check's limits
+// Guard, and counts the check once under sub. A shadow check's limits
 // are decided as enforced ones that fail open, and its denial is reported,
 // never enforced.
 func (s *Server) decide(ctx context.Context, sub subject, key string, limits []sluice.Limit, cost int64, shadow bool, fail sluice.FailMode) (out outcome) {
