@@ -80,7 +80,7 @@ func BenchmarkBusyHost(b *testing.B) {
 		{"1e9per1s-one-word", sluice.Limit{Rate: 1_000_000_000, Period: time.Second}},
 		{"999999937per1h-two-words", sluice.Limit{Rate: 999_999_937, Period: time.Hour}},
 	} {
-		for _, ks := range keySets[:2] {
+		for _, ks := range keySets()[:2] {
 			busyHost(b, h, lm.name+"/"+ks.name, lm.limit, ks.keys, perRound)
 		}
 	}

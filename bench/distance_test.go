@@ -50,7 +50,7 @@ func BenchmarkRedisDistance(b *testing.B) {
 			if _, err := s.Take(context.Background(), sluice.Request{Key: "warm", Limit: benchLimit, Cost: 1}); err != nil {
 				b.Fatal(err)
 			}
-			ks := keySets[1].keys
+			ks := keySets()[1].keys
 			var next, late atomic.Int64
 			lat := make([][]time.Duration, 64)
 			var wg sync.WaitGroup

@@ -35,13 +35,17 @@ func keys(n int) []string {
 	return out
 }
 
-var keySets = []struct {
+// keySets returns the key sets the benchmarks run over, built on first
+// use: not at init, where they would weigh 32 MB on the heap of every
+// process this binary starts, the servers whose CPU and memory
+// BenchmarkRLSServerCPU and BenchmarkRSSPerKey measure among them.
+var keySets = sync.OnceValue(func() []keySet {
+	return []keySet{{"1key", keys(1)}, {"10kKeys", keys(10_000)}, {"1MKeys", keys(1_000_000)}}
+})
+
+type keySet struct {
 	name string
 	keys []string
-}{
-	{"1key", keys(1)},
-	{"10kKeys", keys(10_000)},
-	{"1MKeys", keys(1_000_000)},
 }
 
 // parallel runs f over keys from every goroutine, each goroutine starting at
@@ -61,7 +65,7 @@ func parallel(b *testing.B, ks []string, f func(key string)) {
 
 func BenchmarkMemstore(b *testing.B) {
 	for _, alg := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket} {
-		for _, ks := range keySets {
+		for _, ks := range keySets() {
 			b.Run(fmt.Sprintf("sluice-%v/%s", alg, ks.name), func(b *testing.B) {
 				s := memstore.New(memstore.Options{})
 				limit := benchLimit
@@ -80,13 +84,13 @@ func BenchmarkMemstore(b *testing.B) {
 	}
 	b.Run("x-time-rate/1key", func(b *testing.B) {
 		lim := rate.NewLimiter(rate.Limit(benchRate), benchRate)
-		parallel(b, keySets[0].keys, func(string) {
+		parallel(b, keySets()[0].keys, func(string) {
 			if !lim.Allow() {
 				b.Fatal("denied")
 			}
 		})
 	})
-	for _, ks := range keySets[1:] {
+	for _, ks := range keySets()[1:] {
 		b.Run("x-time-rate-map/"+ks.name, func(b *testing.B) {
 			var mu sync.Mutex
 			m := make(map[string]*rate.Limiter)
@@ -110,7 +114,7 @@ func BenchmarkMemstore(b *testing.B) {
 			})
 		})
 	}
-	for _, ks := range keySets {
+	for _, ks := range keySets() {
 		b.Run("go-limiter/"+ks.name, func(b *testing.B) {
 			store, err := memorystore.New(&memorystore.Config{Tokens: 1_000_000_000, Interval: time.Hour, SweepInterval: time.Hour})
 			if err != nil {
@@ -134,7 +138,7 @@ func BenchmarkMemstore(b *testing.B) {
 	b.Run("clock-only/1key", func(b *testing.B) {
 		base := time.Now()
 		var sink atomic.Int64
-		parallel(b, keySets[0].keys, func(string) {
+		parallel(b, keySets()[0].keys, func(string) {
 			if time.Since(base) < 0 {
 				sink.Add(1)
 			}
@@ -144,7 +148,7 @@ func BenchmarkMemstore(b *testing.B) {
 	// reads per decision (its fasttime is time.now).
 	b.Run("clock-now-only/1key", func(b *testing.B) {
 		var sink atomic.Int64
-		parallel(b, keySets[0].keys, func(string) {
+		parallel(b, keySets()[0].keys, func(string) {
 			if time.Now().UnixNano() < 0 {
 				sink.Add(1)
 			}
@@ -162,7 +166,7 @@ func BenchmarkMemstore(b *testing.B) {
 			v atomic.Int64
 			_ [56]byte
 		}
-		parallel(b, keySets[0].keys, func(string) {
+		parallel(b, keySets()[0].keys, func(string) {
 			now := int64(time.Since(base))
 			for {
 				old := word.v.Load()
@@ -179,7 +183,7 @@ func BenchmarkMemstore(b *testing.B) {
 			v atomic.Int64
 			_ [56]byte
 		}
-		parallel(b, keySets[0].keys, func(string) {
+		parallel(b, keySets()[0].keys, func(string) {
 			for {
 				old := word.v.Load()
 				if word.v.CompareAndSwap(old, old+1) {
@@ -190,7 +194,7 @@ func BenchmarkMemstore(b *testing.B) {
 	})
 	b.Run("uber-ratelimit/1key", func(b *testing.B) {
 		rl := ratelimit.New(benchRate, ratelimit.WithoutSlack)
-		parallel(b, keySets[0].keys, func(string) { rl.Take() })
+		parallel(b, keySets()[0].keys, func(string) { rl.Take() })
 	})
 }
 
@@ -199,7 +203,7 @@ func BenchmarkMemstore(b *testing.B) {
 func BenchmarkHeapPerKey(b *testing.B) {
 	for _, alg := range []sluice.Algorithm{sluice.GCRA, sluice.TokenBucket, sluice.FixedWindow} {
 		b.Run(alg.String(), func(b *testing.B) {
-			ks := keySets[2].keys
+			ks := keySets()[2].keys
 			ctx := context.Background()
 			limit := sluice.Limit{Algorithm: alg, Rate: 100, Period: time.Hour}
 			var perKey float64

@@ -34,7 +34,7 @@ func BenchmarkOneGoroutine(b *testing.B) {
 	}
 	for _, lm := range limits {
 		limit := sluice.Limit{Rate: lm.rate, Period: lm.period}
-		for _, ks := range keySets[:2] {
+		for _, ks := range keySets()[:2] {
 			for _, lib := range append(limiters[:len(limiters):len(limiters)], sluiceTakeInto) {
 				b.Run(fmt.Sprintf("%s/%s/%s", lib.name, lm.name, ks.name), func(b *testing.B) {
 					oneGoroutine(b, ks.keys, lm.allow, lib.new(b, limit))

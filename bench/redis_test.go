@@ -42,7 +42,7 @@ func drive(b *testing.B, callers int, op func(key string) error) {
 // load runs op n times from callers goroutines over 10k keys and returns
 // the time taken and every call's latency, sorted.
 func load(callers, n int, op func(key string) error) (time.Duration, []time.Duration, error) {
-	ks := keySets[1].keys
+	ks := keySets()[1].keys
 	var next atomic.Int64
 	lat := make([][]time.Duration, callers)
 	var wg sync.WaitGroup

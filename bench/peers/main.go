@@ -12,7 +12,9 @@
 // deploy/Dockerfile builds it. redis-server must be on PATH.
 //
 // Envoy RLS v3: envoyproxy/ratelimit on Redis, an empty handler served
-// by grpc-go (what the transport alone costs), sluice on its memory store
+// by grpc-go on sluice's gRPC transport (its codec, goroutine pool and
+// windows: what carrying a check costs sluice before it decides anything),
+// sluice on its memory store
 // and on the same Redis, every check one descriptor (remote_address) of
 // 10,000 values under one envoy-format limit that never denies. With
 // -gubernator, a second table compares gubernator's HTTP API
@@ -65,10 +67,12 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/sluicehq/sluice/bench/internal/proc"
+	"github.com/sluicehq/sluice/internal/server"
 )
 
 // emptyChild is the environment variable that makes this program serve an
-// empty RLS handler on the address it holds: grpc-go's own cost per check.
+// empty RLS handler on the address it holds: the transport's own cost per
+// check.
 const emptyChild = "SLUICE_PEERS_EMPTY_RLS"
 
 func main() {
@@ -216,7 +220,7 @@ func (r *run) main(envoyRL, guber, sluiceBin string, rounds int, levels []int) e
 		return err
 	}
 	emptyAddr := freeAddr()
-	if s, err = r.start("empty grpc-go handler", emptyAddr, r.rls, self, nil, emptyChild+"="+emptyAddr); err != nil {
+	if s, err = r.start("empty handler, same transport", emptyAddr, r.rls, self, nil, emptyChild+"="+emptyAddr); err != nil {
 		return err
 	}
 	grpcSystems = append(grpcSystems, s)
@@ -477,13 +481,14 @@ func (emptyRLS) ShouldRateLimit(context.Context, *rlspb.RateLimitRequest) (*rlsp
 	return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}, nil
 }
 
-// serveEmpty serves emptyRLS on addr with grpc-go's defaults until killed.
+// serveEmpty serves emptyRLS on addr until killed, on sluice's gRPC
+// transport: what sluice serve costs beyond it is its decision.
 func serveEmpty(addr string) {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		log.Fatal(err)
 	}
-	s := grpc.NewServer()
+	s := grpc.NewServer(server.TransportOptions()...)
 	rlspb.RegisterRateLimitServiceServer(s, emptyRLS{})
 	log.Fatal(s.Serve(l))
 }

@@ -71,14 +71,10 @@ func HTTPServer(h http.Handler, l config.Listeners, proxy bool, log *slog.Logger
 // yet read (flow control with fixed windows: grpc-go's automatic window
 // growth would let one connection buffer up to 16 MiB).
 func grpcOptions(l config.Listeners, recv *receiveWatch) []grpc.ServerOption {
-	return []grpc.ServerOption{
+	return append([]grpc.ServerOption{
 		grpc.ConnectionTimeout(l.ReadHeaderTimeout),
 		grpc.MaxConcurrentStreams(uint32(min(l.MaxStreams, 1<<31))),
 		grpc.MaxRecvMsgSize(maxBodyBytes),
-		grpc.ForceServerCodecV2(newRLSCodec()),
-		grpc.NumStreamWorkers(uint32(streamWorkersPerCPU * runtime.GOMAXPROCS(0))),
-		grpc.InitialWindowSize(streamWindow),
-		grpc.InitialConnWindowSize(connWindow),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
 		grpc.KeepaliveParams(keepalive.ServerParameters{
 			MaxConnectionIdle: l.IdleTimeout,
@@ -88,6 +84,19 @@ func grpcOptions(l config.Listeners, recv *receiveWatch) []grpc.ServerOption {
 		grpc.InTapHandle(recv.tap),
 		grpc.ChainUnaryInterceptor(recv.received),
 		grpc.ChainStreamInterceptor(recv.receivedStream),
+	}, TransportOptions()...)
+}
+
+// TransportOptions are the options of the gRPC listener that decide what
+// carrying a call costs: its codec, its pool of goroutines and its
+// flow-control windows. The bench serves an empty handler on them, so
+// that what sluice's service costs beyond it is the decision alone.
+func TransportOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.ForceServerCodecV2(newRLSCodec()),
+		grpc.NumStreamWorkers(uint32(streamWorkersPerCPU * runtime.GOMAXPROCS(0))),
+		grpc.InitialWindowSize(streamWindow),
+		grpc.InitialConnWindowSize(connWindow),
 	}
 }
 
