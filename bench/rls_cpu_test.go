@@ -15,7 +15,6 @@ import (
 	"time"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	"google.golang.org/grpc"
 
 	"github.com/sluicehq/sluice/bench/internal/proc"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -65,9 +64,7 @@ func serveRLSChild(kind string) {
 		if err != nil {
 			panic(err)
 		}
-		s := grpc.NewServer(server.TransportOptions()...)
-		rlspb.RegisterRateLimitServiceServer(s, emptyRLS{})
-		go s.Serve(l)
+		go newEmpty().Serve(l)
 		addr = l.Addr().String()
 	default:
 		s, err := server.New(server.Options{HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", RedisURL: os.Getenv(rlsServerRedis),

@@ -24,8 +24,8 @@ import (
 	"github.com/sluicehq/sluice/internal/server"
 )
 
-// emptyRLS answers OK at once: the ceiling of grpc-go's transport for this
-// service on this machine.
+// emptyRLS answers OK at once: served on sluice's gRPC transport (newEmpty),
+// the ceiling of that transport for this service on this machine.
 type emptyRLS struct {
 	rlspb.UnimplementedRateLimitServiceServer
 }
@@ -34,13 +34,21 @@ func (emptyRLS) ShouldRateLimit(context.Context, *rlspb.RateLimitRequest) (*rlsp
 	return &rlspb.RateLimitResponse{OverallCode: rlspb.RateLimitResponse_OK}, nil
 }
 
+// newEmpty returns a gRPC server of emptyRLS on sluice's gRPC transport
+// (its codec, stream workers and windows): what carrying a check costs
+// sluice serve before it decides anything.
+func newEmpty() *grpc.Server {
+	s := grpc.NewServer(server.TransportOptions()...)
+	rlspb.RegisterRateLimitServiceServer(s, emptyRLS{})
+	return s
+}
+
 func startEmpty(b *testing.B) string {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		b.Fatal(err)
 	}
-	s := grpc.NewServer()
-	rlspb.RegisterRateLimitServiceServer(s, emptyRLS{})
+	s := newEmpty()
 	go s.Serve(l)
 	b.Cleanup(s.Stop)
 	return l.Addr().String()
@@ -66,8 +74,8 @@ func startServer(b *testing.B, redisURL, path string) server.Addrs {
 // BenchmarkRLS drives envoy.service.ratelimit.v3 ShouldRateLimit over
 // loopback gRPC from 64 concurrent callers on 10k descriptors (the embedded
 // config's remote_address limit, always allowed at 50/s per address): an
-// empty handler (the transport's ceiling), sluice on the memory store, and
-// sluice on Redis.
+// empty handler on the same gRPC transport (its ceiling), sluice on the
+// memory store, and sluice on Redis.
 func BenchmarkRLS(b *testing.B) {
 	var redis rueidis.Client // the Redis store's server, for its script time
 	targets := []struct {
