@@ -14,9 +14,9 @@
 // Envoy RLS v3: envoyproxy/ratelimit on Redis, an empty handler served
 // by grpc-go on sluice's gRPC transport (its codec, goroutine pool and
 // windows: what carrying a check costs sluice before it decides anything),
-// sluice on its memory store
-// and on the same Redis, every check one descriptor (remote_address) of
-// 10,000 values under one envoy-format limit that never denies. With
+// sluice on its memory store and on the same Redis, every check one
+// descriptor (remote_address) of 10,000 values under one envoy-format
+// limit that never denies. With
 // -gubernator, a second table compares gubernator's HTTP API
 // (POST /v1/GetRateLimits) with sluice's (POST /v1/check), a token bucket
 // on each one's memory. Each round runs every system in turn on the same
