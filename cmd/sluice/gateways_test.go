@@ -2,16 +2,17 @@ package main_test
 
 import (
 	"context"
+	byteorder "encoding/binary"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -140,8 +141,7 @@ policies:
 		}
 		return err == nil
 	})
-	_, sluicePort, _ := net.SplitHostPort(p.http)
-	closedBefore := timeWaits(t, sluicePort)
+	closedBefore := timeWaits(t, p.http)
 	for _, from := range []string{"127.0.0.2", "127.0.0.3"} {
 		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
 			d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
@@ -188,31 +188,85 @@ policies:
 	// of them (a closed one stays in TIME_WAIT on sluice's side for a
 	// minute), where one per check costs a connection each, and one in
 	// TIME_WAIT, at the gateway's full rate.
-	if n := timeWaits(t, sluicePort) - closedBefore; n > 0 {
+	if n := timeWaits(t, p.http) - closedBefore; n > 0 {
 		t.Fatalf("%s closed %d connections to sluice for 18 checks; want none: keep-alive", gw.name, n)
 	}
 }
 
-// timeWaits counts the TCP connections on this host's local port that
-// were closed from that side and wait out TIME_WAIT (/proc/net/tcp).
-func timeWaits(t *testing.T, port string) int {
+// timeWaits counts the TCP connections on this host whose local end is
+// addr, an IPv4 listener's address, that were closed from that side and
+// wait out TIME_WAIT (/proc/net/tcp): connections the listener accepted.
+// The port alone would also count another process's connections from
+// another local address (127.0.0.2, ::1) that happen to use the same port
+// number, as any test running beside this one may.
+func timeWaits(t *testing.T, addr string) int {
 	t.Helper()
+	ap, err := netip.ParseAddrPort(addr)
+	if err != nil || !ap.Addr().Is4() {
+		t.Fatalf("timeWaits of %q: want an IPv4 address and port", addr)
+	}
+	ip := ap.Addr().As4()
+	// The kernel writes the address as the number its 4 bytes make in the
+	// host's byte order, and the port as a number.
+	local := fmt.Sprintf("%08X:%04X", byteorder.NativeEndian.Uint32(ip[:]), ap.Port())
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		t.Fatal(err)
+	}
 	n := 0
-	for _, file := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
-		b, err := os.ReadFile(file)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(string(b), "\n")[1:] {
-			f := strings.Fields(line)
-			if len(f) < 4 || f[3] != "06" { // TIME_WAIT
-				continue
-			}
-			_, hex, _ := strings.Cut(f[1], ":")
-			if local, err := strconv.ParseUint(hex, 16, 16); err == nil && strconv.FormatUint(local, 10) == port {
-				n++
-			}
+	for _, line := range strings.Split(string(b), "\n")[1:] {
+		if f := strings.Fields(line); len(f) >= 4 && f[1] == local && f[3] == "06" { // TIME_WAIT
+			n++
 		}
 	}
 	return n
+}
+
+// timeWaits counts what TestGateways' keep-alive check needs: a
+// connection its listener accepted and closed first, and not one that
+// another local address (127.0.0.2) closed from the same port number.
+func TestTimeWaitsCountsTheListenersClosedConnections(t *testing.T) {
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	addr := ln.Addr().String()
+	port := ln.Addr().(*net.TCPAddr).Port
+	other, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	before, beside := timeWaits(t, addr), timeWaits(t, fmt.Sprintf("127.0.0.2:%d", port))
+
+	// From 127.0.0.2 and the listener's port, closed first by its dialer.
+	go func() {
+		if c, err := other.Accept(); err == nil {
+			io.Copy(io.Discard, c)
+			c.Close()
+		}
+	}()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 2), Port: port}}
+	c, err := d.Dial("tcp4", other.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	// Accepted by the listener and closed first by it.
+	go func() {
+		if s, err := ln.Accept(); err == nil {
+			s.Close()
+		}
+	}()
+	c, err = net.Dial("tcp4", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, c) // until the listener's side has closed
+	c.Close()
+
+	waitFor(t, func() bool {
+		return timeWaits(t, fmt.Sprintf("127.0.0.2:%d", port)) == beside+1 && timeWaits(t, addr) == before+1
+	})
 }
