@@ -71,13 +71,27 @@ type Config struct {
 	Domains        map[string]*Domain
 }
 
-// ForwardAuth is how /v1/forward-auth answers a refusal.
+// ForwardAuth is what /v1/forward-auth reads of a gateway's question and
+// how it answers a refusal.
 type ForwardAuth struct {
 	// DenyStatus is the status of a refusal: 429, or 403 for gateways
 	// that understand only 2xx, 401 and 403 (nginx auth_request). A
 	// request's ?deny_status= overrides it.
 	DenyStatus int
+	// RequestHeaders is the pair of headers the gateway describes the
+	// original request in: RequestHeadersOriginal (X-Original-Method and
+	// X-Original-URI, nginx), RequestHeadersForwarded (X-Forwarded-Method
+	// and X-Forwarded-Uri: Caddy, Traefik, HAProxy), or "" for whichever
+	// of the two a check carries, a check carrying both being refused.
+	// With a pair named, the other is a client's and never read.
+	RequestHeaders string
 }
+
+// The values of ForwardAuth.RequestHeaders.
+const (
+	RequestHeadersOriginal  = "x-original"
+	RequestHeadersForwarded = "x-forwarded"
+)
 
 // Store says where state lives and how checks are decided while it fails.
 // Exactly one of Memory and Redis is set: each holds the settings of its
@@ -231,7 +245,10 @@ type Policy struct {
 	Name   string
 	Limits []sluice.Limit
 	Key    string // the proxy's key spec, such as "client_ip" or "header:X-API-Key"
-	Match  string // the proxy's ServeMux pattern; "" matches every request
+	// Match is the ServeMux pattern of the requests the proxy and
+	// forward-auth apply the policy to ("/" for every request); "" for
+	// none: the policy is checked by name only (POST /v1/check, gRPC).
+	Match string
 	Cost   int64  // default cost of a check; with CostFrom, the estimate
 	// CostFrom is where the proxy reads what a request really cost, from
 	// its answer: the zero source for none.
@@ -259,6 +276,42 @@ type Policy struct {
 	PlanFrom string // the proxy's source of a request's plan: header:NAME
 
 	overrideIdx *overrideIndex // Overrides indexed, by the parser
+}
+
+// ForwardAuthCaveats returns, a sentence each, what forward-auth cannot
+// apply of p: the gateway never shows sluice the upstream's answer, nor
+// tells it when the request ends. A cost read from the answer and
+// charge_status are charged as the estimate instead; concurrency is not
+// applied. None for a policy without Match, which forward-auth never
+// applies.
+func (p *Policy) ForwardAuthCaveats() []string {
+	if p.Match == "" {
+		return nil
+	}
+	var cs []string
+	if len(p.ChargeStatus) > 0 || p.CostFrom.String() != "" {
+		cs = append(cs, fmt.Sprintf("forward-auth never sees the upstream's answer: it charges the estimate, cost %d, per request (cost.from and charge_status apply in sluice proxy only)", p.Cost))
+	}
+	if p.Concurrency > 0 {
+		what := "applies the policy's limits only"
+		if len(p.Limits) == 0 {
+			what = "does not apply this policy"
+		}
+		cs = append(cs, fmt.Sprintf("forward-auth cannot hold concurrency %d: the gateway never says when a request ends, so forward-auth %s (concurrency applies in sluice proxy and the middleware)", p.Concurrency, what))
+	}
+	return cs
+}
+
+// Warnings returns, a line each, what of c is valid but will not do all
+// it seems to: each policy's ForwardAuthCaveats.
+func (c *Config) Warnings() []string {
+	var ws []string
+	for _, p := range c.Policies {
+		for _, w := range p.ForwardAuthCaveats() {
+			ws = append(ws, fmt.Sprintf("policy %q: %s", p.Name, w))
+		}
+	}
+	return ws
 }
 
 // overrideIndex finds a key's first override without trying each:
@@ -469,7 +522,8 @@ type fileYAML struct {
 }
 
 type forwardAuthYAML struct {
-	DenyStatus int `yaml:"deny_status"`
+	DenyStatus     int    `yaml:"deny_status"`
+	RequestHeaders string `yaml:"request_headers"`
 }
 
 // storeYAML is the store section as written: flat, every mode's fields
@@ -619,6 +673,12 @@ func Parse(file string, data []byte) (*Config, error) {
 		cfg.Admin = Admin{Token: f.Admin.Token}
 		if cfg.ForwardAuth = ForwardAuth(f.ForwardAuth); cfg.ForwardAuth.DenyStatus != 429 && cfg.ForwardAuth.DenyStatus != 403 {
 			c.add(m["forward_auth"], "forward_auth.deny_status", "%d: want 429 or 403", cfg.ForwardAuth.DenyStatus)
+		}
+		switch cfg.ForwardAuth.RequestHeaders {
+		case "", RequestHeadersOriginal, RequestHeadersForwarded:
+		default:
+			c.add(m["forward_auth"], "forward_auth.request_headers", "%q: want %s (nginx) or %s (Caddy, Traefik, HAProxy)",
+				cfg.ForwardAuth.RequestHeaders, RequestHeadersOriginal, RequestHeadersForwarded)
 		}
 		c.policies(f.Policies, cfg)
 		for i, n := range f.Domains {

@@ -29,6 +29,17 @@ import (
 //     is limited by "GET /api/items/{id}": many upstreams serve it), which
 //     also matches every pattern the slashed path matches; the upstream is
 //     sent the slash.
+//   - Policies match the path without its path parameters, as servlet
+//     containers (Tomcat, Jetty, Undertow, Spring) read it: ";" and what
+//     follows it up to the next "/" are dropped from each segment, before
+//     the segment is decoded, so "/api;jsessionid=x/items/1" is limited
+//     as "/api/items/1"; the upstream is sent the parameters. Where the
+//     two readings would differ in more than a segment's text, the path
+//     is refused with 400: parameters on a dot segment ("/api/..;/admin",
+//     "/admin" to Tomcat and "/api/..;/admin" to most other servers), on
+//     an empty one ("/;x/admin"), or an encoded semicolon ("%3B": a
+//     parameter to a server that decodes before it cuts, text to one
+//     that cuts first).
 //   - The host is lower-case, without a trailing dot: "ADMIN.Example.COM."
 //     is "admin.example.com", as DNS has it.
 //   - A header a policy keys on may appear once: two X-API-Key headers
@@ -46,21 +57,40 @@ func canonicalPath(escaped string) (string, error) {
 	if !strings.HasPrefix(escaped, "/") {
 		return "", fmt.Errorf("%w: it does not start with /", errPath)
 	}
-	if strings.IndexByte(escaped, '%') < 0 && strings.IndexByte(escaped, '\\') < 0 && clean(escaped) {
+	if strings.IndexAny(escaped, "%\\;") < 0 && clean(escaped) {
 		return escaped, nil // nothing to decode or resolve: no allocation
 	}
 	segs := strings.Split(escaped[1:], "/")
 	out := make([]string, 0, len(segs))
 	for _, seg := range segs {
+		seg, params, hasParams := strings.Cut(seg, ";")
 		dec, err := url.PathUnescape(seg)
 		if err != nil {
 			return "", fmt.Errorf("%w: %v", errPath, err)
 		}
+		if err := segmentText(dec); err != nil {
+			return "", err
+		}
+		if hasParams {
+			switch {
+			case strings.IndexByte(dec, ';') >= 0:
+				return "", fmt.Errorf("%w: an encoded semicolon before a path parameter", errPath)
+			case dec == "" || dec == "." || dec == "..":
+				return "", fmt.Errorf("%w: a path parameter on an empty or dot segment", errPath)
+			}
+			p, err := url.PathUnescape(params)
+			if err != nil {
+				return "", fmt.Errorf("%w: %v", errPath, err)
+			}
+			if err := segmentText(p); err != nil {
+				return "", err
+			}
+			out = append(out, dec+";"+p)
+			continue
+		}
 		switch {
-		case strings.ContainsAny(dec, "/\\"):
-			return "", fmt.Errorf("%w: an encoded slash or a backslash", errPath)
-		case strings.ContainsFunc(dec, func(r rune) bool { return r < 0x20 || r == 0x7f }):
-			return "", fmt.Errorf("%w: a control character", errPath)
+		case strings.IndexByte(dec, ';') >= 0:
+			return "", fmt.Errorf("%w: an encoded semicolon", errPath)
 		case dec == "" || dec == ".":
 		case dec == "..":
 			if len(out) > 0 {
@@ -75,6 +105,39 @@ func canonicalPath(escaped string) (string, error) {
 		p += "/" // a path that ends in a directory keeps saying so
 	}
 	return p, nil
+}
+
+// segmentText reports, as an errPath error, a decoded segment that no
+// reading of the path agrees on: one holding a slash, a backslash or a
+// control character.
+func segmentText(dec string) error {
+	switch {
+	case strings.ContainsAny(dec, "/\\"):
+		return fmt.Errorf("%w: an encoded slash or a backslash", errPath)
+	case strings.ContainsFunc(dec, func(r rune) bool { return r < 0x20 || r == 0x7f }):
+		return fmt.Errorf("%w: a control character", errPath)
+	}
+	return nil
+}
+
+// matchPath is the path policies match of p, a canonical path: without
+// its path parameters and trailing slash.
+func matchPath(p string) string {
+	if strings.IndexByte(p, ';') >= 0 {
+		var b strings.Builder
+		for i, seg := range strings.Split(p[1:], "/") {
+			name, _, _ := strings.Cut(seg, ";")
+			if i > 0 {
+				b.WriteByte('/')
+			}
+			b.WriteString(name)
+		}
+		p = "/" + b.String()
+	}
+	if len(p) > 1 && strings.HasSuffix(p, "/") {
+		p = p[:len(p)-1]
+	}
+	return p
 }
 
 // clean reports whether an unescaped path has no empty, "." or ".."
@@ -133,10 +196,10 @@ func canonical(next http.Handler, keyHeaders []string) http.Handler {
 			fwd.Path, fwd.RawPath = p, ""
 		}
 		match := fwd
-		if len(p) > 1 && strings.HasSuffix(p, "/") {
+		if m := matchPath(p); m != p {
 			match = new(url.URL)
 			*match = *fwd
-			match.Path, match.RawPath = strings.TrimSuffix(fwd.Path, "/"), ""
+			match.Path, match.RawPath = m, ""
 		}
 		if match != r.URL || fwd != r.URL {
 			r = r.WithContext(context.WithValue(r.Context(), forwardKey{}, fwd))

@@ -280,3 +280,71 @@ func TestPathMatchesPythonUpstream(t *testing.T) {
 		checkServedIsLimited(t, addrOf(t, srv.URL), randomPath(rng))
 	}
 }
+
+// Path parameters: policies match the path as servlet containers read it
+// (";…" dropped from each segment before decoding), the upstream is sent
+// the parameters, and a path whose readings disagree in more than a
+// segment's text is refused.
+func TestPathParameters(t *testing.T) {
+	for _, c := range []struct{ path, fwd, match string }{
+		{"/api;jsessionid=x/items/1", "/api;jsessionid=x/items/1", "/api/items/1"},
+		{"/api/items/1;v=2", "/api/items/1;v=2", "/api/items/1"},
+		{"/api/items;a;b/1/", "/api/items;a;b/1/", "/api/items/1"},
+		{"/x;a/../api/items/1", "/api/items/1", "/api/items/1"},
+		{"/%61pi;x=%20/items", "/api;x= /items", "/api/items"},
+		{"/api/items;x=a%3bb", "/api/items;x=a;b", "/api/items"},
+		{"/api/..;/admin", "", ""},
+		{"/api/.;x/admin", "", ""},
+		{"/api/%2e%2e;x/admin", "", ""},
+		{"/;x/admin", "", ""},
+		{"/api//;x/admin", "", ""},
+		{"/api%3bx/items/1", "", ""},
+		{"/api%3Bx;y/items/1", "", ""},
+		{"/api;x%2fy/items", "", ""},
+		{"/api;x%00/items", "", ""},
+	} {
+		p, err := canonicalPath(c.path)
+		if c.fwd == "" {
+			if err == nil {
+				t.Errorf("%s: %q; want refused", c.path, p)
+			}
+			continue
+		}
+		if err != nil || p != c.fwd || matchPath(p) != c.match {
+			t.Errorf("%s: sent %q, matched %q, %v; want sent %q, matched %q", c.path, p, matchPath(p), err, c.fwd, c.match)
+		}
+	}
+}
+
+// Through the proxy, "/api;jsessionid=x/items/1" is limited by the /api/
+// policy, 3 of 10 reach the upstream, and they reach it with their
+// parameter.
+func TestPathParametersLimitedInProxy(t *testing.T) {
+	redistest.HourAhead()
+	var sent []string
+	srv := gatewayTo(t, `
+policies:
+  - {name: api, limit: fixed_window 3/1h, key: client_ip, match: "/api/"}
+`, memstore.New(memstore.Options{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { sent = append(sent, r.RequestURI) }), Deps{})
+	served := 0
+	for range 10 {
+		switch code, _ := rawGet(t, addrOf(t, srv.URL), "/api;jsessionid=x/items/1", "example.com"); code {
+		case 200:
+			served++
+		case 429:
+		default:
+			t.Fatalf("status %d", code)
+		}
+	}
+	if served != 3 {
+		t.Fatalf("served %d of 10 on a limit of 3", served)
+	}
+	for _, u := range sent {
+		if u != "/api;jsessionid=x/items/1" {
+			t.Fatalf("the upstream was sent %q; want the path as the client sent it", u)
+		}
+	}
+	if code, _ := rawGet(t, addrOf(t, srv.URL), "/api/..;/admin", "example.com"); code != 400 {
+		t.Fatalf("/api/..;/admin: %d; want 400", code)
+	}
+}

@@ -209,7 +209,7 @@ func BenchmarkProxyFirstEvent(b *testing.B) {
 	})
 	for name, yaml := range map[string]string{
 		"cost=stream": strings.Replace(tokensYAML, "sliding_log 10000/1m", "1000000000/1s", 1),
-		"cost=fixed":  "policies: [{name: tokens, limit: 1000000000/1s, key: \"header:Authorization\", cost: 500}]",
+		"cost=fixed":  "policies: [{name: tokens, limit: 1000000000/1s, key: \"header:Authorization\", cost: 500, match: /}]",
 	} {
 		b.Run(name, func(b *testing.B) { firstEvent(b, yaml, upstream, sent) })
 	}

@@ -112,7 +112,7 @@ func TestConcurrencyAndRateAllOrNothing(t *testing.T) {
 	store := memstore.New(memstore.Options{})
 	gw := countingGateway(t, `
 policies:
-  - {name: api, limit: fixed_window 3/1h, concurrency: 1, concurrency_wait: 2s, key: "header:X-Key"}
+  - {name: api, limit: fixed_window 3/1h, concurrency: 1, concurrency_wait: 2s, key: "header:X-Key", match: /}
 `, store, 50*time.Millisecond, &peak)
 	codes := make(chan int, 5)
 	var wg sync.WaitGroup
@@ -156,6 +156,7 @@ policies:
   - name: api
     limit: fixed_window 1/1h
     key: "header:X-Key"
+    match: /
     overrides: [{key: "partner-*", limit: fixed_window 3/1h}]
     plan_from: header:X-Plan
     plans: {pro: fixed_window 2/1h}

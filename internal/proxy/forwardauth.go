@@ -18,18 +18,17 @@ import (
 // ForwardAuth returns the handler of /v1/forward-auth: the gateway a team
 // already runs (nginx auth_request, Caddy forward_auth, Traefik
 // ForwardAuth, HAProxy) asks it about each request before forwarding it.
-// It rebuilds the original request from the headers the gateway sends:
-// X-Forwarded-Method and X-Forwarded-Uri (Traefik, Caddy) or
-// X-Original-Method and X-Original-URI (nginx), X-Forwarded-Host, and the
-// original request's own headers; the client's address is the rightmost
-// X-Forwarded-For entry not in trusted_proxies. That request is decided
-// by the proxy's decider, so it is limited exactly as `sluice proxy`
-// would limit it, and answered 200 when allowed and 429 with Retry-After
-// when refused (403 with ?deny_status=403 or the config's
-// forward_auth.deny_status, for nginx, whose auth_request understands only
-// 2xx, 401 and 403), with the rate headers either way. A
-// request that describes no original request, or a malformed one, is
-// answered 400 and charges nothing. No body is read.
+// It rebuilds the original request from the headers the gateway sends
+// (see the rules below), X-Forwarded-Host, and the original request's
+// own headers; the client's address is the rightmost X-Forwarded-For
+// entry not in trusted_proxies. That request is decided by the proxy's
+// decider, so it is limited exactly as `sluice proxy` would limit it, and
+// answered 200 when allowed and 429 with Retry-After when refused (403
+// with ?deny_status=403 or the config's forward_auth.deny_status, for
+// nginx, whose auth_request understands only 2xx, 401 and 403), with the
+// rate headers either way. A request that describes no original request,
+// or a malformed one, is answered 400 and charges nothing. No body is
+// read.
 func ForwardAuth(cfg *config.Config, deps Deps, log *slog.Logger) (http.Handler, error) {
 	d, err := newDecider(cfg, deps, log, denied, false)
 	if err != nil {
@@ -40,8 +39,15 @@ func ForwardAuth(cfg *config.Config, deps Deps, log *slog.Logger) (http.Handler,
 	if deny == 0 {
 		deny = http.StatusTooManyRequests
 	}
+	pairs := describing[:]
+	switch cfg.ForwardAuth.RequestHeaders {
+	case config.RequestHeadersOriginal:
+		pairs = describing[:1]
+	case config.RequestHeadersForwarded:
+		pairs = describing[1:]
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		orig, err := original(r, deny)
+		orig, err := original(r, pairs, deny)
 		if err != nil {
 			problem(w, http.StatusBadRequest, err.Error())
 			return
@@ -50,24 +56,51 @@ func ForwardAuth(cfg *config.Config, deps Deps, log *slog.Logger) (http.Handler,
 	}), nil
 }
 
+// How forward-auth reads the original request. Every gateway sends the
+// client's own headers beside the ones it sets, and sets only its own
+// pair: nginx (as docs/gateways.md configures it) X-Original-Method and
+// X-Original-URI, Caddy, Traefik and the HAProxy script X-Forwarded-Method
+// and X-Forwarded-Uri. So the pair the gateway did not set may be a
+// client's, naming what it would like to be limited as:
+//
+//   - With forward_auth.request_headers naming a pair, only that pair is
+//     read; the other is ignored.
+//   - Without, a check carrying headers of both pairs is refused: one of
+//     them is a client's, and sluice cannot tell which.
+//   - A describing header (either pair, X-Forwarded-Host) that appears
+//     twice is refused: the gateway sets each once.
+//   - A fragment ("#x", which nginx passes as the client sent it) is no
+//     part of the request target: it is dropped, as the upstreams that
+//     parse the target as a URL drop it, so "/login#x" is "/login".
+//
+// The URI is then put in its canonical form, path parameters and all
+// (canonical.go), as the proxy's requests are.
+
+// pair is the two headers a gateway describes the original request in.
+type pair struct{ method, uri string }
+
+// describing are the pairs, in the order of RequestHeadersOriginal and
+// RequestHeadersForwarded.
+var describing = [2]pair{
+	{"X-Original-Method", "X-Original-Uri"},
+	{"X-Forwarded-Method", "X-Forwarded-Uri"},
+}
+
 // maxURI bounds X-Forwarded-Uri, as a request line bounds a path.
 const maxURI = 8 << 10
 
 // denyStatusKey is the context key of the status a refusal is answered with.
 type denyStatusKey struct{}
 
-// original rebuilds the request the gateway asks about; a refusal of it
-// is answered deny, unless the request's ?deny_status= says otherwise.
-func original(r *http.Request, deny int) (*http.Request, error) {
-	method := first(r.Header, "X-Forwarded-Method", "X-Original-Method")
-	uri := first(r.Header, "X-Forwarded-Uri", "X-Original-Uri")
+// original rebuilds the request the gateway asks about from the first of
+// pairs r carries; a refusal of it is answered deny, unless the request's
+// ?deny_status= says otherwise.
+func original(r *http.Request, pairs []pair, deny int) (*http.Request, error) {
+	method, uri, err := describedBy(r.Header, pairs)
+	if err != nil {
+		return nil, err
+	}
 	switch {
-	case method == "" && uri == "":
-		return nil, errors.New("no original request: want X-Forwarded-Method and X-Forwarded-Uri (Traefik, Caddy) or X-Original-Method and X-Original-URI (nginx)")
-	case method == "":
-		return nil, errors.New("no original method: want X-Forwarded-Method or X-Original-Method")
-	case uri == "":
-		return nil, errors.New("no original URI: want X-Forwarded-Uri or X-Original-URI")
 	case !httpguts.ValidHeaderFieldName(method): // a method is a token, as a header name is
 		return nil, fmt.Errorf("original method %.40q is not a token", method)
 	case len(uri) > maxURI:
@@ -77,6 +110,7 @@ func original(r *http.Request, deny int) (*http.Request, error) {
 	case strings.ContainsFunc(uri, func(c rune) bool { return c < 0x20 || c == 0x7f }):
 		return nil, fmt.Errorf("original URI %.40q holds a control character", uri)
 	}
+	uri, _, _ = strings.Cut(uri, "#")
 	u, err := url.ParseRequestURI(uri)
 	if err != nil {
 		return nil, fmt.Errorf("original URI %.40q: %v", uri, err)
@@ -100,14 +134,40 @@ func original(r *http.Request, deny int) (*http.Request, error) {
 	return orig, nil
 }
 
-// first returns the first of names that r has.
-func first(h http.Header, names ...string) string {
-	for _, n := range names {
-		if v := h.Get(n); v != "" {
-			return v
+// describedBy returns the original method and URI that h describes in
+// one of pairs, by the rules above.
+func describedBy(h http.Header, pairs []pair) (method, uri string, err error) {
+	var from *pair
+	for i := range pairs {
+		p := &pairs[i]
+		if len(h[p.method]) == 0 && len(h[p.uri]) == 0 {
+			continue
+		}
+		if from != nil {
+			return "", "", fmt.Errorf("both %s/%s and %s/%s: a gateway sets one pair, so the other is a client's (forward_auth.request_headers names the gateway's)",
+				from.method, from.uri, p.method, p.uri)
+		}
+		from = p
+	}
+	if from == nil {
+		if len(pairs) == 1 {
+			return "", "", fmt.Errorf("no original request: want %s and %s (forward_auth.request_headers)", pairs[0].method, pairs[0].uri)
+		}
+		return "", "", errors.New("no original request: want X-Forwarded-Method and X-Forwarded-Uri (Traefik, Caddy, HAProxy) or X-Original-Method and X-Original-URI (nginx)")
+	}
+	for _, name := range [...]string{from.method, from.uri, "X-Forwarded-Host"} {
+		if len(h[name]) > 1 {
+			return "", "", fmt.Errorf("the %s header appears more than once: a gateway sets it once", name)
 		}
 	}
-	return ""
+	method, uri = h.Get(from.method), h.Get(from.uri)
+	switch {
+	case method == "":
+		return "", "", fmt.Errorf("no original method: want %s beside %s", from.method, from.uri)
+	case uri == "":
+		return "", "", fmt.Errorf("no original URI: want %s beside %s", from.uri, from.method)
+	}
+	return method, uri, nil
 }
 
 // denied answers a refused forward-auth request as the middleware would,

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"reflect"
 	"slices"
 	"strconv"
@@ -220,5 +221,203 @@ func TestForwardAuthDenyStatusDefault(t *testing.T) {
 	}
 	if _, err := config.Parse("x.yaml", []byte("forward_auth: {deny_status: 500}\n"+perClient)); err == nil || !strings.Contains(err.Error(), "deny_status") {
 		t.Fatalf("deny_status 500: %v; want refused", err)
+	}
+}
+
+// allowedOf asks n times, each with the headers given, and returns how
+// many were allowed (200), failing on any status but 200, 429 and 400.
+func allowedOf(t *testing.T, srv *httptest.Server, n int, header ...string) int {
+	t.Helper()
+	allowed := 0
+	for range n {
+		switch resp := ask(t, srv, "", header...); resp.StatusCode {
+		case 200:
+			allowed++
+		case 429, 400:
+		default:
+			t.Fatalf("%v: status %d", header, resp.StatusCode)
+		}
+	}
+	return allowed
+}
+
+const apiAndLogin = `
+trusted_proxies: [127.0.0.1/32]
+policies:
+  - {name: api, limit: fixed_window 3/1h, key: client_ip, match: "/api/"}
+  - {name: login, limit: fixed_window 3/1h, key: client_ip, match: "POST /login"}
+`
+
+// A client behind nginx (which sets X-Original-Method and X-Original-URI
+// and passes the client's own headers) adds the other pair, naming what
+// it would like to be limited as: the check is refused, never decided as
+// the client's pair says, and a gateway's header sent twice is refused.
+// Each client is allowed at most its 3.
+func TestForwardAuthClientsPairRefused(t *testing.T) {
+	redistest.HourAhead()
+	srv := forwardAuth(t, apiAndLogin)
+	for name, h := range map[string][]string{
+		"forwarded uri":     {"X-Original-Method", "GET", "X-Original-URI", "/api/items/1", "X-Forwarded-Uri", "/public"},
+		"forwarded method":  {"X-Original-Method", "POST", "X-Original-URI", "/login", "X-Forwarded-Method", "GET"},
+		"both forwarded":    {"X-Original-Method", "POST", "X-Original-URI", "/login", "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/public"},
+		"original uri":      {"X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/api/items/1", "X-Original-URI", "/public"},
+		"mixed":             {"X-Forwarded-Method", "GET", "X-Original-URI", "/api/items/1"},
+		"repeated uri":      {"X-Original-Method", "GET", "X-Original-URI", "/api/items/1", "X-Original-URI", "/public"},
+		"repeated fwd uri":  {"X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/public", "X-Forwarded-Uri", "/api/items/1"},
+		"repeated method":   {"X-Original-Method", "GET", "X-Original-Method", "POST", "X-Original-URI", "/login"},
+		"repeated fwd host": {"X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/api/items/1", "X-Forwarded-Host", "a", "X-Forwarded-Host", "b"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if resp := ask(t, srv, "", h...); resp.StatusCode != 400 {
+				t.Fatalf("%d; want 400", resp.StatusCode)
+			}
+		})
+	}
+	// One client tries every lie 10 times, then asks honestly: nothing
+	// was charged, so its 3 remain.
+	client := []string{"X-Forwarded-For", "192.0.2.40"}
+	lies := 0
+	for _, h := range [][]string{
+		{"X-Original-Method", "GET", "X-Original-URI", "/api/items/1", "X-Forwarded-Uri", "/public"},
+		{"X-Original-Method", "POST", "X-Original-URI", "/login", "X-Forwarded-Method", "GET"},
+	} {
+		lies += allowedOf(t, srv, 10, append(h, client...)...)
+	}
+	if lies != 0 {
+		t.Fatalf("a client naming its own original request was allowed %d times; want 0", lies)
+	}
+	if n := allowedOf(t, srv, 10, append([]string{"X-Original-Method", "POST", "X-Original-URI", "/login"}, client...)...); n != 3 {
+		t.Fatalf("POST /login described honestly: %d allowed of 10; want 3", n)
+	}
+}
+
+// With forward_auth.request_headers naming the gateway's pair, only that
+// pair is read: the other pair, a client's, changes nothing.
+func TestForwardAuthRequestHeadersReadsOnlyTheGatewaysPair(t *testing.T) {
+	redistest.HourAhead()
+	for _, c := range []struct {
+		config string
+		header []string
+	}{
+		{config.RequestHeadersOriginal, []string{"X-Original-Method", "GET", "X-Original-URI", "/api/items/1", "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/public"}},
+		{config.RequestHeadersForwarded, []string{"X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/api/items/1", "X-Original-Method", "GET", "X-Original-URI", "/public"}},
+	} {
+		t.Run(c.config, func(t *testing.T) {
+			srv := forwardAuth(t, "forward_auth: {request_headers: "+c.config+"}\n"+apiAndLogin)
+			if n := allowedOf(t, srv, 10, append(c.header, "X-Forwarded-For", "192.0.2.41")...); n != 3 {
+				t.Fatalf("%d allowed of 10; want 3", n)
+			}
+			other := c.header[4:] // the other pair alone
+			if resp := ask(t, srv, "", other...); resp.StatusCode != 400 {
+				t.Fatalf("the other pair alone: %d; want 400, no original request", resp.StatusCode)
+			}
+		})
+	}
+	if _, err := config.Parse("x.yaml", []byte("forward_auth: {request_headers: x-client}\n"+apiAndLogin)); err == nil || !strings.Contains(err.Error(), "forward_auth.request_headers") {
+		t.Fatalf("request_headers x-client: %v; want refused at its field", err)
+	}
+}
+
+// nginx passes a fragment as the client sent it ("POST /login#x"); the
+// upstreams that parse the target as a URL serve /login, so it is
+// limited as /login.
+func TestForwardAuthFragmentDropped(t *testing.T) {
+	redistest.HourAhead()
+	srv := forwardAuth(t, apiAndLogin)
+	if n := allowedOf(t, srv, 10, "X-Original-Method", "POST", "X-Original-URI", "/login#x", "X-Forwarded-For", "192.0.2.42"); n != 3 {
+		t.Fatalf("POST /login#x: %d allowed of 10; want 3", n)
+	}
+	if n := allowedOf(t, srv, 10, "X-Original-Method", "GET", "X-Original-URI", "/api/items/1?q=1#/x/../public", "X-Forwarded-For", "192.0.2.43"); n != 3 {
+		t.Fatalf("GET /api/items/1?q=1#...: %d allowed of 10; want 3", n)
+	}
+}
+
+// Path parameters are read as servlet containers read them:
+// "/api;jsessionid=x/items/1" is /api/items/1 to Tomcat, and limited as
+// it; a form the readings disagree on is refused.
+func TestForwardAuthPathParameters(t *testing.T) {
+	redistest.HourAhead()
+	srv := forwardAuth(t, apiAndLogin)
+	if n := allowedOf(t, srv, 10, "X-Original-Method", "GET", "X-Original-URI", "/api;jsessionid=x/items/1", "X-Forwarded-For", "192.0.2.44"); n != 3 {
+		t.Fatalf("/api;jsessionid=x/items/1: %d allowed of 10; want 3", n)
+	}
+	if n := allowedOf(t, srv, 10, "X-Original-Method", "POST", "X-Original-URI", "/login;a=b", "X-Forwarded-For", "192.0.2.45"); n != 3 {
+		t.Fatalf("POST /login;a=b: %d allowed of 10; want 3", n)
+	}
+	if resp := ask(t, srv, "", "X-Original-Method", "GET", "X-Original-URI", "/api/..;/admin"); resp.StatusCode != 400 {
+		t.Fatalf("/api/..;/admin: %d; want 400", resp.StatusCode)
+	}
+}
+
+// Forward-auth cannot hold a concurrency limit (the gateway never says
+// when a request ends): it says so at start, applies the policy's limits
+// alone, and leaves a policy of concurrency alone out. The config's
+// Warnings, which `sluice config validate` prints, say it too.
+func TestForwardAuthConcurrencyWarned(t *testing.T) {
+	redistest.HourAhead()
+	const yaml = `
+trusted_proxies: [127.0.0.1/32]
+policies:
+  - {name: api, limit: fixed_window 3/1h, concurrency: 1, key: client_ip, match: "/api/"}
+  - {name: uploads, concurrency: 2, key: client_ip, match: "/upload"}
+`
+	logged := &logbuf.Buffer{}
+	srv := forwardAuthLogged(t, yaml, slog.New(slog.NewTextHandler(logged, nil)))
+	for _, p := range []string{"api", "uploads"} {
+		if !strings.Contains(logged.String(), "forward-auth cannot hold concurrency") || !strings.Contains(logged.String(), "policy="+p) {
+			t.Fatalf("no warning of policy %s's concurrency at start:\n%s", p, logged)
+		}
+	}
+	if n := allowedOf(t, srv, 5, "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/api/x", "X-Forwarded-For", "192.0.2.46"); n != 3 {
+		t.Fatalf("/api/x: %d allowed of 5; want 3, the policy's limit", n)
+	}
+	if resp := ask(t, srv, "", "X-Forwarded-Method", "POST", "X-Forwarded-Uri", "/upload", "X-Forwarded-For", "192.0.2.46"); resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Limit") != "" {
+		t.Fatalf("/upload: %d %v; want 200, no policy applied", resp.StatusCode, resp.Header)
+	}
+	cfg, err := config.Parse("x.yaml", []byte(yaml))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws := cfg.Warnings(); len(ws) != 2 || !strings.Contains(ws[0], `policy "api"`) || !strings.Contains(ws[1], "does not apply this policy") {
+		t.Fatalf("Warnings: %q", ws)
+	}
+}
+
+// A policy without match is checked by name only: forward-auth and the
+// proxy apply it to no request (match: "/" applies one to every request).
+func TestPolicyWithoutMatchNotAppliedToGateways(t *testing.T) {
+	redistest.HourAhead()
+	const yaml = `
+trusted_proxies: [127.0.0.1/32]
+policies:
+  - {name: api, limit: fixed_window 3/1h, key: client_ip, match: "/api/"}
+  - {name: checks, limit: fixed_window 1/1h, key: client_ip}
+`
+	srv := forwardAuth(t, yaml)
+	for i := range 5 {
+		if resp := ask(t, srv, "", "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/home", "X-Forwarded-For", "192.0.2.47"); resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Limit") != "" {
+			t.Fatalf("forward-auth /home, request %d: %d %v; want 200, no policy applied", i, resp.StatusCode, resp.Header)
+		}
+	}
+	px := gateway(t, yaml, memstore.New(memstore.Options{}))
+	for i := range 5 {
+		if resp := get(t, px.URL+"/home"); resp.StatusCode != 200 || resp.Header.Get("X-RateLimit-Limit") != "" {
+			t.Fatalf("proxy /home, request %d: %d %v; want 200, no policy applied", i, resp.StatusCode, resp.Header)
+		}
+	}
+	// Said so: match "/".
+	all := strings.Replace(yaml, "key: client_ip}", `key: client_ip, match: "/"}`, 1)
+	srv = forwardAuth(t, all)
+	if n := allowedOf(t, srv, 5, "X-Forwarded-Method", "GET", "X-Forwarded-Uri", "/home", "X-Forwarded-For", "192.0.2.47"); n != 1 {
+		t.Fatalf("match \"/\": /home allowed %d of 5; want 1", n)
+	}
+	// A proxy with no policy it can apply says so at start.
+	cfg, err := config.Parse("x.yaml", []byte("policies: [{name: checks, limit: 1/1h}]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, _ := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
+	if _, err := New(cfg, Deps{Guard: g}, &url.URL{Scheme: "http", Host: "127.0.0.1:1"}, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "match") {
+		t.Fatalf("a proxy of match-less policies: %v; want an error naming match", err)
 	}
 }

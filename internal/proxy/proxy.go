@@ -66,7 +66,7 @@ func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (ht
 		return nil, err
 	}
 	if d.m == nil {
-		return nil, errors.New("proxy: the config has no policies to apply")
+		return nil, errors.New(`proxy: the config has no policy with a match to apply: a policy applies to the proxy's requests by its match ("/" for every request)`)
 	}
 	rp := httputil.NewSingleHostReverseProxy(upstream)
 	rp.FlushInterval = -1 // stream responses as they come
@@ -181,6 +181,20 @@ func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(h
 	var policies []httplimit.Policy
 	var keyHeaders []string
 	for _, p := range cfg.Policies {
+		if p.Match == "" {
+			if answers {
+				log.Warn("sluice proxy applies no policy without match: this one is checked by name only (match: \"/\" applies it to every request)", "policy", p.Name)
+			}
+			continue
+		}
+		if !answers {
+			for _, c := range p.ForwardAuthCaveats() {
+				log.Warn(c, "policy", p.Name)
+			}
+			if len(p.Limits) == 0 {
+				continue // concurrency alone: nothing forward-auth can apply
+			}
+		}
 		keyHeaders = append(keyHeaders, headersOf(p)...)
 		key, err := keyFunc(p.Key, resolver)
 		if err != nil {
@@ -195,10 +209,9 @@ func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(h
 		if len(p.Limits) > 0 {
 			hp.Limit = p.Limits[0]
 		}
-		if !answers && (len(hp.ChargeStatus) > 0 || hp.CostFrom.String() != "") {
-			log.Warn("forward-auth never sees the upstream's answer: this policy charges its estimate, cost, per request, not by the answer",
-				"policy", p.Name, "cost", p.Cost, "cost_from", hp.CostFrom.String(), "charge_status", hp.ChargeStatus)
+		if !answers { // see ForwardAuthCaveats
 			hp.ChargeStatus, hp.CostFrom = nil, httplimit.CostSource{}
+			hp.Concurrency, hp.ConcurrencyWait = 0, 0
 		}
 		policies = append(policies, hp)
 	}

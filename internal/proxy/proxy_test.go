@@ -182,7 +182,7 @@ func TestLocalSyncKeysOutliveTheirRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ls.Close() })
-	srv := gateway(t, `policies: [{name: p, limit: fixed_window 2/1h, key: "header:X-User"}]`, ls)
+	srv := gateway(t, `policies: [{name: p, limit: fixed_window 2/1h, key: "header:X-User", match: /}]`, ls)
 	for range 2 {
 		get(t, srv.URL, "X-User", "alice")
 	}
@@ -199,7 +199,7 @@ func TestLocalSyncKeysOutliveTheirRequest(t *testing.T) {
 // An upstream that is down gets a 502 with a problem body; one that does
 // not answer in time, a 504.
 func TestUpstreamFailures(t *testing.T) {
-	cfg, err := config.Parse("test.yaml", []byte("policies: [{name: p, limit: 100/1h}]"))
+	cfg, err := config.Parse("test.yaml", []byte("policies: [{name: p, limit: 100/1h, match: /}]"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestUpstreamFailures(t *testing.T) {
 		}
 	}))
 	defer slow.Close()
-	cfg, err = config.Parse("test.yaml", []byte("listeners: {proxy_timeout: 200ms}\npolicies: [{name: p, limit: 100/1h}]"))
+	cfg, err = config.Parse("test.yaml", []byte("listeners: {proxy_timeout: 200ms}\npolicies: [{name: p, limit: 100/1h, match: /}]"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -271,7 +271,7 @@ func TestBodyNotReadPastItsLength(t *testing.T) {
 	up := httptest.NewServer(echo)
 	t.Cleanup(up.Close)
 	u, _ := url.Parse(up.URL)
-	cfg, _ := config.Parse("test.yaml", []byte("policies: [{name: p, limit: 100/1h}]"))
+	cfg, _ := config.Parse("test.yaml", []byte("policies: [{name: p, limit: 100/1h, match: /}]"))
 	g, _ := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
 	h, err := New(cfg, Deps{Guard: g}, u, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -374,7 +374,7 @@ func TestUpstreamAnswersBeforeReadingTheUpload(t *testing.T) {
 		io.WriteString(w, "up")
 	})
 	var failures atomic.Int64
-	srv := gatewayTo(t, "policies: [{name: p, limit: 100/1h}]", memstore.New(memstore.Options{}), refuse,
+	srv := gatewayTo(t, "policies: [{name: p, limit: 100/1h, match: /}]", memstore.New(memstore.Options{}), refuse,
 		Deps{UpstreamFailed: func(string) { failures.Add(1) }})
 	for i := range 3 {
 		resp, err := http.Post(srv.URL+"/upload", "application/octet-stream", bytes.NewReader(make([]byte, 32<<20)))
@@ -413,7 +413,7 @@ func TestUpstreamConnectionsReused(t *testing.T) {
 	u, _ := url.Parse(up.URL)
 	// Idle connections kept an hour: a busy machine's pause past the
 	// default second is not what this counts.
-	srv := gatewayURL(t, "listeners: {upstream_idle_timeout: 1h}\npolicies: [{name: p, limit: 1000000/1h}]", memstore.New(memstore.Options{}), u, Deps{})
+	srv := gatewayURL(t, "listeners: {upstream_idle_timeout: 1h}\npolicies: [{name: p, limit: 1000000/1h, match: /}]", memstore.New(memstore.Options{}), u, Deps{})
 	const clients, each = 32, 40
 	tr := &http.Transport{MaxIdleConnsPerHost: clients}
 	defer tr.CloseIdleConnections()
@@ -465,7 +465,7 @@ func TestUpstreamIdleConnectionsClosedFirst(t *testing.T) {
 	up.Start()
 	t.Cleanup(up.Close)
 	u, _ := url.Parse(up.URL)
-	srv := gatewayURL(t, "listeners: {upstream_idle_timeout: 50ms}\npolicies: [{name: p, limit: 1000000/1h}]", memstore.New(memstore.Options{}), u, Deps{})
+	srv := gatewayURL(t, "listeners: {upstream_idle_timeout: 50ms}\npolicies: [{name: p, limit: 1000000/1h, match: /}]", memstore.New(memstore.Options{}), u, Deps{})
 	post := func() {
 		t.Helper()
 		resp, err := http.Post(srv.URL+"/orders", "text/plain", strings.NewReader("order"))
@@ -519,7 +519,7 @@ func TestUpstreamFailuresCounted(t *testing.T) {
 	up := httptest.NewServer(cut)
 	t.Cleanup(up.Close)
 	u, _ := url.Parse(up.URL)
-	cfg, _ := config.Parse("test.yaml", []byte("listeners: {proxy_timeout: 200ms}\npolicies: [{name: p, limit: 100/1h}]"))
+	cfg, _ := config.Parse("test.yaml", []byte("listeners: {proxy_timeout: 200ms}\npolicies: [{name: p, limit: 100/1h, match: /}]"))
 	g, _ := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
 	deps.Guard = g
 	h, err := New(cfg, deps, u, slog.New(slog.NewTextHandler(&logs, nil)))
