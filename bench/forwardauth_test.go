@@ -25,7 +25,7 @@ import (
 // as a gateway asks.
 func BenchmarkForwardAuth(b *testing.B) {
 	path := filepath.Join(b.TempDir(), "sluice.yaml")
-	os.WriteFile(path, []byte("policies:\n  - {name: p, limit: 1000000000/1h, key: \"header:X-Key\"}\n"), 0o644)
+	os.WriteFile(path, []byte("policies:\n  - {name: p, limit: 1000000000/1h, key: \"header:X-Key\", match: /}\n"), 0o644)
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	var s *server.Server
 	s, err := server.New(server.Options{Config: path, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", Logger: log,

@@ -107,7 +107,7 @@ func BenchmarkProxyUpstreamKeepAlive(b *testing.B) {
 	u, _ := url.Parse(up.URL)
 	for _, idle := range []string{"90s", "10ms"} {
 		b.Run("upstream_idle_timeout="+idle, func(b *testing.B) {
-			cfg, err := config.Parse("bench.yaml", []byte("listeners: {upstream_idle_timeout: "+idle+"}\npolicies: [{name: p, limit: 1000000000/1h}]\n"))
+			cfg, err := config.Parse("bench.yaml", []byte("listeners: {upstream_idle_timeout: "+idle+"}\npolicies: [{name: p, limit: 1000000000/1h, match: /}]\n"))
 			if err != nil {
 				b.Fatal(err)
 			}

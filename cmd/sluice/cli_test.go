@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 
@@ -94,5 +95,32 @@ func TestBannerHintNamesWhatTheConfigHas(t *testing.T) {
 	}
 	if got := tryIt(config.Default(), "127.0.0.1:8080", "sluice"); !strings.Contains(got, "-policy default") {
 		t.Errorf("the default config's hint: %q", got)
+	}
+}
+
+// `sluice config validate` accepts a policy forward-auth cannot fully
+// apply, and says on stderr what it will not do: concurrency (the
+// gateway never says when a request ends) and a cost read from the
+// answer.
+func TestValidateWarnsOfWhatForwardAuthCannotApply(t *testing.T) {
+	file := t.TempDir() + "/sluice.yaml"
+	if err := os.WriteFile(file, []byte(`policies:
+  - {name: uploads, concurrency: 2, key: client_ip, match: "POST /upload"}
+  - {name: tokens, limit: 1000/1h, cost: {estimate: 10, from: "json:usage.total_tokens"}, match: "/v1/"}
+  - {name: checks, limit: 10/1h, concurrency: 1}
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"config", "validate", file}, &out, &errb); code != 0 || !strings.Contains(out.String(), "ok: 3 policies") {
+		t.Fatalf("exit %d, %q %q; want ok", code, out.String(), errb.String())
+	}
+	for _, want := range []string{`warning: policy "uploads": forward-auth cannot hold concurrency 2`, `warning: policy "tokens": forward-auth never sees the upstream's answer`} {
+		if !strings.Contains(errb.String(), want) {
+			t.Errorf("stderr %q; want %q", errb.String(), want)
+		}
+	}
+	if strings.Contains(errb.String(), `"checks"`) {
+		t.Errorf("stderr %q: a policy without match is no gateway's, nothing to warn of", errb.String())
 	}
 }

@@ -919,7 +919,7 @@ func TestProxyReloadsUnderLoad(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "proxy.yaml")
 	// Idle connections kept an hour: what is counted is the reloads' dials,
 	// not a busy machine's pauses past the default second.
-	os.WriteFile(file, []byte("listeners: {upstream_idle_timeout: 1h}\npolicies: [{name: p, limit: 1000000/1h, key: client_ip}]\n"), 0o644)
+	os.WriteFile(file, []byte("listeners: {upstream_idle_timeout: 1h}\npolicies: [{name: p, limit: 1000000/1h, key: client_ip, match: /}]\n"), 0o644)
 	px := startProxy(t, file, upstream.URL)
 	addr, cmd, out := px.addr, px.cmd, px.out
 	var ok, failed atomic.Int64
@@ -965,7 +965,7 @@ func TestProxyReloadsUnderLoad(t *testing.T) {
 		t.Fatalf("%d connections to the upstream from 8 clients across 100 reloads; want at most 16", n)
 	}
 	// A changed file takes effect: a limit of 1 now.
-	os.WriteFile(file, []byte("policies: [{name: p, limit: 1/1h, key: client_ip}]\n"), 0o644)
+	os.WriteFile(file, []byte("policies: [{name: p, limit: 1/1h, key: client_ip, match: /}]\n"), 0o644)
 	cmd.Process.Signal(syscall.SIGHUP)
 	waitFor(t, func() bool {
 		resp, err := http.Get("http://" + addr + "/x")
@@ -1054,7 +1054,7 @@ func TestProxyToTLSUpstream(t *testing.T) {
 	defer upstream.Close()
 	dir := t.TempDir()
 	file, ca := filepath.Join(dir, "proxy.yaml"), filepath.Join(dir, "ca.pem")
-	os.WriteFile(file, []byte("policies: [{name: p, limit: 100/1h}]\n"), 0o644)
+	os.WriteFile(file, []byte("policies: [{name: p, limit: 100/1h, match: /}]\n"), 0o644)
 	os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: upstream.Certificate().Raw}), 0o644)
 	get := func(px *proxyProc) (int, string) {
 		resp, err := http.Get("http://" + px.addr + "/x")

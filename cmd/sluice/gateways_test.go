@@ -113,34 +113,7 @@ policies:
   - {name: api, limit: fixed_window 3/1h, key: client_ip, match: "/api/"}
 `), 0o644)
 	p := start(t, nil, "-config", file)
-	listen := freeport.Addr(t)
-	addrs := map[string]string{"127.0.0.1:8080": p.http, "127.0.0.1:3000": strings.TrimPrefix(up.URL, "http://"), "127.0.0.1:8000": listen}
-	dir := t.TempDir()
-	cmd := exec.Command(bin, gw.setup(t, dir, addrs)...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
-	out := &logbuf.Buffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	// The gateway's workers go with it: a process group, killed whole.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		cmd.Wait()
-		if t.Failed() {
-			t.Logf("%s output:\n%s", gw.name, out)
-		}
-	})
-	waitFor(t, func() bool { // the gateway listens (its output is logged if it never does)
-		c, err := net.Dial("tcp", listen)
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
+	listen := startGateway(t, gw, bin, p.http, strings.TrimPrefix(up.URL, "http://"))
 	closedBefore := timeWaits(t, p.http)
 	for _, from := range []string{"127.0.0.2", "127.0.0.3"} {
 		client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -191,6 +164,43 @@ policies:
 	if n := timeWaits(t, p.http) - closedBefore; n > 0 {
 		t.Fatalf("%s closed %d connections to sluice for 18 checks; want none: keep-alive", gw.name, n)
 	}
+}
+
+// startGateway starts gw (its binary bin) as docs/gateways.md configures
+// it, in front of sluice's HTTP listener at sluiceAddr and the upstream at
+// upstream, and returns the address it listens on once it does. It is
+// stopped, workers and all, when t ends.
+func startGateway(t *testing.T, gw gateway, bin, sluiceAddr, upstream string) string {
+	t.Helper()
+	listen := freeport.Addr(t)
+	addrs := map[string]string{"127.0.0.1:8080": sluiceAddr, "127.0.0.1:3000": upstream, "127.0.0.1:8000": listen}
+	dir := t.TempDir()
+	cmd := exec.Command(bin, gw.setup(t, dir, addrs)...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "HOME="+dir, "XDG_DATA_HOME="+dir, "XDG_CONFIG_HOME="+dir)
+	out := &logbuf.Buffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	// The gateway's workers go with it: a process group, killed whole.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.WaitDelay = 5 * time.Second
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		cmd.Wait()
+		if t.Failed() {
+			t.Logf("%s output:\n%s", gw.name, out)
+		}
+	})
+	waitFor(t, func() bool { // the gateway listens (its output is logged if it never does)
+		c, err := net.Dial("tcp", listen)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return listen
 }
 
 // timeWaits counts the TCP connections on this host whose local end is

@@ -274,6 +274,9 @@ func validate(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	fmt.Fprintf(stdout, "%s: ok: %d policies, %d domains, %s store\n", args[0], len(cfg.Policies), len(cfg.Domains), cfg.Store.Type())
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintf(stderr, "%s: warning: %s\n", args[0], w)
+	}
 	return 0
 }
 
