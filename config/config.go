@@ -249,7 +249,7 @@ type Policy struct {
 	// forward-auth apply the policy to ("/" for every request); "" for
 	// none: the policy is checked by name only (POST /v1/check, gRPC).
 	Match string
-	Cost   int64  // default cost of a check; with CostFrom, the estimate
+	Cost  int64 // default cost of a check; with CostFrom, the estimate
 	// CostFrom is where the proxy reads what a request really cost, from
 	// its answer: the zero source for none.
 	CostFrom httplimit.CostSource
