@@ -59,6 +59,8 @@ var (
 		{name: "forwarded-uri", method: "GET", target: "/api/items/1", header: []string{"X-Forwarded-Uri", "/public", "X-Forwarded-Method", "GET"}, as: "/api/items/1", served: 3},
 		{name: "forwarded-method", method: "POST", target: "/login", header: []string{"X-Forwarded-Method", "GET"}, as: "/login", served: 3},
 		{name: "original-uri", method: "GET", target: "/api/items/1", header: []string{"X-Original-URI", "/public", "X-Original-Method", "GET"}, as: "/api/items/1", served: 3},
+		// And the host, which a host pattern could match.
+		{name: "forwarded-host", method: "GET", target: "/api/items/1", header: []string{"X-Forwarded-Host", "other.example"}, as: "/api/items/1", served: 3},
 	}
 	// A fragment, which nginx passes on as it came.
 	fragmentLies = []lie{{name: "fragment", method: "POST", target: "/login#x", as: "/login", served: 3}}

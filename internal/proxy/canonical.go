@@ -57,8 +57,16 @@ func canonicalPath(escaped string) (string, error) {
 	if !strings.HasPrefix(escaped, "/") {
 		return "", fmt.Errorf("%w: it does not start with /", errPath)
 	}
-	if strings.IndexAny(escaped, "%\\;") < 0 && clean(escaped) {
-		return escaped, nil // nothing to decode or resolve: no allocation
+	if strings.IndexByte(escaped, '%') < 0 && strings.IndexByte(escaped, '\\') < 0 && clean(escaped) {
+		// Nothing to decode or resolve: no allocation.
+		if strings.IndexByte(escaped, ';') >= 0 {
+			for seg := range strings.SplitSeq(escaped[1:], "/") {
+				if name, _, params := strings.Cut(seg, ";"); params && (name == "" || name == "." || name == "..") {
+					return "", fmt.Errorf("%w: a path parameter on an empty or dot segment", errPath)
+				}
+			}
+		}
+		return escaped, nil
 	}
 	segs := strings.Split(escaped[1:], "/")
 	out := make([]string, 0, len(segs))
