@@ -161,11 +161,14 @@ type decider struct {
 	logs       *sample.Sampler // the untrusted-forwarding warning, sampled
 }
 
-// newDecider builds cfg's decider; onDenied, if set, answers refusals
-// instead of httplimit's 429 and 503. With answers, the policies that
-// charge by the upstream's answer (cost.from, charge_status) settle from
-// it; without (forward-auth, where the gateway never shows sluice the
-// answer), they charge their estimate, as the log says once.
+// newDecider builds cfg's decider of the policies that have a match (one
+// without is checked by name only, which the proxy logs); onDenied, if
+// set, answers refusals instead of httplimit's 429 and 503. With answers,
+// the policies that charge by the upstream's answer (cost.from,
+// charge_status) settle from it, and concurrency holds a slot for the
+// request's life; without (forward-auth, where the gateway never shows
+// sluice the answer nor says when the request ends), they charge their
+// estimate and hold no slot, as the log says once (ForwardAuthCaveats).
 func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(http.ResponseWriter, *http.Request, *httplimit.Result), answers bool) (*decider, error) {
 	resolver, err := clientip.RemoteAddr(clientip.Options{})
 	if err != nil {
