@@ -19,6 +19,8 @@ var defaults = struct {
 	policy      policyYAML
 }{
 	// A refusal is a 429; nginx's auth_request needs 403 (docs/gateways.md).
+	// The original request is read from either pair of headers, a check
+	// carrying both refused (request_headers names the gateway's).
 	forwardAuth: forwardAuthYAML{DenyStatus: 429},
 	// The status page keeps the 32 most denied keys of each policy.
 	ui: uiYAML{TopKeys: 32},
