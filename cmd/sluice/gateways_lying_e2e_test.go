@@ -140,6 +140,17 @@ func TestGatewaysRepeatedKeyHeader(t *testing.T) {
 	holdsAgainst(t, repeatedKeyLies, lyingConfig, false)
 }
 
+// A request sluice cannot decide (its store down, the policy's fail_mode
+// closed: sluice answers 503) is refused by the gateway, never let
+// through: HAProxy's script answers 503, nginx 500, Caddy passes the 503.
+func TestGatewaysRefuseWhatSluiceCannotDecide(t *testing.T) {
+	holdsAgainst(t, []lie{{name: "store-down", method: "GET", target: "/closed", as: "/closed"}}, `trusted_proxies: [127.0.0.1/32]
+store: {type: redis, url: "redis://127.0.0.1:1", timeout: 100ms}
+policies:
+  - {name: closed, limit: 3/1h, key: client_ip, match: "/closed", fail_mode: closed}
+`, false)
+}
+
 // A policy without match limits no request through a gateway.
 func TestGatewaysPolicyWithoutMatch(t *testing.T) {
 	holdsAgainst(t, unmatchedLies, lyingConfig+checksPolicy, false)
