@@ -7,11 +7,10 @@ type FailMode uint8
 
 const (
 	// FailLocal, the default, decides from an in-memory stand-in while the
-	// store fails: each key starts from the last decision this process saw
-	// for it (its remaining, shared among GuardOptions.Instances), or from
-	// the limit divided by Instances for a key it never saw. An outage then
-	// neither opens the gates nor shuts them. Without GuardOptions.Local it
-	// decides as FailOpen.
+	// store fails: a guard.Guard with a Local store (guard.Options.Local)
+	// starts each key from the last decision it saw for it. An outage then
+	// neither opens the gates nor shuts them. Where there is no stand-in,
+	// or it fails, FailLocal decides as FailOpen.
 	FailLocal FailMode = iota
 	// FailOpen allows requests while the store fails: availability over
 	// enforcement.

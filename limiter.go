@@ -4,46 +4,39 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"time"
 )
 
-// LimiterOptions configures a Limiter. The zero value means the default
-// timeout (DefaultTimeout, not applied to the memory store), FailLocal
-// without a stand-in (so decided as FailOpen), and no deny cache.
+// DefaultTimeout is the bound of a store call that a Concurrency, or a
+// guard.Guard, applies when its Timeout is zero: a ceiling for "the store
+// is down", past which the failure policy decides, not a latency target.
+const DefaultTimeout = time.Second
+
+// LimiterOptions configures a Limiter. The zero value means no timeout of
+// the Limiter's own, FailLocal (decided as FailOpen when the store's error
+// reaches the Limiter) and no deny cache.
+//
+// A circuit breaker, a default timeout and a local stand-in while the
+// store fails are the store's: pass the Limiter a guard.New(store,
+// guard.Options{...}), which decides FailLocal requests with its stand-in
+// and satisfies Store. Limiters given the same guarded store share its
+// breaker and stand-in; each guarded store has its own.
 type LimiterOptions struct {
-	// Guard, if set, is the decision core to share with other Limiters and
-	// front doors on the same store: one breaker and one stand-in for all.
-	// It must decide through the Limiter's store. When set, Timeout, Local,
-	// Instances, Logger and OnStoreError are the Guard's, not these.
-	// Unset, the Limiter shares one with every Limiter on the same store
-	// with the same Timeout, Local, Instances and Logger, unless it sets
-	// OnStoreError or OwnGuard.
-	Guard *Guard
-	// OwnGuard gives the Limiter a Guard of its own (its own breaker,
-	// prober and stand-in) rather than the store's shared one.
-	OwnGuard bool
-	// Timeout bounds each store call: zero means DefaultTimeout, negative
-	// means only the caller's context bounds it.
+	// Timeout, if above zero, bounds each store call (through ctx, which
+	// the store must honour). Zero leaves the bound to ctx and the store.
 	Timeout time.Duration
-	// FailMode decides requests while the store fails. Default FailLocal.
+	// FailMode decides a request whose store call failed: FailOpen and
+	// FailLocal (the default) allow it, FailClosed denies it with an
+	// error wrapping ErrStoreUnavailable.
 	FailMode FailMode
-	// Local is the stand-in FailLocal decides with while the store fails:
-	// a memory store of its own (memstore.New). What it admits is told to
-	// the store when the store recovers (see Guard).
-	Local Store
-	// Instances is how many processes share the store; see GuardOptions.
-	Instances int
 	// DenyCacheSize, if positive, keeps up to that many keys known to be
 	// denied until their RetryAfter, answering them without a store call:
 	// an abusive client then costs no round trip. The cache only ever
 	// denies, so it never admits more; it does not see a Reset made through
 	// another Limiter.
 	DenyCacheSize int
-	// Logger receives the store's health changes and sampled failures.
-	Logger *slog.Logger
 	// OnStoreError, if set, is called with every failed store call (for
-	// metrics). It must be safe for concurrent use.
+	// metrics and logs). It must be safe for concurrent use.
 	OnStoreError func(error)
 	// Clock is the time source for the deny cache. Default time.Now.
 	Clock func() time.Time
@@ -70,15 +63,12 @@ type LimiterOptions struct {
 //   - Reset to give a key its whole capacity back.
 //
 // A Decision's Remaining, RetryAfter and ResetAfter fill the
-// X-RateLimit-* and Retry-After headers. On a remote store, a store that
-// fails is decided by LimiterOptions.FailMode without an error, except
-// under FailClosed.
+// X-RateLimit-* and Retry-After headers. A store that fails is decided by
+// LimiterOptions.FailMode without an error, except under FailClosed.
 type Limiter struct {
 	store  Store
 	limit  Limit
-	label  string // the limit, in logs
 	opts   LimiterOptions
-	guard  *Guard
 	denied *denyCache
 }
 
@@ -94,16 +84,7 @@ func NewLimiter(store Store, limit Limit, opts LimiterOptions) (*Limiter, error)
 	if opts.Clock == nil {
 		opts.Clock = time.Now
 	}
-	g := opts.Guard
-	if g == nil {
-		var err error
-		if g, err = sharedGuard(store, opts); err != nil {
-			return nil, err
-		}
-	} else if g.Store() != store {
-		return nil, errors.New("sluice: NewLimiter: the Guard decides through another store")
-	}
-	l := &Limiter{store: store, limit: limit, label: limit.String(), opts: opts, guard: g}
+	l := &Limiter{store: store, limit: limit, opts: opts}
 	if opts.DenyCacheSize > 0 {
 		l.denied = newDenyCache(opts.DenyCacheSize)
 	}
@@ -130,8 +111,8 @@ func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, 
 	if err := checkKeyAndCost(key, n, &l.limit); err != nil { // NewLimiter validated the limit
 		return Decision{Limit: l.limit}, err
 	}
-	v := l.take(ctx, key, n, &d)
-	return d, v.limiterErr()
+	_, err = l.take(ctx, key, n, &d)
+	return d, err
 }
 
 // Peek reports key's decision for one event without taking it.
@@ -139,8 +120,8 @@ func (l *Limiter) Peek(ctx context.Context, key string) (d Decision, err error) 
 	if err := checkKeyAndCost(key, 0, &l.limit); err != nil {
 		return Decision{Limit: l.limit}, err
 	}
-	v := l.take(ctx, key, 0, &d)
-	return d, v.limiterErr()
+	_, err = l.take(ctx, key, 0, &d)
+	return d, err
 }
 
 // Reset forgets key's state, giving it full capacity.
@@ -206,48 +187,59 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// take asks the Guard for cost events of key into *d, through the deny
-// cache. The Request is built in the call and the Decision written in
-// place, never copied whole from layer to layer: each has more fields than
-// the compiler keeps in registers, and a whole copy is stores and reloads
-// that the processor cannot forward, which cost Allow more than the rest
-// of this function.
-func (l *Limiter) take(ctx context.Context, key string, cost int64, d *Decision) Verdict {
+// take asks the store for cost events of key into *d, through the deny
+// cache, and reports whether the store took them: false for a denial, an
+// error, or a failure that FailMode allowed. The error is the input's, or
+// the store's under FailClosed.
+func (l *Limiter) take(ctx context.Context, key string, cost int64, d *Decision) (took bool, err error) {
 	var now time.Time
 	if l.denied != nil {
 		now = l.opts.Clock()
 		if c, ok := l.denied.lookup(key, cost, now); ok {
 			c.Limit = l.limit
 			*d = c
-			return Verdict{Outcome: Denied}
+			return false, nil
 		}
 	}
 	req := Request{Key: key, Limit: l.limit, Cost: cost}
-	v := l.guard.take(ctx, l.label, &req, l.opts.FailMode, d)
-	if v.Outcome == Denied && l.denied != nil {
-		l.denied.add(key, cost, now, *d)
-	}
-	return v
-}
-
-// limiterErr is the error a Limiter returns for v: the input's, or the
-// store's under FailClosed. FailOpen and FailLocal decide a failure
-// without one.
-func (v *Verdict) limiterErr() error {
-	if v.Outcome == Invalid || v.Outcome == FailedClosed {
-		return v.Err
-	}
-	return nil
-}
-
-// storeErrors adapts an OnStoreError hook to GuardOptions.OnStoreCall.
-func storeErrors(f func(error)) func(time.Duration, error) {
-	if f == nil {
-		return nil
-	}
-	return func(_ time.Duration, err error) {
-		if err != nil {
-			f(err)
+	if err = l.call(ctx, &req, d); err == nil {
+		if !d.Allowed && l.denied != nil {
+			l.denied.add(key, cost, now, *d)
 		}
+		return d.Allowed, nil
 	}
+	return false, l.failed(&req, d, err)
+}
+
+// call makes one store call for *req into *d, bounded by Timeout.
+func (l *Limiter) call(ctx context.Context, req *Request, d *Decision) (err error) {
+	if l.opts.Timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, l.opts.Timeout)
+		defer cancel()
+	}
+	*d, err = l.store.Take(ctx, *req)
+	return err
+}
+
+// failed decides *req after its store call failed with err, into *d, and
+// returns the error the caller gets: the input's, or the store's under
+// FailClosed.
+func (l *Limiter) failed(req *Request, d *Decision, err error) error {
+	if IsInputError(err) {
+		*d = Decision{Limit: req.Limit}
+		return err
+	}
+	if l.opts.OnStoreError != nil {
+		l.opts.OnStoreError(err)
+	}
+	if !errors.Is(err, ErrStoreUnavailable) {
+		err = fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+	}
+	if l.opts.FailMode == FailClosed {
+		*d = Decision{Limit: req.Limit, RetryAfter: time.Second}
+		return err
+	}
+	*d = Decision{Allowed: true, Limit: req.Limit, Remaining: req.Limit.Capacity() - req.Cost}
+	return nil
 }

@@ -43,11 +43,12 @@ var (
 	// ErrRefundInBatch is returned by TakeAll for a batch of more than one
 	// request that holds a refund (Request.Refund): refunds go alone.
 	ErrRefundInBatch = errors.New("sluice: a refund in a batch of several requests; refunds are decided alone")
-	// ErrStoreUnavailable wraps a store failure in a Decision made by a
-	// fail-closed Limiter, so callers can tell it from a rate-limit denial.
+	// ErrStoreUnavailable wraps a store failure decided by a fail mode (the
+	// error of a fail-closed Limiter), so callers can tell it from a
+	// rate-limit denial.
 	ErrStoreUnavailable = errors.New("sluice: store unavailable")
 	// ErrStoreClosed is wrapped by the errors of a store's calls after its
-	// Close: a Guard stops probing a closed store.
+	// Close: a guard.Guard stops probing a closed store.
 	ErrStoreClosed = errors.New("sluice: store closed")
 )
 
@@ -187,27 +188,17 @@ type Store interface {
 	Reset(ctx context.Context, key string, limit Limit) error
 }
 
-// Closest returns the index of the decision closest to its limit: a denied one
-// with the longest RetryAfter if any, else the one with the fewest remaining
-// relative to its rate. It returns -1 for no decisions.
-func Closest(ds []Decision) int {
-	best := -1
-	for i := range ds {
-		if best < 0 || closer(&ds[i], &ds[best]) {
-			best = i
+// IsInputError reports whether err is a problem with the request itself
+// (an empty or long key, a bad cost, time, limit or lease), which no
+// store and no failure policy can decide.
+func IsInputError(err error) bool {
+	for _, e := range inputErrors {
+		if errors.Is(err, e) {
+			return true
 		}
 	}
-	return best
+	return false
 }
 
-func closer(a, b *Decision) bool {
-	if a.Allowed != b.Allowed {
-		return !a.Allowed
-	}
-	if !a.Allowed {
-		return a.RetryAfter > b.RetryAfter
-	}
-	// a.Remaining/a.Rate < b.Remaining/b.Rate, in floating point: both are
-	// below 2^40, so the products are exact enough to order.
-	return float64(a.Remaining)*float64(b.Limit.Rate) < float64(b.Remaining)*float64(a.Limit.Rate)
-}
+var inputErrors = []error{ErrEmptyKey, ErrKeyTooLong, ErrCostExceedsBurst, ErrNegativeCost, ErrInvalidTime, ErrDuplicateRequest, ErrRefundInBatch, ErrInvalidLimit,
+	ErrEmptyLease, ErrInvalidConcurrency}

@@ -12,8 +12,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
@@ -32,7 +32,7 @@ func forwardAuthLogged(t *testing.T, yaml string, log *slog.Logger) *httptest.Se
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
+	g, err := guard.New(memstore.New(memstore.Options{}), guard.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
