@@ -14,62 +14,36 @@ import (
 	"github.com/sluicehq/sluice/internal/sample"
 )
 
-// Errors of Concurrency's input.
-var (
-	ErrEmptyLease         = errors.New("sluice: empty lease")
-	ErrInvalidConcurrency = errors.New("sluice: concurrency must be above 0")
-)
+// defaultLease is the lease of a Concurrency's slots when it names none.
+const defaultLease = 30 * time.Second
 
-// ErrReleased is returned by a release function called a second time: the
-// slot was freed by the first call and nothing changes.
-var ErrReleased = errors.New("sluice: slot released already")
-
-// DefaultLease is the lease of a Concurrency's slots when it names none.
-const DefaultLease = 30 * time.Second
-
-// Concurrency limits the requests in flight per key: at most Max at once.
-// A request takes a slot with Acquire and gives it back with the release
-// function Acquire returns. While it is held, the slot's lease is renewed
-// every Lease/3 in the background; a process that dies stops renewing and
-// its slots free themselves when their leases expire. It is safe for
-// concurrent use once made; do not change its fields after.
+// Concurrency limits the requests in flight per key to Max. Acquire takes
+// a slot and returns the function that gives it back. A held slot's lease
+// is renewed every Lease/3, so the slots of a process that dies free
+// themselves. It is safe for concurrent use; do not change its fields.
 type Concurrency struct {
-	// Slots keeps the slots, and Local is the stand-in FailLocal counts in
-	// while Slots fails: memstore.Store and redisstore.Store keep them.
-	// Slots is required; without Local, FailLocal decides as FailOpen.
-	//
-	// A slot is held by a lease, named by its holder: Acquire takes one of
-	// max slots of key for lease for ttl, unless max are held, and its
-	// Decision says which (Remaining: the slots left; RetryAfter, when
-	// denied: the soonest a held lease expires unless released first).
-	// Renew extends lease to ttl from now, false when it no longer holds
-	// a slot. Release frees lease's slot, false when it held none; a slot
-	// is never freed twice.
+	// Slots keeps the slots (required) and Local is FailLocal's stand-in
+	// (without it, FailLocal decides as FailOpen): memstore and redisstore
+	// keep them, as guard.Slots documents.
 	Slots, Local interface {
 		Acquire(ctx context.Context, key, lease string, max int64, ttl time.Duration) (Decision, error)
 		Renew(ctx context.Context, key, lease string, ttl time.Duration) (bool, error)
 		Release(ctx context.Context, key, lease string) (bool, error)
 	}
-	// Max is how many requests of one key may be in flight. Required,
-	// above 0.
+	// Max is the requests of one key in flight at most. Required.
 	Max int64
 	// Lease bounds how long a crashed holder keeps its slot. Zero means
-	// DefaultLease; negative means slots are held until released and
-	// never renewed, for Slots whose holders live in their own process
-	// (the memory store's).
+	// 30s; negative: held until released, never renewed (memstore).
 	Lease time.Duration
-	// Wait, if above 0, is how long Acquire waits for a slot of a full key
-	// before it denies. Default 0: deny at once.
+	// Wait is how long Acquire waits for a slot before it denies.
 	Wait time.Duration
 	// Timeout bounds each call to Slots. Zero means DefaultTimeout;
 	// negative means only the caller's context bounds it.
 	Timeout time.Duration
-	// FailMode decides while Slots fails: FailLocal (the default) counts
-	// in this process alone, Max per key per process, in Local; FailOpen
-	// admits; FailClosed returns the error.
+	// FailMode decides while Slots fails; FailLocal counts Max per key in
+	// this process alone, in Local.
 	FailMode FailMode
-	// Logger receives a line when Slots fails (from Acquire) and when a
-	// held slot's lease is lost, sampled: at most one a second per kind.
+	// Logger receives failures of Slots, at most one line a second each.
 	Logger *slog.Logger
 
 	logs     *sample.Sampler
@@ -89,11 +63,9 @@ func (c *Concurrency) Validate() error {
 	return nil
 }
 
-// Acquire takes a slot of key, waiting up to Wait for one. When the
-// Decision allows, release must be called once the request is done; a
-// second call returns ErrReleased and changes nothing. When it denies,
-// release is nil. An error is the store's under FailClosed, ctx's, or
-// one about the input (an empty or oversized key), whatever the fail mode.
+// Acquire takes a slot of key, waiting up to Wait for one. Allowed, call
+// release once the request is done (again: ErrReleased); denied, release
+// is nil. An error is the input's, ctx's, or the store's under FailClosed.
 func (c *Concurrency) Acquire(ctx context.Context, key string) (release func() error, d Decision, err error) {
 	release, d, failure, err := c.Hold(ctx, key)
 	if failure != nil {
@@ -102,16 +74,14 @@ func (c *Concurrency) Acquire(ctx context.Context, key string) (release func() e
 	return release, d, err
 }
 
-// Hold is Acquire that also returns the failure of Slots that FailMode
-// decided, wrapped in ErrStoreUnavailable: nil when Slots decided. When
-// failure is set and err is nil, FailOpen admitted (or FailLocal without
-// Local), or FailLocal decided in Local. Unlike Acquire, it does not log
-// the failure: a caller that counts failures reports it.
+// Hold is Acquire that returns, rather than logs, the failure of Slots
+// that FailMode decided (wrapping ErrStoreUnavailable; nil when Slots
+// decided), for a caller that counts failures.
 func (c *Concurrency) Hold(ctx context.Context, key string) (release func() error, d Decision, failure, err error) {
 	lease := strconv.FormatUint(rand.Uint64(), 36)
 	ttl := c.Lease
 	if ttl == 0 {
-		ttl = DefaultLease
+		ttl = defaultLease
 	}
 	var deadline time.Time
 	if c.Wait > 0 {

@@ -6,17 +6,13 @@ import "fmt"
 type FailMode uint8
 
 const (
-	// FailLocal, the default, decides from an in-memory stand-in while the
-	// store fails: a guard.Guard with a Local store (guard.Options.Local)
-	// starts each key from the last decision it saw for it. An outage then
-	// neither opens the gates nor shuts them. Where there is no stand-in,
-	// or it fails, FailLocal decides as FailOpen.
+	// FailLocal, the default, decides in an in-memory stand-in (a
+	// guard.Guard's Local) from each key's last decision; without one, as
+	// FailOpen.
 	FailLocal FailMode = iota
-	// FailOpen allows requests while the store fails: availability over
-	// enforcement.
+	// FailOpen allows requests: availability over enforcement.
 	FailOpen
-	// FailClosed denies requests while the store fails, with an error
-	// wrapping ErrStoreUnavailable so the caller can tell it from a denial.
+	// FailClosed denies them, with an error wrapping ErrStoreUnavailable.
 	FailClosed
 )
 

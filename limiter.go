@@ -7,36 +7,25 @@ import (
 	"time"
 )
 
-// DefaultTimeout is the bound of a store call that a Concurrency, or a
-// guard.Guard, applies when its Timeout is zero: a ceiling for "the store
-// is down", past which the failure policy decides, not a latency target.
+// DefaultTimeout bounds a store call of a Concurrency, or a guard.Guard,
+// whose Timeout is zero: a ceiling for "the store is down".
 const DefaultTimeout = time.Second
 
-// LimiterOptions configures a Limiter. The zero value means no timeout of
-// the Limiter's own, FailLocal (decided as FailOpen when the store's error
-// reaches the Limiter) and no deny cache.
-//
-// A circuit breaker, a default timeout and a local stand-in while the
-// store fails are the store's: pass the Limiter a guard.New(store,
-// guard.Options{...}), which decides FailLocal requests with its stand-in
-// and satisfies Store. Limiters given the same guarded store share its
-// breaker and stand-in; each guarded store has its own.
+// LimiterOptions configures a Limiter; the zero value is ready to use.
+// A breaker, a default timeout and a stand-in while the store fails are
+// the store's: give the Limiter guard.New(store, ...), itself a Store.
+// Limiters given one guarded store share its breaker and stand-in.
 type LimiterOptions struct {
-	// Timeout, if above zero, bounds each store call (through ctx, which
-	// the store must honour). Zero leaves the bound to ctx and the store.
+	// Timeout, if above zero, bounds each store call through its ctx.
 	Timeout time.Duration
-	// FailMode decides a request whose store call failed: FailOpen and
-	// FailLocal (the default) allow it, FailClosed denies it with an
-	// error wrapping ErrStoreUnavailable.
+	// FailMode decides a request whose store call failed: FailClosed
+	// denies, the others allow.
 	FailMode FailMode
 	// DenyCacheSize, if positive, keeps up to that many keys known to be
-	// denied until their RetryAfter, answering them without a store call:
-	// an abusive client then costs no round trip. The cache only ever
-	// denies, so it never admits more; it does not see a Reset made through
-	// another Limiter.
+	// denied until their RetryAfter, denied without a store call. It does
+	// not see a Reset made through another Limiter.
 	DenyCacheSize int
-	// OnStoreError, if set, is called with every failed store call (for
-	// metrics and logs). It must be safe for concurrent use.
+	// OnStoreError, if set, is called with every failed store call.
 	OnStoreError func(error)
 	// Clock is the time source for the deny cache. Default time.Now.
 	Clock func() time.Time
@@ -51,20 +40,16 @@ type LimiterOptions struct {
 //     limit is refused: answer it 429 with Decision.RetryAfter. The usual
 //     call; it never waits.
 //   - Wait (WaitN) where a request over the limit should wait its turn
-//     instead: a client or a worker pacing itself. On a leaky bucket it
-//     sleeps each request's shaping Delay, which spaces the output at the
-//     rate; it returns ErrWouldExceedDeadline at once when the turn comes
-//     after ctx's deadline.
+//     instead: a client or a worker pacing itself (and a leaky bucket's
+//     shaping Delay).
 //   - Reserve where the cost is known only once the work is done (tokens
-//     an answer reported, bytes sent, a login that counts only when it
-//     fails): it takes an estimate, and the Reservation's Settle charges
-//     the difference or gives it back; Cancel gives it all back.
+//     an answer reported, bytes sent): it takes an estimate, which the
+//     Reservation settles.
 //   - Peek to show what is left (a quota page) without taking anything.
 //   - Reset to give a key its whole capacity back.
 //
-// A Decision's Remaining, RetryAfter and ResetAfter fill the
-// X-RateLimit-* and Retry-After headers. A store that fails is decided by
-// LimiterOptions.FailMode without an error, except under FailClosed.
+// A store that fails is decided by LimiterOptions.FailMode without an
+// error, except under FailClosed.
 type Limiter struct {
 	store  Store
 	limit  Limit
@@ -100,13 +85,9 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 }
 
 // AllowN takes n events for key if the limit allows, and reports the
-// decision. It does not wait: a leaky bucket's Delay is reported, and a
-// policing caller may ignore it (the meter form).
-//
-// The error is non-nil for invalid input (the request is then not counted)
-// and, under FailClosed, when the store fails: the Decision is then a denial
-// and the error wraps ErrStoreUnavailable. Under FailOpen and FailLocal a
-// store failure is decided without an error.
+// decision; it does not wait out a leaky bucket's Delay. The error is the
+// input's (nothing counted), or under FailClosed the store's failure,
+// wrapping ErrStoreUnavailable, with a denial.
 func (l *Limiter) AllowN(ctx context.Context, key string, n int64) (d Decision, err error) {
 	if err := checkKeyAndCost(key, n, &l.limit); err != nil { // NewLimiter validated the limit
 		return Decision{Limit: l.limit}, err
@@ -136,17 +117,10 @@ func (l *Limiter) Reset(ctx context.Context, key string) error {
 // shorthand for WaitN(ctx, key, 1).
 func (l *Limiter) Wait(ctx context.Context, key string) error { return l.WaitN(ctx, key, 1) }
 
-// ErrWouldExceedDeadline is returned by Wait when the context's deadline
-// comes before the event could be allowed; it returns at once, not at the
-// deadline.
-var ErrWouldExceedDeadline = errors.New("sluice: wait would exceed context deadline")
-
-// WaitN takes n events for key, blocking until they are allowed: until
-// RetryAfter and then again, and for the Delay of a shaping decision
-// (leaky bucket), which is a reservation: a Wait that gives up while it
-// waits out its Delay (ctx done) cancels it, giving the slot back. It
-// honours ctx, and returns ErrWouldExceedDeadline at once when ctx's
-// deadline is sooner than the wait.
+// WaitN takes n events for key, blocking until they are allowed and for a
+// leaky bucket's Delay; one that gives up (ctx done) gives its slot back.
+// It returns ErrWouldExceedDeadline at once when ctx's deadline is sooner
+// than the wait.
 func (l *Limiter) WaitN(ctx context.Context, key string, n int64) error {
 	for {
 		if err := ctx.Err(); err != nil {

@@ -2,19 +2,13 @@ package sluice
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"time"
 )
 
-// ErrSettled is returned by a Reservation's Settle or Cancel after the
-// first of them: a reservation is settled once.
-var ErrSettled = errors.New("sluice: reservation settled already")
-
 // Reservation is an estimate taken now and settled later to what the
-// request really cost: tokens an answer reported, bytes it sent, or
-// nothing at all for an answer that should not count. Make one with
-// Limiter.Reserve; call Settle or Cancel once.
+// request really cost. Make one with Limiter.Reserve; call Settle or
+// Cancel once.
 type Reservation struct {
 	// Decision is how the estimate was decided. A denied reservation took
 	// nothing, nor one allowed because the store failed (FailOpen):
@@ -35,10 +29,7 @@ type Reservation struct {
 const clockSkew = time.Millisecond
 
 // Reserve takes estimate events for key now, as Allow would, and returns
-// the Reservation that settles them once the request's actual cost is
-// known. Use it where the cost is known only after the work is done: an
-// LLM call limited in tokens, a download in bytes, a login attempt that
-// counts only when it fails.
+// the Reservation that settles them once the actual cost is known.
 func (l *Limiter) Reserve(ctx context.Context, key string, estimate int64) (*Reservation, error) {
 	r := &Reservation{l: l, key: key, estimate: estimate, taken: time.Now()}
 	if err := checkKeyAndCost(key, estimate, &l.limit); err != nil {
@@ -52,12 +43,8 @@ func (l *Limiter) Reserve(ctx context.Context, key string, estimate int64) (*Res
 	return r, err
 }
 
-// Settle settles the reservation to actual, the request's real cost: the
-// difference is taken when actual is more than the estimate (never
-// refused: the work is done; past the capacity, the capacity is taken)
-// and given back when it is less, as far as the state still holds it (a
-// window that has moved on since holds none of it: see Request.Refund).
-// A second call returns ErrSettled and changes nothing.
+// Settle settles the reservation to actual, the request's real cost, as
+// Request.Settlement says. A second call returns ErrSettled.
 func (r *Reservation) Settle(ctx context.Context, actual int64) error {
 	if !r.held {
 		return nil // denied, refused or failed open: it took nothing, and owes nothing
@@ -83,11 +70,9 @@ func (r *Reservation) Settle(ctx context.Context, actual int64) error {
 func (r *Reservation) Cancel(ctx context.Context) error { return r.Settle(ctx, 0) }
 
 // Settlement returns the request that moves what r's key and limit are
-// charged from charged to actual, for a request that took its cost at
-// taken: more is a forced take (never refused: the work is done; past the
-// capacity, the capacity), less a refund of that take (Request.Refund).
-// It returns false when there is nothing to move. r's Cost, Force and
-// Refund are not read.
+// charged from charged to actual, for a take at taken: more is forced
+// (never refused; at most the capacity), less a refund of that take. It
+// returns false when there is nothing to move. r.Cost is not read.
 func (r Request) Settlement(taken time.Time, charged, actual int64) (Request, bool) {
 	r.Force, r.Refund = false, time.Time{}
 	switch d := max(actual, 0) - charged; {

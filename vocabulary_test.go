@@ -126,9 +126,6 @@ func TestVocabulary(t *testing.T) {
 		t.Error("a request of a count-all limit is not Forced")
 	}
 
-	if sluice.DefaultLease <= 0 {
-		t.Errorf("DefaultLease %v", sluice.DefaultLease)
-	}
 
 	closed, err := redisstore.Open("redis://127.0.0.1:1", redisstore.Options{})
 	if err != nil {
