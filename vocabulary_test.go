@@ -126,7 +126,6 @@ func TestVocabulary(t *testing.T) {
 		t.Error("a request of a count-all limit is not Forced")
 	}
 
-
 	closed, err := redisstore.Open("redis://127.0.0.1:1", redisstore.Options{})
 	if err != nil {
 		t.Fatal(err)
