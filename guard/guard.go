@@ -14,9 +14,9 @@ import (
 	"github.com/sluicehq/sluice/internal/sample"
 )
 
-// Guard is the decision core every front door shares: the Limiter,
-// httplimit, grpclimit, the service's HTTP, gRPC and Envoy APIs and the
-// proxy. For one check it asks the Store for the enforced requests in one
+// Guard is the decision core every front door shares: httplimit,
+// grpclimit, the service's HTTP, gRPC and Envoy APIs and the proxy, and
+// the Limiters given it as their Store. For one check it asks the Store for the enforced requests in one
 // all-or-nothing call bounded by a timeout, then for the shadow requests
 // apart, so that a shadow denial never holds the enforced ones back. When
 // the store fails it decides each enforced request by its FailMode, and a
@@ -25,7 +25,7 @@ import (
 // once, failed checks are logged sampled per label, and each check has one
 // Outcome for metrics. While the breaker is open the Guard probes the store
 // itself, and when the store recovers it tells it what the stand-in
-// admitted meanwhile (recovery.go), so the end of an outage admits no more
+// admitted meanwhile, so the end of an outage admits no more
 // than the limit allows.
 //
 // A Guard is itself a sluice.Store (Take, TakeAll, Reset) that decides
@@ -136,7 +136,7 @@ type Check struct {
 	Modes []sluice.FailMode
 	// Shadow are decided after Enforced, apart from them, and never deny.
 	Shadow []sluice.Request
-	// Held is set by Concurrency.Hold when the request holds a slot its
+	// Held is set by Guard.Hold when the request holds a slot its
 	// fail mode gave it while the slots' store failed (FailedOpen or
 	// LocalAllowed): an allowed check then has that outcome, so that the
 	// request has one, and the failure is counted once.
