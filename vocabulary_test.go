@@ -7,6 +7,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -153,6 +154,52 @@ func TestVocabulary(t *testing.T) {
 		}
 		if tc.refund && !r.Refund.Before(taken) {
 			t.Errorf("Settlement(%d, %d): a refund of a take at %v, not before the take at %v", tc.charged, tc.actual, r.Refund, taken)
+		}
+	}
+}
+
+// The root package is what library users call: no runtime tricks
+// (unsafe, reflect, weak, a noescape), none of the decision core's names,
+// and a go doc a user reads in one sitting.
+func TestRootFloor(t *testing.T) {
+	sources, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, src := range sources {
+		if strings.HasSuffix(src, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), src, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, im := range f.Imports {
+			switch im.Path.Value {
+			case `"unsafe"`, `"reflect"`, `"weak"`:
+				t.Errorf("%s imports %s", src, im.Path.Value)
+			}
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if id, ok := n.(*ast.Ident); ok && id.Name == "noescape" {
+				t.Errorf("%s names noescape", src)
+			}
+			return true
+		})
+	}
+	if testing.Short() {
+		return
+	}
+	out, err := exec.Command("go", "doc", "-all", ".").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(out), "\n"); n > 450 {
+		t.Errorf("go doc -all . is %d lines; want at most 450", n)
+	}
+	for _, name := range []string{"Guard", "GuardOptions", "Verdict", "Outcome", "Health", "InProcess", "Slots", "CheckSlot", "Closest", "NewGuard", "Check"} {
+		if regexp.MustCompile(`(?m)^(type|func) ` + name + `\b`).Match(out) {
+			t.Errorf("the root exports %s, the decision core's", name)
 		}
 	}
 }
