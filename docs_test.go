@@ -59,7 +59,7 @@ func TestDocsGoExamplesCompile(t *testing.T) {
 		"redisstore": "github.com/sluicehq/sluice/redisstore", "httplimit": "github.com/sluicehq/sluice/httplimit",
 		"clientip": "github.com/sluicehq/sluice/clientip", "httpretry": "github.com/sluicehq/sluice/httpretry",
 		"grpclimit": "github.com/sluicehq/sluice/grpclimit", "time": "time", "http": "net/http", "context": "context", "log": "log",
-		"grpc": "google.golang.org/grpc",
+		"grpc": "google.golang.org/grpc", "guard": "github.com/sluicehq/sluice/guard",
 	}
 	given := map[string]string{ // what the prose around the examples names
 		"ctx": "context.Context", "store": "sluice.Store", "mux": "*http.ServeMux", "ip": "*clientip.Resolver",

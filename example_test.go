@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -49,7 +50,7 @@ func ExampleStore_TakeAll() {
 			panic(err)
 		}
 		// The decision closest to its limit is the one for the headers.
-		c := ds[sluice.Closest(ds)]
+		c := ds[guard.Closest(ds)]
 		fmt.Println(ds[0].Allowed && ds[1].Allowed, ds[0].Remaining, ds[1].Remaining, c.Limit)
 	}
 	// Output:

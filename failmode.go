@@ -6,18 +6,13 @@ import "fmt"
 type FailMode uint8
 
 const (
-	// FailLocal, the default, decides from an in-memory stand-in while the
-	// store fails: each key starts from the last decision this process saw
-	// for it (its remaining, shared among GuardOptions.Instances), or from
-	// the limit divided by Instances for a key it never saw. An outage then
-	// neither opens the gates nor shuts them. Without GuardOptions.Local it
-	// decides as FailOpen.
+	// FailLocal, the default, decides in an in-memory stand-in (a
+	// guard.Guard's Local) from each key's last decision; without one, as
+	// FailOpen.
 	FailLocal FailMode = iota
-	// FailOpen allows requests while the store fails: availability over
-	// enforcement.
+	// FailOpen allows requests: availability over enforcement.
 	FailOpen
-	// FailClosed denies requests while the store fails, with an error
-	// wrapping ErrStoreUnavailable so the caller can tell it from a denial.
+	// FailClosed denies them, with an error wrapping ErrStoreUnavailable.
 	FailClosed
 )
 

@@ -44,9 +44,7 @@ func (a Algorithm) String() string {
 	return algorithmNames[a]
 }
 
-// HasBurst reports whether a takes a Burst: the buckets and GCRA. The
-// windows, the log and the calendar admit Rate per Period and no more, and
-// Validate refuses a Burst on them.
+// HasBurst reports whether a takes a Burst: the buckets and GCRA.
 func (a Algorithm) HasBurst() bool {
 	switch a.Resolved() {
 	case TokenBucket, LeakyBucket, GCRA:
@@ -94,40 +92,31 @@ const (
 	MaxRate = 1 << 40
 	// MinPeriod is the shortest Period.
 	MinPeriod = time.Millisecond
-	// MaxSpan bounds Period and the time a full burst takes to drain
-	// (Burst × Period / Rate): 100 years.
+	// MaxSpan bounds Period and Burst × Period / Rate: 100 years.
 	MaxSpan = 100 * 365 * 24 * time.Hour
-	// MaxSlidingLogRate bounds Rate for SlidingLog, whose state keeps one
-	// entry per admitted request: at most 16 bytes × 65,536 = 1 MiB per key.
+	// MaxSlidingLogRate bounds Rate for SlidingLog: 1 MiB of state a key.
 	MaxSlidingLogRate = 1 << 16
 )
 
-// Limit is Rate events per Period, enforced by Algorithm.
-//
-// Burst is the capacity of the bucket algorithms and GCRA: how many events may
-// arrive at once. Zero means Rate. The window algorithms ignore it.
+// Limit is Rate events per Period, enforced by Algorithm. Burst is the
+// capacity of the bucket algorithms and GCRA (events at once; zero means
+// Rate); the window algorithms ignore it.
 type Limit struct {
 	Algorithm Algorithm
 	Rate      int64
 	Period    time.Duration
 	Burst     int64
-	// CountAll counts every request, denied ones too (ParseLimit's
-	// "count all"), as Cloudflare's counters and envoyproxy/ratelimit's
-	// do: a client over the limit stays limited while it keeps sending,
-	// instead of being let through again as the window slides. For the
-	// fixed window and the sliding window counter; stores decide such a
-	// request as a forced one (Request.Forced). Default false: only
-	// admitted requests count ("count admitted").
+	// CountAll counts denied requests too ("count all"), so that a client
+	// over the limit stays limited while it keeps sending: for the fixed
+	// and sliding windows (Request.Forced). Default: admitted ones only.
 	CountAll bool
-	// Zone is the time zone whose calendar aligns a Calendar limit's
-	// windows (nil is UTC); other algorithms refuse one. Load it with
-	// LoadZone, so that limits read twice from one name are equal.
+	// Zone aligns a Calendar limit's windows (nil is UTC); other
+	// algorithms refuse one. Load it with LoadZone.
 	Zone *time.Location
 }
 
-// The periods of a Calendar limit. CalendarMonth stands for one calendar
-// month, whatever its length (its value is the longest); a week starts on
-// Monday (ISO 8601).
+// The periods of a Calendar limit. CalendarMonth is one calendar month,
+// whatever its length; a week starts on Monday (ISO 8601).
 const (
 	CalendarMinute = time.Minute
 	CalendarHour   = time.Hour
@@ -156,9 +145,8 @@ func calendarUnit(d time.Duration) string {
 
 var zones sync.Map // name → *time.Location
 
-// LoadZone returns the time zone named name (an IANA name such as
-// "America/New_York", or "UTC"), the same *time.Location for the same
-// name, so that Limits read from one name compare equal.
+// LoadZone returns the IANA time zone named name, the same *time.Location
+// for the same name, so that Limits read from one name compare equal.
 func LoadZone(name string) (*time.Location, error) {
 	if z, ok := zones.Load(name); ok {
 		return z.(*time.Location), nil
@@ -175,16 +163,13 @@ func LoadZone(name string) (*time.Location, error) {
 }
 
 // SameState reports whether l and o keep one state per key: the same
-// algorithm, period and zone. Stores identify a key's state by them, so a
-// new rate or burst keeps it; a batch may not hold two requests on one
-// key's same state.
+// algorithm, period and zone (a new rate or burst keeps the state).
 func (l Limit) SameState(o Limit) bool {
 	return l.Algorithm.Resolved() == o.Algorithm.Resolved() && l.Period == o.Period && sameZone(l.Zone, o.Zone)
 }
 
-// Equal reports whether l and o are the same limit: their fields equal,
-// time zones compared by name (two time.LoadLocation calls of one name
-// return different pointers).
+// Equal reports whether l and o are the same limit, time zones compared
+// by name.
 func (l Limit) Equal(o Limit) bool {
 	if l == o {
 		return true
@@ -222,11 +207,9 @@ func (l Limit) Capacity() int64 {
 // ErrInvalidLimit is wrapped by every error Validate and ParseLimit return.
 var ErrInvalidLimit = errors.New("sluice: invalid limit")
 
-// Validate reports why l cannot be enforced, naming the field, or nil.
-// It rejects a Rate or Burst that is negative, zero (Rate) or above MaxRate,
-// a Period under MinPeriod, above MaxSpan or not a whole number of
-// microseconds, a burst that takes longer than MaxSpan to drain, a sliding
-// log above MaxSlidingLogRate, and an unknown Algorithm.
+// Validate reports why l cannot be enforced, naming the field, or nil:
+// past MaxRate, MinPeriod, MaxSpan or MaxSlidingLogRate, a Period that is
+// not whole microseconds, or an unknown Algorithm.
 func (l Limit) Validate() error {
 	switch {
 	case l.Algorithm >= numAlgorithms:
@@ -310,13 +293,11 @@ var periodUnits = []struct {
 	{"ms", time.Millisecond}, {"us", time.Microsecond},
 }
 
-// ParseLimit reads a Limit written as "[algorithm] rate/period [burst n]
-// [count all|admitted] [tz=ZONE]": "100/1m", "10/s", "5000/1h burst 200",
-// "token_bucket 10/s burst 50", "sliding_window 10/s count all",
-// "calendar 50000/month tz=America/New_York". The period is a count and
-// a unit (us, ms, s, m, h, d) with the count optional, or any
-// time.ParseDuration string; a calendar's is minute, hour, day, week or
-// month, and only a calendar takes a zone. The result is validated.
+// ParseLimit reads and validates "[algorithm] rate/period [burst n]
+// [count all|admitted] [tz=ZONE]": "10/s", "5000/1h burst 200",
+// "calendar 50000/month tz=America/New_York". A period is an optional
+// count and a unit (us, ms, s, m, h, d) or a time.ParseDuration string; a
+// calendar's is minute, hour, day, week or month.
 func ParseLimit(s string) (Limit, error) {
 	var l Limit
 	fields := strings.Fields(s)

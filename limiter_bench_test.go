@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -39,13 +40,18 @@ func BenchmarkLimiterAllow(b *testing.B) {
 	})
 }
 
-// BenchmarkLimiterAllowWithLocal is Allow with a Local store, over 10,000
-// keys: each decision is also written into the stand-in's record of what
-// the store last said, which a fail_mode local outage starts from.
+// BenchmarkLimiterAllowWithLocal is Allow through a guard.Guard with a
+// Local store, over 10,000 keys: each decision is also written into the
+// stand-in's record of what the store last said, which a fail_mode local
+// outage starts from. The store is a memory store behind a wrapper that
+// hides its InProcess, as a remote store would be.
 func BenchmarkLimiterAllowWithLocal(b *testing.B) {
 	limit := sluice.Limit{Rate: 1_000_000_000, Period: time.Second}
-	l, err := sluice.NewLimiter(memstore.New(memstore.Options{}), limit,
-		sluice.LimiterOptions{Local: memstore.New(memstore.Options{}), FailMode: sluice.FailLocal})
+	g, err := guard.New(remote{memstore.New(memstore.Options{})}, guard.Options{Local: memstore.New(memstore.Options{})})
+	if err != nil {
+		b.Fatal(err)
+	}
+	l, err := sluice.NewLimiter(g, limit, sluice.LimiterOptions{FailMode: sluice.FailLocal})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -63,3 +69,6 @@ func BenchmarkLimiterAllowWithLocal(b *testing.B) {
 		i++
 	}
 }
+
+// remote is a Store that does not say it is in process.
+type remote struct{ sluice.Store }

@@ -167,3 +167,44 @@ func TestLimiterAllowAllocatesNothing(t *testing.T) {
 		t.Errorf("Allow allocates %v times a call; want 0", n)
 	}
 }
+
+// hung is a Store whose calls wait for their context to end.
+type hung struct{ sluice.Store }
+
+func (hung) Take(ctx context.Context, _ sluice.Request) (sluice.Decision, error) {
+	<-ctx.Done()
+	return sluice.Decision{}, ctx.Err()
+}
+
+// A Limiter's Timeout bounds a store call, and its FailMode decides the
+// failure: closed denies with ErrStoreUnavailable, open and local allow
+// without an error; OnStoreError hears of each.
+func TestLimiterTimeoutAndFailModes(t *testing.T) {
+	store := hung{memstore.New(memstore.Options{})}
+	for _, tc := range []struct {
+		mode  sluice.FailMode
+		allow bool
+	}{{sluice.FailClosed, false}, {sluice.FailOpen, true}, {sluice.FailLocal, true}} {
+		var heard []error
+		l, err := sluice.NewLimiter(store, sluice.PerMinute(10), sluice.LimiterOptions{Timeout: time.Millisecond, FailMode: tc.mode,
+			OnStoreError: func(err error) { heard = append(heard, err) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := l.Allow(context.Background(), "k") // no deadline of its own: the Timeout ends it
+		switch {
+		case d.Allowed != tc.allow:
+			t.Errorf("%v: %+v; want allowed %v", tc.mode, d, tc.allow)
+		case tc.allow && err != nil:
+			t.Errorf("%v: %v; want no error", tc.mode, err)
+		case !tc.allow && (!errors.Is(err, sluice.ErrStoreUnavailable) || !errors.Is(err, context.DeadlineExceeded)):
+			t.Errorf("%v: %v; want ErrStoreUnavailable wrapping the deadline", tc.mode, err)
+		case len(heard) != 1:
+			t.Errorf("%v: OnStoreError heard %v; want the one failure", tc.mode, heard)
+		}
+		// A reservation allowed by the fail mode took nothing, and settles nothing.
+		if r, _ := l.Reserve(context.Background(), "k", 3); tc.allow && r.Settle(context.Background(), 1) != nil {
+			t.Errorf("%v: settling a reservation the fail mode allowed", tc.mode)
+		}
+	}
+}

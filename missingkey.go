@@ -2,22 +2,16 @@ package sluice
 
 import "fmt"
 
-// MissingKey decides a request whose identity cannot be found by a
-// front door's key function: no API key header, no user in the context.
-// Such a request is never unlimited by accident.
+// MissingKey decides a request whose identity a front door cannot find
+// (no API key header, no user): never unlimited by accident.
 type MissingKey uint8
 
 const (
-	// MissingClientIP, the default, limits the request under the client's
-	// address instead, with the policy's limits: a client that leaves out
-	// its API key still counts against a limit, one per address.
+	// MissingClientIP, the default, limits it under the client's address.
 	MissingClientIP MissingKey = iota
-	// MissingDeny refuses the request (400 over HTTP, InvalidArgument over
-	// gRPC), and it takes nothing from the request's other limits.
+	// MissingDeny refuses it (400, InvalidArgument), taking nothing.
 	MissingDeny
-	// MissingSkip lets the request through unlimited by the policy: a
-	// bypass, for a policy that limits only identified callers, which
-	// another policy must cover.
+	// MissingSkip lets it through unlimited by the policy: a bypass.
 	MissingSkip
 )
 

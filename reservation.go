@@ -2,19 +2,13 @@ package sluice
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"time"
 )
 
-// ErrSettled is returned by a Reservation's Settle or Cancel after the
-// first of them: a reservation is settled once.
-var ErrSettled = errors.New("sluice: reservation settled already")
-
 // Reservation is an estimate taken now and settled later to what the
-// request really cost: tokens an answer reported, bytes it sent, or
-// nothing at all for an answer that should not count. Make one with
-// Limiter.Reserve; call Settle or Cancel once.
+// request really cost. Make one with Limiter.Reserve; call Settle or
+// Cancel once.
 type Reservation struct {
 	// Decision is how the estimate was decided. A denied reservation took
 	// nothing, nor one allowed because the store failed (FailOpen):
@@ -35,30 +29,22 @@ type Reservation struct {
 const clockSkew = time.Millisecond
 
 // Reserve takes estimate events for key now, as Allow would, and returns
-// the Reservation that settles them once the request's actual cost is
-// known. Use it where the cost is known only after the work is done: an
-// LLM call limited in tokens, a download in bytes, a login attempt that
-// counts only when it fails.
+// the Reservation that settles them once the actual cost is known.
 func (l *Limiter) Reserve(ctx context.Context, key string, estimate int64) (*Reservation, error) {
 	r := &Reservation{l: l, key: key, estimate: estimate, taken: time.Now()}
 	if err := checkKeyAndCost(key, estimate, &l.limit); err != nil {
 		r.Decision = Decision{Limit: l.limit}
 		return r, err
 	}
-	v := l.take(ctx, key, estimate, &r.Decision)
-	err := v.limiterErr()
 	// Held when it took the estimate (one of 0 settles its whole cost
 	// later); one that failed open took nothing, and owes nothing.
-	r.held = err == nil && v.Took(l.opts.FailMode)
+	took, err := l.take(ctx, key, estimate, &r.Decision)
+	r.held = took
 	return r, err
 }
 
-// Settle settles the reservation to actual, the request's real cost: the
-// difference is taken when actual is more than the estimate (never
-// refused: the work is done; past the capacity, the capacity is taken)
-// and given back when it is less, as far as the state still holds it (a
-// window that has moved on since holds none of it: see Request.Refund).
-// A second call returns ErrSettled and changes nothing.
+// Settle settles the reservation to actual, the request's real cost, as
+// Request.Settlement says. A second call returns ErrSettled.
 func (r *Reservation) Settle(ctx context.Context, actual int64) error {
 	if !r.held {
 		return nil // denied, refused or failed open: it took nothing, and owes nothing
@@ -69,10 +55,13 @@ func (r *Reservation) Settle(ctx context.Context, actual int64) error {
 	if r.l.denied != nil {
 		r.l.denied.forget(r.key)
 	}
-	v := r.l.guard.Settle(ctx, r.l.label, Request{Key: r.key, Limit: r.l.limit}, r.taken, r.estimate, actual, r.l.opts.FailMode)
-	switch v.Outcome {
-	case Invalid, FailedClosed:
-		return v.Err
+	req, ok := Request{Key: r.key, Limit: r.l.limit}.Settlement(r.taken, r.estimate, actual)
+	if !ok {
+		return nil
+	}
+	var d Decision
+	if err := r.l.call(ctx, &req, &d); err != nil {
+		return r.l.failed(&req, &d, err)
 	}
 	return nil
 }
@@ -80,50 +69,19 @@ func (r *Reservation) Settle(ctx context.Context, actual int64) error {
 // Cancel gives the whole estimate back: Settle(ctx, 0).
 func (r *Reservation) Cancel(ctx context.Context) error { return r.Settle(ctx, 0) }
 
-// Settle moves what req's key and limit are charged from charged to
-// actual, for a request that took its cost at taken: more is taken by
-// force (never refused: the work is done; past the capacity, the
-// capacity), less given back as a refund of that take (Request.Refund).
-// The front doors settle a request as soon as its answer says what it
-// cost, and again if a later part of it says otherwise; req.Cost is not
-// read. A failed store decides it by mode, as Take does.
-func (g *Guard) Settle(ctx context.Context, label string, req Request, taken time.Time, charged, actual int64, mode FailMode) Verdict {
+// Settlement returns the request that moves what r's key and limit are
+// charged from charged to actual, for a take at taken: more is forced
+// (never refused; at most the capacity), less a refund of that take. It
+// returns false when there is nothing to move. r.Cost is not read.
+func (r Request) Settlement(taken time.Time, charged, actual int64) (Request, bool) {
+	r.Force, r.Refund = false, time.Time{}
 	switch d := max(actual, 0) - charged; {
 	case d > 0:
-		req.Cost, req.Force = min(d, req.Limit.Capacity()), true
+		r.Cost, r.Force = min(d, r.Limit.Capacity()), true
 	case d < 0:
-		req.Cost, req.Refund = min(-d, req.Limit.Capacity()), taken.Add(-clockSkew)
+		r.Cost, r.Refund = min(-d, r.Limit.Capacity()), taken.Add(-clockSkew)
 	default:
-		return Verdict{}
+		return r, false
 	}
-	var dec Decision
-	return g.Take(ctx, label, req, mode, &dec)
-}
-
-// GiveBack returns req.Cost to req's key and limit, from what its state
-// holds now, as a refund (Request.Refund) of a take made now: a window's
-// count less the cost, a bucket's tokens or a GCRA's and a leaky
-// bucket's room back up to full, a sliding log's entries of the last
-// period (less a second), the oldest first. For cost taken earlier whose
-// time the caller did not keep, such as an Envoy descriptor's
-// is_negative_hits; near a window's start, a window that has just ended
-// holds none of it. It is never denied. When the store fails, mode
-// FailLocal gives it back to the stand-in, which counted what was taken
-// during the outage, and to the store when it recovers (net of what the
-// stand-in admitted); FailOpen and FailClosed give nothing back (failed
-// open: there was nothing counted locally to give back to). A failure is
-// logged and counted as any other. The state after it is written to *d.
-func (g *Guard) GiveBack(ctx context.Context, label string, req Request, mode FailMode, d *Decision) Verdict {
-	now := time.Now()
-	req.Cost, req.Refund, req.Force = min(req.Cost, req.Limit.Capacity()), now.Add(-clockSkew), false
-	if p := req.Limit.Period; req.Limit.Algorithm.Resolved() == SlidingLog {
-		// The log's entries of its period less a second (half of it when
-		// shorter), so that they are still in the log when the refund
-		// reaches the store, however late.
-		req.Refund = now.Add(min(p/2, time.Second) - p)
-	}
-	if mode != FailLocal {
-		mode = FailOpen
-	}
-	return g.Take(ctx, label, req, mode, d)
+	return r, true
 }

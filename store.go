@@ -11,16 +11,13 @@ import (
 // microseconds, exact in Lua's doubles.
 var maxTime = time.Date(2150, 1, 1, 0, 0, 0, 0, time.UTC)
 
-// MaxKeyLen is the longest Request.Key, in bytes: a client's identity of
-// up to MaxIdentityLen, with room for what a front door puts before it (a
-// policy's name, an Envoy domain and descriptor keys). A longer key is an
-// error, never truncated: truncation would merge two clients.
+// MaxKeyLen is the longest Request.Key, in bytes: an identity of up to
+// MaxIdentityLen and what a front door puts before it. A longer key is an
+// error, never truncated (that would merge two clients).
 const MaxKeyLen = 16384
 
-// MaxIdentityLen is the longest identity a front door takes from a client,
-// in bytes: a /v1/check key, an Envoy descriptor value, an API key header.
-// Front doors refuse a longer one with its length, before it becomes part
-// of a key.
+// MaxIdentityLen is the longest identity, in bytes, a front door takes
+// from a client (an API key, an Envoy descriptor value); longer is refused.
 const MaxIdentityLen = 4096
 
 // Sentinel errors. Each is wrapped with detail; test with errors.Is.
@@ -29,67 +26,62 @@ var (
 	ErrEmptyKey = errors.New("sluice: empty key")
 	// ErrKeyTooLong is returned for a Request whose Key exceeds MaxKeyLen.
 	ErrKeyTooLong = errors.New("sluice: key too long")
-	// ErrCostExceedsBurst is returned for a Request whose Cost exceeds its
-	// Limit's capacity: it could never be allowed.
+	// ErrCostExceedsBurst is returned for a Cost past the Limit's capacity.
 	ErrCostExceedsBurst = errors.New("sluice: cost exceeds burst")
 	// ErrNegativeCost is returned for a Request whose Cost is negative.
 	ErrNegativeCost = errors.New("sluice: negative cost")
-	// ErrInvalidTime is returned for a Request whose Now is before 1970 or
-	// after 2150.
+	// ErrInvalidTime is returned for a Now before 1970 or after 2150.
 	ErrInvalidTime = errors.New("sluice: request time out of range")
-	// ErrDuplicateRequest is returned by TakeAll for a batch in which two
-	// requests share key, algorithm and period, and so one state.
+	// ErrDuplicateRequest is returned by TakeAll for two requests of one
+	// key's state (Limit.SameState).
 	ErrDuplicateRequest = errors.New("sluice: two requests in one batch share key, algorithm and period")
-	// ErrRefundInBatch is returned by TakeAll for a batch of more than one
-	// request that holds a refund (Request.Refund): refunds go alone.
+	// ErrRefundInBatch is returned by TakeAll for a refund in a batch.
 	ErrRefundInBatch = errors.New("sluice: a refund in a batch of several requests; refunds are decided alone")
-	// ErrStoreUnavailable wraps a store failure in a Decision made by a
-	// fail-closed Limiter, so callers can tell it from a rate-limit denial.
+	// ErrStoreUnavailable wraps a store failure that a FailMode decided.
 	ErrStoreUnavailable = errors.New("sluice: store unavailable")
-	// ErrStoreClosed is wrapped by the errors of a store's calls after its
-	// Close: a Guard stops probing a closed store.
+	// ErrStoreClosed is wrapped by a store's errors after its Close.
 	ErrStoreClosed = errors.New("sluice: store closed")
+	// ErrEmptyLease and ErrInvalidConcurrency are a slot store's bad input.
+	ErrEmptyLease         = errors.New("sluice: empty lease")
+	ErrInvalidConcurrency = errors.New("sluice: concurrency must be above 0")
+	// ErrReleased is returned by a Concurrency's release function called
+	// again: nothing changes.
+	ErrReleased = errors.New("sluice: slot released already")
+	// ErrSettled is returned by a Reservation's second Settle or Cancel.
+	ErrSettled = errors.New("sluice: reservation settled already")
+	// ErrWouldExceedDeadline is returned by Wait, at once, when ctx's
+	// deadline comes before the event could be allowed.
+	ErrWouldExceedDeadline = errors.New("sluice: wait would exceed context deadline")
 )
 
-// Request asks a Store to take Cost events from the state of Key under Limit.
-//
-// State is identified by Key, the algorithm and the period, so one key may
-// carry "10/s" and "1000/h" at once. Changing Rate or Burst keeps the state.
+// Request asks a Store to take Cost events from the state of Key under
+// Limit. A key has one state per Limit.SameState: "10/s" and "1000/h" at
+// once, and a new Rate or Burst keeps the state.
 type Request struct {
 	Key   string
 	Limit Limit
 	// Cost is the number of events. Cost 0 peeks: the Decision says whether
 	// one event would be allowed now, and nothing is consumed.
 	Cost int64
-	// Force records Cost even when the limit would deny it: for events
-	// that happened anyway, such as admissions made locally and synced
-	// later (package localsync). The Decision says whether the cost fit
-	// (Allowed) and reports the state after recording it. A forced request
-	// is recorded even when another request of its batch is denied.
+	// Force records Cost even when the limit, or another request of the
+	// batch, would deny it: for events that happened anyway. The Decision
+	// says whether it fit and reports the state after it.
 	Force bool
-	// ID, if set on the first request of a call, makes the call idempotent
-	// where the network could fail half-way: a store that has applied a
-	// call with this ID in the last minute does not apply it again, and
-	// answers with the state as it is. The memory store, whose calls cannot
-	// fail half-way, ignores it.
+	// ID, if set on the first request of a call, makes it idempotent: a
+	// remote store that applied a call of this ID in the last minute
+	// answers with the state as it is.
 	ID string
-	// Now is the time of the request. The zero value means the store's
-	// clock (Redis TIME for the Redis store); an explicit Now is for replays
-	// and tests. Stores work in whole microseconds and truncate.
+	// Now is the time of the request; zero means the store's clock (Redis
+	// TIME). Stores truncate it to whole microseconds.
 	Now time.Time
-	// Refund, when not zero, gives Cost back instead of taking it: cost a
-	// request took at the time Refund holds and did not use (a Reservation
-	// settled for less, or cancelled). What the state still holds of it is
-	// given back, never past the capacity: a window that has moved on
-	// since holds none of it (algorithm.Refund says what each algorithm
-	// gives back). A refund is never denied, and it is decided alone: a
-	// batch (TakeAll) of more than one request must not hold one.
+	// Refund, when not zero, gives back Cost that a request took at that
+	// time and did not use, as far as the state still holds it (a window
+	// that has moved on holds none): never denied, and never in a batch.
 	Refund time.Time
 }
 
-// Forced reports whether r's cost is recorded even when it does not fit:
-// r.Force, or a limit that counts every request (Limit.CountAll). Stores
-// decide by it, not by Force alone.
+// Forced reports whether stores record r's cost even when it does not
+// fit: r.Force or r.Limit.CountAll.
 func (r *Request) Forced() bool { return r.Force || r.Limit.CountAll }
 
 // Validate reports why r cannot be decided, or nil.
@@ -100,8 +92,7 @@ func (r *Request) Validate() error {
 	return r.CheckKeyAndCost()
 }
 
-// CheckKeyAndCost is Validate without validating the Limit itself, for
-// stores that cache a limit's validation. The Limit must be valid.
+// CheckKeyAndCost is Validate for a Limit known to be valid.
 func (r *Request) CheckKeyAndCost() error {
 	if r.Now.IsZero() && r.Refund.IsZero() {
 		return checkKeyAndCost(r.Key, r.Cost, &r.Limit)
@@ -168,46 +159,30 @@ type Decision struct {
 	Delay time.Duration
 }
 
-// Store keeps per-key state and decides Requests atomically.
-//
-// Implementations are safe for concurrent use. A denial is a Decision, not an
-// error; errors mean invalid input or a failed store.
+// Store keeps per-key state and decides Requests atomically. It is safe for
+// concurrent use; a denial is a Decision, an error is bad input or a
+// failed store.
 type Store interface {
 	// Take decides one request.
 	Take(ctx context.Context, req Request) (Decision, error)
-	// TakeAll decides reqs together, all-or-nothing: if any is denied, no
-	// state changes, and each decision still reports its own limit. It
-	// writes one Decision per request into dst, which must be at least
-	// len(reqs) long. In a denied batch, a request its own limit would have
-	// allowed reports Allowed with the Remaining and ResetAfter of the
-	// unchanged state. Taking the destination lets callers decide without
-	// allocating.
+	// TakeAll decides reqs together, all-or-nothing, into dst (at least
+	// len(reqs) long): if any is denied, no state changes, and each
+	// decision reports its own limit on the unchanged state.
 	TakeAll(ctx context.Context, reqs []Request, dst []Decision) error
 	// Reset forgets the state of key under limit.
 	Reset(ctx context.Context, key string, limit Limit) error
 }
 
-// Closest returns the index of the decision closest to its limit: a denied one
-// with the longest RetryAfter if any, else the one with the fewest remaining
-// relative to its rate. It returns -1 for no decisions.
-func Closest(ds []Decision) int {
-	best := -1
-	for i := range ds {
-		if best < 0 || closer(&ds[i], &ds[best]) {
-			best = i
+// IsInputError reports whether err is a problem with the request itself,
+// which no store and no failure policy can decide.
+func IsInputError(err error) bool {
+	for _, e := range inputErrors {
+		if errors.Is(err, e) {
+			return true
 		}
 	}
-	return best
+	return false
 }
 
-func closer(a, b *Decision) bool {
-	if a.Allowed != b.Allowed {
-		return !a.Allowed
-	}
-	if !a.Allowed {
-		return a.RetryAfter > b.RetryAfter
-	}
-	// a.Remaining/a.Rate < b.Remaining/b.Rate, in floating point: both are
-	// below 2^40, so the products are exact enough to order.
-	return float64(a.Remaining)*float64(b.Limit.Rate) < float64(b.Remaining)*float64(a.Limit.Rate)
-}
+var inputErrors = []error{ErrEmptyKey, ErrKeyTooLong, ErrCostExceedsBurst, ErrNegativeCost, ErrInvalidTime, ErrDuplicateRequest, ErrRefundInBatch, ErrInvalidLimit,
+	ErrEmptyLease, ErrInvalidConcurrency}

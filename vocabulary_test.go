@@ -7,6 +7,7 @@ import (
 	"go/parser"
 	"go/token"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -14,7 +15,6 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 )
 
@@ -127,39 +127,79 @@ func TestVocabulary(t *testing.T) {
 		t.Error("a request of a count-all limit is not Forced")
 	}
 
-	if err := sluice.CheckSlot("k", "", 1); !errors.Is(err, sluice.ErrEmptyLease) {
-		t.Errorf("CheckSlot without a lease: %v", err)
-	}
-	if err := sluice.CheckSlot("k", "l", 0); !errors.Is(err, sluice.ErrInvalidConcurrency) {
-		t.Errorf("CheckSlot with max 0: %v", err)
-	}
-	if sluice.DefaultLease <= 0 {
-		t.Errorf("DefaultLease %v", sluice.DefaultLease)
-	}
-
-	var ms sluice.Store = memstore.New(memstore.Options{})
-	if ip, ok := ms.(sluice.InProcess); !ok || !ip.InProcess() {
-		t.Error("the memory store is not InProcess")
-	}
 	closed, err := redisstore.Open("redis://127.0.0.1:1", redisstore.Options{})
 	if err != nil {
 		t.Fatal(err)
-	}
-	if _, ok := any(closed).(sluice.InProcess); ok {
-		t.Error("the Redis store claims to be InProcess")
 	}
 	closed.Close()
 	if _, err := closed.Take(context.Background(), sluice.Request{Key: "k", Limit: sluice.PerSecond(1), Cost: 1}); !errors.Is(err, sluice.ErrStoreClosed) {
 		t.Errorf("a closed store: %v; want ErrStoreClosed", err)
 	}
 
-	g, err := sluice.NewGuard(ms, sluice.GuardOptions{})
+	taken := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	base := sluice.Request{Key: "k", Limit: sluice.PerSecond(10), Cost: 7, Force: true}
+	for _, tc := range []struct {
+		charged, actual, cost int64
+		force, refund, ok     bool
+	}{
+		{5, 5, 7, true, false, false},   // nothing to move: r as it was, less Force
+		{5, 8, 3, true, false, true},    // 3 more, forced
+		{5, 100, 10, true, false, true}, // past the capacity: the capacity
+		{5, 2, 3, false, true, true},    // 3 back, as a refund of the take
+		{5, -1, 5, false, true, true},   // a negative actual is 0
+	} {
+		r, ok := base.Settlement(taken, tc.charged, tc.actual)
+		if ok != tc.ok || ok && (r.Cost != tc.cost || r.Force != tc.force || r.Refund.IsZero() == tc.refund) {
+			t.Errorf("Settlement(%d, %d) = %+v, %v", tc.charged, tc.actual, r, ok)
+		}
+		if tc.refund && !r.Refund.Before(taken) {
+			t.Errorf("Settlement(%d, %d): a refund of a take at %v, not before the take at %v", tc.charged, tc.actual, r.Refund, taken)
+		}
+	}
+}
+
+// The root package is what library users call: no runtime tricks
+// (unsafe, reflect, weak, a noescape), none of the decision core's names,
+// and a go doc a user reads in one sitting.
+func TestRootFloor(t *testing.T) {
+	sources, err := filepath.Glob("*.go")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ds := make([]sluice.Decision, 1)
-	v := g.Decide(context.Background(), &sluice.Check{Enforced: []sluice.Request{{Key: "", Limit: sluice.PerSecond(1), Cost: 1}}, Modes: []sluice.FailMode{sluice.FailOpen}}, ds, nil)
-	if v.Outcome != sluice.Invalid || v.Err == nil {
-		t.Errorf("a check with an empty key: %+v; want Invalid", v)
+	for _, src := range sources {
+		if strings.HasSuffix(src, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), src, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, im := range f.Imports {
+			switch im.Path.Value {
+			case `"unsafe"`, `"reflect"`, `"weak"`:
+				t.Errorf("%s imports %s", src, im.Path.Value)
+			}
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			if id, ok := n.(*ast.Ident); ok && id.Name == "noescape" {
+				t.Errorf("%s names noescape", src)
+			}
+			return true
+		})
+	}
+	if testing.Short() {
+		return
+	}
+	out, err := exec.Command("go", "doc", "-all", ".").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(out), "\n"); n > 450 {
+		t.Errorf("go doc -all . is %d lines; want at most 450", n)
+	}
+	for _, name := range []string{"Guard", "GuardOptions", "Verdict", "Outcome", "Health", "InProcess", "Slots", "CheckSlot", "Closest", "NewGuard", "Check"} {
+		if regexp.MustCompile(`(?m)^(type|func) ` + name + `\b`).Match(out) {
+			t.Errorf("the root exports %s, the decision core's", name)
+		}
 	}
 }

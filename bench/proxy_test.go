@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/internal/proxy"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -36,7 +36,7 @@ policies:
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
+	g, err := guard.New(memstore.New(memstore.Options{}), guard.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func BenchmarkProxyUpstreamKeepAlive(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			g, err := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
+			g, err := guard.New(memstore.New(memstore.Options{}), guard.Options{})
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -31,6 +31,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/internal/door"
 	"github.com/sluicehq/sluice/internal/sample"
 )
@@ -162,7 +163,7 @@ type Options struct {
 	// doors on its store; Store and Timeout are then the Guard's. Default: a
 	// Guard of its own, with a memory store as the stand-in of FailLocal
 	// policies.
-	Guard    *sluice.Guard
+	Guard    *guard.Guard
 	Policies []Policy
 	// Timeout bounds each store call: zero means sluice.DefaultTimeout,
 	// negative only the call's context. Not applied to the memory store.
@@ -170,19 +171,19 @@ type Options struct {
 	// OnShadowDenied, if set, is called when a shadow policy would deny.
 	OnShadowDenied func(policy, method string)
 	// OnResult, if set, sees every decided call's verdict (for metrics).
-	OnResult func(method string, v *sluice.Verdict)
+	OnResult func(method string, v *guard.Verdict)
 	// Logger receives sampled lines for missing keys and store failures.
 	// Default: none.
 	Logger *slog.Logger
 	// Slots keeps the slots of policies with Concurrency. Default: the
 	// store, when it keeps slots (the memory and Redis stores do).
-	Slots sluice.Slots
+	Slots guard.Slots
 }
 
 // Interceptor limits gRPC calls. It is safe for concurrent use.
 type Interceptor struct {
 	opts     Options
-	guard    *sluice.Guard
+	guard    *guard.Guard
 	policies []Policy
 	logs     *sample.Sampler
 }
@@ -199,14 +200,14 @@ func New(opts Options) (*Interceptor, error) {
 	}
 	local := door.StandIn(store) // of FailLocal policies; nil for the memory store
 	if opts.Slots == nil {
-		opts.Slots, _ = store.(sluice.Slots)
+		opts.Slots, _ = store.(guard.Slots)
 	}
 	if i.guard == nil {
 		var standin sluice.Store
 		if local != nil {
 			standin = local
 		}
-		g, err := sluice.NewGuard(opts.Store, sluice.GuardOptions{Timeout: opts.Timeout, Local: standin, Logger: opts.Logger})
+		g, err := guard.New(opts.Store, guard.Options{Timeout: opts.Timeout, Local: standin, Logger: opts.Logger})
 		if err != nil {
 			return nil, err
 		}
@@ -235,10 +236,11 @@ func New(opts Options) (*Interceptor, error) {
 				return nil, fmt.Errorf("grpclimit: policy %q: concurrency needs Options.Slots: the store keeps none", p.Name)
 			}
 			c := &sluice.Concurrency{Slots: opts.Slots, Max: p.Concurrency, Wait: p.ConcurrencyWait,
-				Timeout: opts.Timeout, FailMode: p.FailMode, Logger: opts.Logger, Guard: i.guard, Label: p.Name}
+				Timeout: opts.Timeout, FailMode: p.FailMode, Logger: opts.Logger}
 			if local != nil {
 				c.Local = local
 			}
+			i.guard.Bind(c)
 			if err := c.Validate(); err != nil {
 				return nil, fmt.Errorf("grpclimit: policy %q: %w", p.Name, err)
 			}
@@ -323,7 +325,7 @@ func (i *Interceptor) decide(ctx context.Context, method string, b *door.Batch[*
 		}
 		req := sluice.Request{Key: p.Name + "\x00" + key, Cost: p.Cost}
 		b.Apply(p, r, req.Key)
-		if a, d, v := b.Hold(ctx, p, r, req.Key); a != door.Proceed {
+		if a, d, v := b.Hold(ctx, i.guard, p, r, req.Key); a != door.Proceed {
 			// Refused here: counted under this policy.
 			if i.opts.OnResult != nil {
 				i.opts.OnResult(method, &v)
@@ -345,7 +347,7 @@ func (i *Interceptor) decide(ctx context.Context, method string, b *door.Batch[*
 	if i.opts.OnResult != nil {
 		i.opts.OnResult(method, &v)
 	}
-	if v.Shadow == sluice.ShadowWouldDeny && i.opts.OnShadowDenied != nil {
+	if v.Shadow == guard.ShadowWouldDeny && i.opts.OnShadowDenied != nil {
 		for j, d := range sds {
 			if !d.Allowed {
 				i.opts.OnShadowDenied(b.Shadow[j].Name, method)
@@ -373,7 +375,7 @@ func (i *Interceptor) decide(ctx context.Context, method string, b *door.Batch[*
 
 // statusOf is the status of an Invalid or Unavailable answer; nil for the
 // others.
-func statusOf(ctx context.Context, a door.Answer, v sluice.Verdict) error {
+func statusOf(ctx context.Context, a door.Answer, v guard.Verdict) error {
 	switch a {
 	case door.Invalid:
 		return status.Error(codes.InvalidArgument, v.Err.Error())

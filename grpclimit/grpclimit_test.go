@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/grpclimit"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 )
@@ -184,15 +185,15 @@ func TestConcurrencyOutcomes(t *testing.T) {
 	for _, tc := range []struct {
 		mode sluice.FailMode
 		code codes.Code
-		want sluice.Outcome
+		want guard.Outcome
 	}{
-		{sluice.FailOpen, codes.OK, sluice.FailedOpen},
-		{sluice.FailClosed, codes.Unavailable, sluice.FailedClosed},
+		{sluice.FailOpen, codes.OK, guard.FailedOpen},
+		{sluice.FailClosed, codes.Unavailable, guard.FailedClosed},
 	} {
-		var got []sluice.Outcome
+		var got []guard.Outcome
 		c := serve(t, grpclimit.Options{Store: down, Timeout: 200 * time.Millisecond, Policies: []grpclimit.Policy{
 			{Name: "p", Concurrency: 2, Key: grpclimit.Method(), FailMode: tc.mode},
-		}, OnResult: func(_ string, v *sluice.Verdict) { got = append(got, v.Outcome) }})
+		}, OnResult: func(_ string, v *guard.Verdict) { got = append(got, v.Outcome) }})
 		if _, err := c.Check(context.Background(), &healthpb.HealthCheckRequest{}); status.Code(err) != tc.code {
 			t.Fatalf("%v, store down: %v; want %v", tc.mode, err, tc.code)
 		}
@@ -215,7 +216,7 @@ func TestClientRetryWaitsForPushback(t *testing.T) {
 			Name: "check", Method: "/grpc.health.v1.Health/Check", Key: grpclimit.PeerAddr(),
 			Limit: sluice.Limit{Algorithm: sluice.GCRA, Rate: 4, Period: time.Second, Burst: 4},
 		}},
-		OnResult: func(string, *sluice.Verdict) { attempts.Add(1) },
+		OnResult: func(string, *guard.Verdict) { attempts.Add(1) },
 	})
 	if err != nil {
 		t.Fatal(err)

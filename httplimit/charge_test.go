@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/faultproxy"
 	"github.com/sluicehq/sluice/internal/logbuf"
@@ -322,12 +323,12 @@ func TestFailedOpenChargeSettlesNothing(t *testing.T) {
 	p.Limit = sluice.Limit{Rate: 10000, Period: 720 * time.Hour} // GCRA: a refund is room, whatever took it
 	p.FailMode = sluice.FailOpen
 	during, left := acrossAnOutage(t, p,
-		func(res httplimit.Result) bool { return res.Outcome == sluice.Allowed },
+		func(res httplimit.Result) bool { return res.Outcome == guard.Allowed },
 		func(resp *http.Response, _ httplimit.Result) int64 {
 			n, _ := strconv.ParseInt(resp.Header.Get("X-RateLimit-Remaining"), 10, 64)
 			return n
 		})
-	if during.Outcome != sluice.FailedOpen {
+	if during.Outcome != guard.FailedOpen {
 		t.Fatalf("the request during the outage: %v, want failed_open", during.Outcome)
 	}
 	if left != 500 {
@@ -443,7 +444,7 @@ func TestShadowChargeWhoseTakeFailedSettlesNothing(t *testing.T) {
 	during, left := acrossAnOutage(t, p,
 		func(res httplimit.Result) bool { return !res.ShadowFailed },
 		func(_ *http.Response, res httplimit.Result) int64 { return res.Decisions[0].Remaining })
-	if !during.ShadowFailed || during.Outcome != sluice.Allowed {
+	if !during.ShadowFailed || during.Outcome != guard.Allowed {
 		t.Fatalf("the request during the outage: %+v, want allowed with its shadow failed", during)
 	}
 	if left != 500 {

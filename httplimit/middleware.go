@@ -13,6 +13,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/internal/door"
 )
 
@@ -24,7 +25,7 @@ type Options struct {
 	// doors on its store (one breaker, one stand-in); Store and Timeout are
 	// then the Guard's. Default: a Guard of its own on Store, with a memory
 	// store as the stand-in of FailLocal policies.
-	Guard *sluice.Guard
+	Guard *guard.Guard
 	// Policies are checked in order; every one whose Pattern matches a
 	// request applies to it. Required.
 	Policies []Policy
@@ -53,7 +54,7 @@ type Options struct {
 	LogsPerSecond int64
 	// Slots keeps the slots of policies with Concurrency. Default: the
 	// store, when it keeps slots (the memory and Redis stores do).
-	Slots sluice.Slots
+	Slots guard.Slots
 	// ClientIP finds the client's address that limits a request whose
 	// policy's key is missing (Policy.Missing). Default: the connection's
 	// peer (clientip.RemoteAddr); behind a proxy, the resolver its ClientIP
@@ -67,7 +68,7 @@ type Result struct {
 	Policies  []*Policy
 	Decisions []sluice.Decision
 	// Outcome is the check's one result, for metrics.
-	Outcome sluice.Outcome
+	Outcome guard.Outcome
 	// Closest is the index of the enforced decision closest to its limit,
 	// or -1 when no enforced policy decided.
 	Closest int
@@ -98,7 +99,7 @@ type Result struct {
 // for concurrent use.
 type Middleware struct {
 	opts     Options
-	guard    *sluice.Guard
+	guard    *guard.Guard
 	base     time.Time // wall time at New; now is base plus the monotonic time since
 	policies []*Policy
 	fallback KeyFunc // the identity of a request whose key is missing
@@ -129,7 +130,7 @@ func New(opts Options) (*Middleware, error) {
 		if l := door.StandIn(opts.Store); l != nil {
 			local = l
 		}
-		g, err := sluice.NewGuard(opts.Store, sluice.GuardOptions{Timeout: opts.Timeout, Local: local,
+		g, err := guard.New(opts.Store, guard.Options{Timeout: opts.Timeout, Local: local,
 			Logger: opts.Logger, LogsPerSecond: opts.LogsPerSecond})
 		if err != nil {
 			return nil, err
@@ -137,9 +138,9 @@ func New(opts Options) (*Middleware, error) {
 		m.guard = g
 	}
 	if opts.Slots == nil {
-		opts.Slots, _ = m.guard.Store().(sluice.Slots)
+		opts.Slots, _ = m.guard.Store().(guard.Slots)
 	}
-	var localSlots sluice.Slots
+	var localSlots guard.Slots
 	if l := door.StandIn(m.guard.Store()); l != nil {
 		localSlots = l
 	}
@@ -154,7 +155,8 @@ func New(opts Options) (*Middleware, error) {
 				return nil, fmt.Errorf("httplimit: policy %q: concurrency needs Options.Slots: the store keeps none", p.Name)
 			}
 			p.rules.Conc = &sluice.Concurrency{Slots: opts.Slots, Max: p.Concurrency, Wait: p.ConcurrencyWait,
-				Timeout: opts.Timeout, FailMode: p.FailMode, Local: localSlots, Logger: opts.Logger, Guard: m.guard, Label: p.Name}
+				Timeout: opts.Timeout, FailMode: p.FailMode, Local: localSlots, Logger: opts.Logger}
+			m.guard.Bind(p.rules.Conc)
 			if err := p.rules.Conc.Validate(); err != nil {
 				return nil, fmt.Errorf("httplimit: policy %q: %w", p.Name, err)
 			}
@@ -202,7 +204,7 @@ type scratch struct {
 	// answer or shapes: the time its refunds give back from.
 	taken time.Time
 	// verdict is the check's, which says what its requests took.
-	verdict sluice.Verdict
+	verdict guard.Verdict
 }
 
 // keyArena is the size of a scratch's key buffer.
@@ -260,13 +262,13 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 		if err != nil {
 			// Refused before any store call: nothing is charged, and the
 			// slots of earlier policies are released by Handler.
-			res.Label, res.Outcome, res.Err = p.Name, sluice.Invalid, err
+			res.Label, res.Outcome, res.Err = p.Name, guard.Invalid, err
 			m.report(r, res)
 			http.Error(w, err.Error(), http.StatusBadRequest)
 			return false
 		}
 		b.Apply(p, rules, req.Key)
-		if a, d, v := b.Hold(r.Context(), p, rules, req.Key); a != door.Proceed {
+		if a, d, v := b.Hold(r.Context(), m.guard, p, rules, req.Key); a != door.Proceed {
 			m.refuseSlot(w, r, s, p, req.Key, a, d, v)
 			return false // answered; nothing charged
 		}
@@ -300,7 +302,7 @@ func (m *Middleware) decide(w http.ResponseWriter, r *http.Request, s *scratch) 
 	s.verdict = v
 	ds, sds = ds[:len(reqs)], sds[:len(sreqs)]
 	enforced := b.Enforced
-	res.Outcome, res.ShadowDenied, res.ShadowFailed = v.Outcome, v.Shadow == sluice.ShadowWouldDeny, v.Shadow == sluice.ShadowFailed
+	res.Outcome, res.ShadowDenied, res.ShadowFailed = v.Outcome, v.Shadow == guard.ShadowWouldDeny, v.Shadow == guard.ShadowFailed
 	if v.Err != nil {
 		res.Err = v.Err
 	}
@@ -400,7 +402,7 @@ func (m *Middleware) settling(r *http.Request, s *scratch) *settling {
 // refuseSlot answers a request that p's concurrency refused (answer a of
 // Batch.Hold, with the slot's decision and verdict): 400 for bad input,
 // 503 when the slots failed under FailClosed, else 429.
-func (m *Middleware) refuseSlot(w http.ResponseWriter, r *http.Request, s *scratch, p *Policy, key string, a door.Answer, d sluice.Decision, v sluice.Verdict) {
+func (m *Middleware) refuseSlot(w http.ResponseWriter, r *http.Request, s *scratch, p *Policy, key string, a door.Answer, d sluice.Decision, v guard.Verdict) {
 	res := &s.res
 	res.Label, res.Identity, res.Outcome = p.Name, key[len(p.Name)+1:], v.Outcome
 	switch a {

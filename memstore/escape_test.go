@@ -10,12 +10,10 @@ import (
 	"testing"
 )
 
-// TakeInto keeps neither of its pointers: sluice's Guard passes it the
-// Request and Decision of its callers' stacks, hidden from escape analysis
-// (guard.go, intoTaker), which is sound only while the compiler's own
+// TakeInto keeps neither of its pointers, as its doc promises: a caller's
+// Request and Decision stay on the caller's stack. The compiler's own
 // analysis of TakeInto says that d does not escape and that req does not
-// either, only what it points to (the key's bytes and the zone, which the
-// Guard's callers keep on the heap).
+// either, only what it points to (the key's bytes and the zone).
 func TestTakeIntoKeepsNeitherPointer(t *testing.T) {
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, "memstore.go", nil, 0)

@@ -39,6 +39,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/algorithm"
+	"github.com/sluicehq/sluice/guard"
 )
 
 // Options configures a Store. The zero value is ready to use.
@@ -521,7 +522,7 @@ func (s *Store) Reset(_ context.Context, key string, limit sluice.Limit) error {
 }
 
 // InProcess reports true: the memory store never leaves the process, so a
-// sluice.Guard calls it without a timeout or breaker.
+// guard.Guard calls it without a timeout or breaker.
 func (*Store) InProcess() bool { return true }
 
-var _ sluice.InProcess = (*Store)(nil)
+var _ guard.InProcess = (*Store)(nil)

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/storetest"
 )
@@ -18,7 +19,7 @@ func TestConformance(t *testing.T) {
 }
 
 func TestSlots(t *testing.T) {
-	storetest.RunSlots(t, func(t *testing.T) sluice.Slots { return memstore.New(memstore.Options{}) })
+	storetest.RunSlots(t, func(t *testing.T) guard.Slots { return memstore.New(memstore.Options{}) })
 }
 
 // Requests at the store's clock are checked as those with a Now are: the

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/guard"
 )
 
 // slotShard holds the slots of requests in flight of some keys: the
@@ -19,16 +20,16 @@ type slotShard struct {
 
 const slotShards = 64
 
-var _ sluice.Slots = (*Store)(nil)
+var _ guard.Slots = (*Store)(nil)
 
 func (s *Store) slotShard(key string) *slotShard {
 	return &s.slots[s.hash(key)%slotShards]
 }
 
-// Acquire implements sluice.Slots. Slots are held until released: their
+// Acquire implements guard.Slots. Slots are held until released: their
 // holders live in this process, so ttl is not needed to free them.
 func (s *Store) Acquire(_ context.Context, key, lease string, max int64, _ time.Duration) (sluice.Decision, error) {
-	if err := sluice.CheckSlot(key, lease, max); err != nil {
+	if err := guard.CheckSlot(key, lease, max); err != nil {
 		return sluice.Decision{}, err
 	}
 	sh := s.slotShard(key)
@@ -50,7 +51,7 @@ func (s *Store) Acquire(_ context.Context, key, lease string, max int64, _ time.
 	return sluice.Decision{Allowed: true, Limit: sluice.Limit{Rate: max}, Remaining: max - int64(len(held))}, nil
 }
 
-// Renew implements sluice.Slots: it reports whether lease holds a slot.
+// Renew implements guard.Slots: it reports whether lease holds a slot.
 func (s *Store) Renew(_ context.Context, key, lease string, _ time.Duration) (bool, error) {
 	sh := s.slotShard(key)
 	sh.mu.Lock()
@@ -59,7 +60,7 @@ func (s *Store) Renew(_ context.Context, key, lease string, _ time.Duration) (bo
 	return ok, nil
 }
 
-// Release implements sluice.Slots.
+// Release implements guard.Slots.
 func (s *Store) Release(_ context.Context, key, lease string) (bool, error) {
 	sh := s.slotShard(key)
 	sh.mu.Lock()

@@ -436,8 +436,8 @@ func (s *Store) Take(ctx context.Context, req sluice.Request) (d sluice.Decision
 
 // TakeInto is Take on a caller's Request, into a caller's Decision: it
 // reads *req, sets every field of *d (the zero Decision with an error),
-// and keeps neither pointer past its return. A Guard decides a check of
-// one request through it, copying neither on the way down.
+// and keeps neither pointer past its return: a caller that keeps one
+// Request and one Decision copies neither on the way down.
 func (s *Store) TakeInto(ctx context.Context, req *sluice.Request, d *sluice.Decision) error {
 	c := calls.Get().(*call)
 	c.one.req[0] = *req

@@ -17,6 +17,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/redisstore"
@@ -52,7 +53,7 @@ func TestConformanceStandalone(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) sluice.Store {
 		return redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t)})
 	})
-	storetest.RunSlots(t, func(t *testing.T) sluice.Slots {
+	storetest.RunSlots(t, func(t *testing.T) guard.Slots {
 		return redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t)})
 	})
 	assertEveryKeyHasTTL(t, srv)
@@ -67,7 +68,7 @@ func TestConformanceCluster(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) sluice.Store {
 		return redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t)})
 	})
-	storetest.RunSlots(t, func(t *testing.T) sluice.Slots {
+	storetest.RunSlots(t, func(t *testing.T) guard.Slots {
 		return redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t)})
 	})
 	for _, n := range nodes {

@@ -8,6 +8,7 @@ import (
 	"github.com/redis/rueidis"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/guard"
 )
 
 // Slots of sluice.Concurrency limiters: per key, a sorted set of the
@@ -25,16 +26,16 @@ func mustScript(name string) string {
 	return string(data)
 }
 
-var _ sluice.Slots = (*Store)(nil)
+var _ guard.Slots = (*Store)(nil)
 
 // slotsKey returns the Redis key of key's slots.
 func (s *Store) slotsKey(key string) string {
 	return s.prefix + "{" + keyEscaper.Replace(key) + "}:concurrency"
 }
 
-// Acquire implements sluice.Slots.
+// Acquire implements guard.Slots.
 func (s *Store) Acquire(ctx context.Context, key, lease string, max int64, ttl time.Duration) (sluice.Decision, error) {
-	if err := sluice.CheckSlot(key, lease, max); err != nil {
+	if err := guard.CheckSlot(key, lease, max); err != nil {
 		return sluice.Decision{}, err
 	}
 	if ttl < time.Millisecond {
@@ -59,7 +60,7 @@ func (s *Store) Acquire(ctx context.Context, key, lease string, max int64, ttl t
 	return d, nil
 }
 
-// Renew implements sluice.Slots.
+// Renew implements guard.Slots.
 func (s *Store) Renew(ctx context.Context, key, lease string, ttl time.Duration) (bool, error) {
 	client, _, err := s.conn()
 	if err != nil {
@@ -72,7 +73,7 @@ func (s *Store) Renew(ctx context.Context, key, lease string, ttl time.Duration)
 	return n == 1, nil
 }
 
-// Release implements sluice.Slots.
+// Release implements guard.Slots.
 func (s *Store) Release(ctx context.Context, key, lease string) (bool, error) {
 	client, _, err := s.conn()
 	if err != nil {

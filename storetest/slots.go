@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/guard"
 )
 
 // NewSlots returns Slots with no slots held; stores sharing a backend
 // must isolate themselves, for example with a fresh key prefix.
-type NewSlots func(t *testing.T) sluice.Slots
+type NewSlots func(t *testing.T) guard.Slots
 
-// RunSlots checks a sluice.Slots: exact under concurrency, a slot never
+// RunSlots checks a guard.Slots: exact under concurrency, a slot never
 // freed twice, bad input refused without a change, and (unless the
 // Slots are InProcess, whose holders cannot outlive them) leases that
 // free their slots when they expire and hold them while renewed.
@@ -25,7 +26,7 @@ func RunSlots(t *testing.T, newSlots NewSlots) {
 	t.Run("release twice", func(t *testing.T) { slotsReleaseTwice(t, newSlots(t)) })
 	t.Run("bad input", func(t *testing.T) { slotsBadInput(t, newSlots(t)) })
 	s := newSlots(t)
-	if ip, ok := s.(sluice.InProcess); ok && ip.InProcess() {
+	if ip, ok := s.(guard.InProcess); ok && ip.InProcess() {
 		return
 	}
 	t.Run("lease expires", func(t *testing.T) { slotsLeaseExpires(t, s) })
@@ -35,7 +36,7 @@ func RunSlots(t *testing.T, newSlots NewSlots) {
 // slotsExact has 64 goroutines take, hold and release slots of one key
 // of 5: never more than 5 held at once, each one's Remaining consistent
 // with that, and every slot free at the end.
-func slotsExact(t *testing.T, s sluice.Slots) {
+func slotsExact(t *testing.T, s guard.Slots) {
 	const max, callers, rounds = 5, 64, 20
 	ctx := context.Background()
 	var inFlight, peak, admitted atomic.Int64
@@ -84,7 +85,7 @@ func slotsExact(t *testing.T, s sluice.Slots) {
 }
 
 // slotsReleaseTwice: a second release of one lease frees nothing.
-func slotsReleaseTwice(t *testing.T, s sluice.Slots) {
+func slotsReleaseTwice(t *testing.T, s guard.Slots) {
 	ctx := context.Background()
 	for _, lease := range []string{"a", "b"} {
 		if d, err := s.Acquire(ctx, "k", lease, 2, time.Minute); err != nil || !d.Allowed {
@@ -106,7 +107,7 @@ func slotsReleaseTwice(t *testing.T, s sluice.Slots) {
 }
 
 // slotsBadInput: an error naming the problem, and no slot taken.
-func slotsBadInput(t *testing.T, s sluice.Slots) {
+func slotsBadInput(t *testing.T, s guard.Slots) {
 	ctx := context.Background()
 	for _, tc := range []struct {
 		key, lease string
@@ -129,7 +130,7 @@ func slotsBadInput(t *testing.T, s sluice.Slots) {
 
 // slotsLeaseExpires: a lease neither renewed nor released frees its slot
 // when it expires, and not before.
-func slotsLeaseExpires(t *testing.T, s sluice.Slots) {
+func slotsLeaseExpires(t *testing.T, s guard.Slots) {
 	ctx := context.Background()
 	if d, err := s.Acquire(ctx, "e", "gone", 1, 300*time.Millisecond); err != nil || !d.Allowed {
 		t.Fatalf("acquire: %+v, %v", d, err)
@@ -148,7 +149,7 @@ func slotsLeaseExpires(t *testing.T, s sluice.Slots) {
 }
 
 // slotsRenewed: a lease renewed before it expires keeps its slot.
-func slotsRenewed(t *testing.T, s sluice.Slots) {
+func slotsRenewed(t *testing.T, s guard.Slots) {
 	ctx := context.Background()
 	if d, err := s.Acquire(ctx, "r", "kept", 1, 300*time.Millisecond); err != nil || !d.Allowed {
 		t.Fatalf("acquire: %+v, %v", d, err)

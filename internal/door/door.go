@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -85,7 +86,7 @@ func Identity(n int) error {
 // store fails: a memory store of its own, or nil for a store that cannot
 // fail (the memory store).
 func StandIn(store sluice.Store) *memstore.Store {
-	if ip, ok := store.(sluice.InProcess); ok && ip.InProcess() {
+	if ip, ok := store.(guard.InProcess); ok && ip.InProcess() {
 		return nil
 	}
 	return memstore.New(memstore.Options{MaxKeys: 1 << 20})
@@ -105,7 +106,7 @@ const (
 // own policy type, which each call gives with its rules. Its slices may be
 // backed by a door's pooled arrays: Reset keeps their capacity.
 type Batch[P comparable] struct {
-	Check sluice.Check
+	Check guard.Check
 	// Enforced and Shadow are the policy of each of Check.Enforced and
 	// Check.Shadow.
 	Enforced, Shadow []P
@@ -121,7 +122,7 @@ type Batch[P comparable] struct {
 // Reset empties b for another request, keeping its slices' arrays.
 func (b *Batch[P]) Reset() {
 	c := &b.Check
-	*c = sluice.Check{Enforced: c.Enforced[:0], Modes: c.Modes[:0], Shadow: c.Shadow[:0]}
+	*c = guard.Check{Enforced: c.Enforced[:0], Modes: c.Modes[:0], Shadow: c.Shadow[:0]}
 	b.Enforced, b.Shadow, b.Held = b.Enforced[:0], b.Shadow[:0], b.Held[:0]
 	var none P
 	b.Labeled, b.Key, b.shadow = none, "", false
@@ -151,15 +152,15 @@ func (b *Batch[P]) Add(p P, r *Policy, req sluice.Request, limits []sluice.Limit
 	}
 }
 
-// Hold takes the concurrency slot of p, with rules r, for key, where it is
-// an enforced policy with one. Refused, it releases every slot the request
-// holds, counts the request under p, and returns the answer with the
-// slot's decision and verdict.
-func (b *Batch[P]) Hold(ctx context.Context, p P, r *Policy, key string) (Answer, sluice.Decision, sluice.Verdict) {
+// Hold takes the concurrency slot of p, with rules r, for key through g,
+// where it is an enforced policy with one. Refused, it releases every
+// slot the request holds, counts the request under p, and returns the
+// answer with the slot's decision and verdict.
+func (b *Batch[P]) Hold(ctx context.Context, g *guard.Guard, p P, r *Policy, key string) (Answer, sluice.Decision, guard.Verdict) {
 	if r.Shadow || r.Conc == nil {
-		return Proceed, sluice.Decision{}, sluice.Verdict{}
+		return Proceed, sluice.Decision{}, guard.Verdict{}
 	}
-	release, d, v := r.Conc.Hold(ctx, &b.Check, key)
+	release, d, v := g.Hold(ctx, r.Conc, &b.Check, r.Name, key)
 	if release != nil {
 		b.Held = append(b.Held, release)
 		return Proceed, d, v
@@ -168,9 +169,9 @@ func (b *Batch[P]) Hold(ctx context.Context, p P, r *Policy, key string) (Answer
 	b.Labeled, b.Key, b.shadow = p, key, false
 	b.Check.Label = r.Name
 	switch v.Outcome {
-	case sluice.Invalid:
+	case guard.Invalid:
 		return Invalid, d, v
-	case sluice.FailedClosed:
+	case guard.FailedClosed:
 		return Unavailable, d, v
 	}
 	return Limited, d, v
@@ -193,13 +194,13 @@ func (b *Batch[P]) Empty() bool {
 // Decide decides b's requests through g into ds and sds (each at least as
 // long as its requests), and returns the verdict and the answer. A request
 // refused (Invalid, Unavailable, Limited) holds no slot after it.
-func (b *Batch[P]) Decide(ctx context.Context, g *sluice.Guard, ds, sds []sluice.Decision) (sluice.Verdict, Answer) {
+func (b *Batch[P]) Decide(ctx context.Context, g *guard.Guard, ds, sds []sluice.Decision) (guard.Verdict, Answer) {
 	v := g.Decide(ctx, &b.Check, ds, sds)
 	a := Proceed
 	switch {
-	case v.Outcome == sluice.Invalid:
+	case v.Outcome == guard.Invalid:
 		a = Invalid
-	case v.Outcome == sluice.FailedClosed:
+	case v.Outcome == guard.FailedClosed:
 		a = Unavailable
 	case v.Closest >= 0 && !ds[v.Closest].Allowed:
 		a = Limited

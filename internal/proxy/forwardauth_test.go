@@ -13,8 +13,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
@@ -33,7 +33,7 @@ func forwardAuthLogged(t *testing.T, yaml string, log *slog.Logger) *httptest.Se
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
+	g, err := guard.New(memstore.New(memstore.Options{}), guard.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -416,7 +416,7 @@ policies:
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, _ := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
+	g, _ := guard.New(memstore.New(memstore.Options{}), guard.Options{})
 	if _, err := New(cfg, Deps{Guard: g}, &url.URL{Scheme: "http", Host: "127.0.0.1:1"}, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "match") {
 		t.Fatalf("a proxy of match-less policies: %v; want an error naming match", err)
 	}

@@ -23,6 +23,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/clientip"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/httplimit"
 	"github.com/sluicehq/sluice/internal/overrides"
 	"github.com/sluicehq/sluice/internal/sample"
@@ -30,16 +31,16 @@ import (
 
 // Deps are what the proxy shares with the server it runs in.
 type Deps struct {
-	Guard *sluice.Guard // decides the rate limits
+	Guard *guard.Guard // decides the rate limits
 	// Slots keeps the concurrency slots; nil takes the Guard's store's.
-	Slots sluice.Slots
+	Slots guard.Slots
 	// Overrides are the limits set at runtime; nil: none.
 	Overrides *overrides.Registry
 	// Count, if set, counts each check once under its policy, with its
 	// outcome, the client's identity and the decision closest to its
 	// limit (nil for none): the server's CountCheck, so that the proxy's
 	// checks are in its metrics and status page.
-	Count func(policy string, o sluice.Outcome, identity string, closest *sluice.Decision, at time.Time)
+	Count func(policy string, o guard.Outcome, identity string, closest *sluice.Decision, at time.Time)
 	// Settled, if set, counts the settled charge of a request whose
 	// policy charges by its answer: the server's CountSettled.
 	Settled func(policy string, estimate, actual int64, unread bool)

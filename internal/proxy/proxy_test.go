@@ -18,6 +18,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/internal/faultproxy"
 	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -54,7 +55,7 @@ func gatewayURL(t testing.TB, yaml string, store sluice.Store, u *url.URL, deps 
 	if _, ok := store.(*memstore.Store); !ok {
 		local = memstore.New(memstore.Options{})
 	}
-	g, err := sluice.NewGuard(store, sluice.GuardOptions{Timeout: cfg.Store.Timeout, Local: local})
+	g, err := guard.New(store, guard.Options{Timeout: cfg.Store.Timeout, Local: local})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +122,7 @@ func TestFailModes(t *testing.T) {
 	t.Cleanup(rs.Close)
 	var mu sync.Mutex
 	counted := map[string]int{}
-	count := func(policy string, o sluice.Outcome, identity string, _ *sluice.Decision, _ time.Time) {
+	count := func(policy string, o guard.Outcome, identity string, _ *sluice.Decision, _ time.Time) {
 		mu.Lock()
 		counted[policy+" "+o.String()+" "+identity]++
 		mu.Unlock()
@@ -203,7 +204,7 @@ func TestUpstreamFailures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, _ := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
+	g, _ := guard.New(memstore.New(memstore.Options{}), guard.Options{})
 	down, _ := url.Parse("http://127.0.0.1:1")
 	h, err := New(cfg, Deps{Guard: g}, down, slog.New(slog.DiscardHandler))
 	if err != nil {
@@ -272,7 +273,7 @@ func TestBodyNotReadPastItsLength(t *testing.T) {
 	t.Cleanup(up.Close)
 	u, _ := url.Parse(up.URL)
 	cfg, _ := config.Parse("test.yaml", []byte("policies: [{name: p, limit: 100/1h, match: /}]"))
-	g, _ := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
+	g, _ := guard.New(memstore.New(memstore.Options{}), guard.Options{})
 	h, err := New(cfg, Deps{Guard: g}, u, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
@@ -520,7 +521,7 @@ func TestUpstreamFailuresCounted(t *testing.T) {
 	t.Cleanup(up.Close)
 	u, _ := url.Parse(up.URL)
 	cfg, _ := config.Parse("test.yaml", []byte("listeners: {proxy_timeout: 200ms}\npolicies: [{name: p, limit: 100/1h, match: /}]"))
-	g, _ := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
+	g, _ := guard.New(memstore.New(memstore.Options{}), guard.Options{})
 	deps.Guard = g
 	h, err := New(cfg, deps, u, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {

@@ -6,8 +6,8 @@ import (
 	"net/http/httptest"
 	"testing"
 
-	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/memstore"
 )
 
@@ -20,7 +20,7 @@ func BenchmarkForwardAuthHandler(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	g, err := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
+	g, err := guard.New(memstore.New(memstore.Options{}), guard.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}

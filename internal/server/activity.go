@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/internal/topk"
 )
 
@@ -85,7 +85,7 @@ func (a *activity) label(name string) *labelActivity {
 // record counts a check of label with outcome made at at (the check's own
 // clock reading), and its client (the key without the policy's or
 // domain's name) when denied and topKeys > 0.
-func (a *activity) record(label string, o sluice.Outcome, client string, topKeys int, at time.Time) {
+func (a *activity) record(label string, o guard.Outcome, client string, topKeys int, at time.Time) {
 	l := a.label(label)
 	if l == nil {
 		return
@@ -100,12 +100,12 @@ func (a *activity) record(label string, o sluice.Outcome, client string, topKeys
 	switch {
 	case o.Failed():
 		s.failed.Add(1)
-	case o == sluice.Denied:
+	case o == guard.Denied:
 		s.denied.Add(1)
 	default:
 		s.allowed.Add(1)
 	}
-	if (o == sluice.Denied || o == sluice.LocalDenied) && topKeys > 0 {
+	if (o == guard.Denied || o == guard.LocalDenied) && topKeys > 0 {
 		sk := l.top.Load()
 		if sk == nil {
 			l.top.CompareAndSwap(nil, topk.New(topKeys))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/guard"
 )
 
 // Bounds on one request, so that a hostile one costs bounded memory and
@@ -56,10 +57,10 @@ func (s subject) labels() (policy, domain string) {
 // at most the config's near-limit share of its closest limit left
 // (envoyproxy/ratelimit's near_limit), and in the status page's activity.
 // closest is the enforced decision closest to its limit, nil for none.
-func (s *Server) count(sub subject, o sluice.Outcome, client string, closest *sluice.Decision, start time.Time) {
+func (s *Server) count(sub subject, o guard.Outcome, client string, closest *sluice.Decision, start time.Time) {
 	s.metrics.check(sub, o)
 	cfg := s.state().cfg
-	if closest != nil && o == sluice.Allowed &&
+	if closest != nil && o == guard.Allowed &&
 		float64(closest.Remaining) <= float64(closest.Limit.Capacity())*(1-cfg.Metrics.NearLimitRatio) {
 		s.metrics.nearLimitFor(sub).Inc()
 	}
@@ -70,7 +71,7 @@ func (s *Server) count(sub subject, o sluice.Outcome, client string, closest *sl
 // server's Guard decided (the proxy), as the server counts its own: once
 // in sluice_checks_total under the policy, near-limit, the status page's
 // activity and its top keys (identity is the client's part of the key).
-func (s *Server) CountCheck(policy string, o sluice.Outcome, identity string, closest *sluice.Decision, start time.Time) {
+func (s *Server) CountCheck(policy string, o guard.Outcome, identity string, closest *sluice.Decision, start time.Time) {
 	s.count(subject{name: policy}, o, identity, closest, start)
 }
 
@@ -100,10 +101,10 @@ type outcome struct {
 	Decisions []sluice.Decision
 	Closest   int
 	Shadow    bool // decided but never denies
-	Result    sluice.Outcome
+	Result    guard.Outcome
 	Err       error     // an input error, or the store's under fail_mode closed
 	Taken     time.Time // read before the store call: what a refund of it gives back from
-	// Took reports that the check took its cost (sluice.Verdict.Took):
+	// Took reports that the check took its cost (guard.Verdict.Took):
 	// allowed by the store or by the stand-in. One that failed open, or
 	// was denied (a shadow check's denial too), took nothing, and has
 	// nothing to give back or settle.
@@ -127,7 +128,7 @@ func (s *Server) decide(ctx context.Context, sub subject, key string, limits []s
 	if shadow {
 		fail = sluice.FailOpen
 	}
-	var check sluice.Check
+	var check guard.Check
 	ds, err := fillCheck(&check, sub.name, key, limits, cost, fail)
 	if err != nil {
 		out.Err = err
@@ -144,7 +145,7 @@ func (s *Server) decide(ctx context.Context, sub subject, key string, limits []s
 // error for a bad request. Apart from decide, as decided is, so that
 // decide's frame, on the stack while the store decides, holds little more
 // than the check.
-func fillCheck(c *sluice.Check, label, key string, limits []sluice.Limit, cost int64, fail sluice.FailMode) ([]sluice.Decision, error) {
+func fillCheck(c *guard.Check, label, key string, limits []sluice.Limit, cost int64, fail sluice.FailMode) ([]sluice.Decision, error) {
 	reqs := make([]sluice.Request, len(limits))
 	modes := make([]sluice.FailMode, len(limits))
 	for i, l := range limits {
@@ -161,20 +162,20 @@ func fillCheck(c *sluice.Check, label, key string, limits []sluice.Limit, cost i
 // mode for all its requests) decided at start as v into ds, and counts it
 // once: in metrics, the log of denials, the latency histogram (with its
 // trace, under span).
-func (s *Server) decided(out *outcome, sub subject, c *sluice.Check, v sluice.Verdict, ds []sluice.Decision, shadow bool, start time.Time, span trace.Span) {
+func (s *Server) decided(out *outcome, sub subject, c *guard.Check, v guard.Verdict, ds []sluice.Decision, shadow bool, start time.Time, span trace.Span) {
 	key, cost, fail := c.Enforced[0].Key, c.Enforced[0].Cost, c.Modes[0]
 	out.Took = v.Took(fail) // before a shadow's denial, or Envoy's 0 hits, is reported as allowed
 	switch {
-	case shadow && v.Outcome == sluice.Denied:
-		v.Outcome = sluice.ShadowDenied
-	case cost == 0 && sub.domain && (v.Outcome == sluice.Denied || v.Outcome == sluice.LocalDenied):
+	case shadow && v.Outcome == guard.Denied:
+		v.Outcome = guard.ShadowDenied
+	case cost == 0 && sub.domain && (v.Outcome == guard.Denied || v.Outcome == guard.LocalDenied):
 		// Envoy's 0 hits ask for nothing, which no limit refuses
 		// (envoyproxy/ratelimit is over only once hits pass the limit);
 		// a native check of cost 0 peeks: would one more be allowed.
-		if v.Outcome == sluice.Denied {
-			v.Outcome = sluice.Allowed
+		if v.Outcome == guard.Denied {
+			v.Outcome = guard.Allowed
 		} else {
-			v.Outcome = sluice.LocalAllowed
+			v.Outcome = guard.LocalAllowed
 		}
 		for i := range ds {
 			ds[i].Allowed = true
@@ -187,7 +188,7 @@ func (s *Server) decided(out *outcome, sub subject, c *sluice.Check, v sluice.Ve
 	}
 	_, client, _ := strings.Cut(key, "\x00") // after the policy's or domain's name
 	s.count(sub, v.Outcome, client, closest, start)
-	if closest != nil && (v.Outcome == sluice.Denied || v.Outcome == sluice.LocalDenied) {
+	if closest != nil && (v.Outcome == guard.Denied || v.Outcome == guard.LocalDenied) {
 		s.noteDenied(sub, *closest)
 	}
 	took := time.Since(start).Seconds()
@@ -199,9 +200,9 @@ func (s *Server) decided(out *outcome, sub subject, c *sluice.Check, v sluice.Ve
 		s.metrics.latencyFor(sub).Observe(took)
 	}
 	switch v.Outcome {
-	case sluice.Invalid:
+	case guard.Invalid:
 		out.Err = inputError("%v", strings.TrimPrefix(v.Err.Error(), "sluice: "))
-	case sluice.FailedClosed:
+	case guard.FailedClosed:
 		out.Err = v.Err
 	default:
 		out.Decisions, out.Closest = ds, v.Closest
@@ -229,13 +230,13 @@ func (s *Server) giveBack(ctx context.Context, domain, key string, limits []slui
 	for i, l := range limits {
 		v := s.guard.GiveBack(ctx, domain, sluice.Request{Key: key, Limit: l, Cost: hits}, fail, &out.Decisions[i])
 		switch v.Outcome {
-		case sluice.Invalid:
+		case guard.Invalid:
 			return outcome{Closest: -1, Err: inputError("%v", strings.TrimPrefix(v.Err.Error(), "sluice: "))}
-		case sluice.FailedOpen:
-			out.Result = sluice.FailedOpen
+		case guard.FailedOpen:
+			out.Result = guard.FailedOpen
 		}
 	}
-	out.Closest = sluice.Closest(out.Decisions)
+	out.Closest = guard.Closest(out.Decisions)
 	return out
 }
 
@@ -618,9 +619,9 @@ func (s *Server) overLimit(sub subject, key string, limits []sluice.Limit, shado
 	for i, l := range limits {
 		ds[i] = sluice.Decision{Limit: l, RetryAfter: l.Period}
 	}
-	result := sluice.Denied
+	result := guard.Denied
 	if shadow {
-		result = sluice.ShadowDenied
+		result = guard.ShadowDenied
 	}
 	_, client, _ := strings.Cut(key, "\x00")
 	s.count(sub, result, client, &ds[0], time.Now())

@@ -19,6 +19,7 @@ import (
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/guard"
 )
 
 func (s *Server) httpHandler() http.Handler {
@@ -221,8 +222,8 @@ func (s *Server) runChecks(ctx context.Context, checks []Check) (CheckResponse, 
 	resp := CheckResponse{Allowed: true, Results: make([]CheckResult, len(checks))}
 	for i, out := range outs {
 		c := checks[i]
-		res := CheckResult{Policy: c.Policy, Key: c.Key, Shadow: out.Shadow, FailedOpen: out.Result == sluice.FailedOpen,
-			Local: out.Result == sluice.LocalAllowed || out.Result == sluice.LocalDenied}
+		res := CheckResult{Policy: c.Policy, Key: c.Key, Shadow: out.Shadow, FailedOpen: out.Result == guard.FailedOpen,
+			Local: out.Result == guard.LocalAllowed || out.Result == guard.LocalDenied}
 		res.DecisionJSON = decisionJSON(out.Decisions[out.Closest])
 		res.decisions = out.Decisions
 		for _, d := range out.Decisions {

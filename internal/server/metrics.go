@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/internal/buildinfo"
 )
 
@@ -49,7 +49,7 @@ type metrics struct {
 // checkLabels are a check's series in sluice_checks_total.
 type checkLabels struct {
 	sub subject
-	o   sluice.Outcome
+	o   guard.Outcome
 }
 
 // storeLabels are a store call's series: its operation and whether it
@@ -101,7 +101,7 @@ func (c *series[K, V]) get(k K, resolve func() V) V {
 }
 
 // check counts a check of sub with outcome o.
-func (m *metrics) check(sub subject, o sluice.Outcome) {
+func (m *metrics) check(sub subject, o guard.Outcome) {
 	m.checksOf.get(checkLabels{sub, o}, func() prometheus.Counter {
 		policy, domain := sub.labels()
 		return m.checks.WithLabelValues(policy, domain, o.String())

@@ -16,7 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/guard"
 )
 
 // TestSeriesCountEveryCheckOnce hammers the series a check counts in from
@@ -33,9 +33,9 @@ func TestSeriesCountEveryCheckOnce(t *testing.T) {
 			for i := range each {
 				n := (i + w) % subjects
 				sub := subject{name: "p" + strconv.Itoa(n)}
-				m.checksOf.get(checkLabels{sub, sluice.Denied}, func() prometheus.Counter {
+				m.checksOf.get(checkLabels{sub, guard.Denied}, func() prometheus.Counter {
 					resolved[n].Add(1)
-					return m.checks.WithLabelValues(sub.name, "", sluice.Denied.String())
+					return m.checks.WithLabelValues(sub.name, "", guard.Denied.String())
 				}).Inc()
 			}
 		})
@@ -62,9 +62,9 @@ func TestSeriesCountEveryCheckOnce(t *testing.T) {
 // cache counts is what /metrics shows, whichever was first resolved.
 func TestSeriesFollowTheLabels(t *testing.T) {
 	m := newMetrics()
-	m.check(subject{name: "edge", domain: true}, sluice.Allowed)
-	m.check(subject{name: "edge", domain: true}, sluice.Allowed)
-	m.check(subject{name: "edge"}, sluice.Allowed) // a policy of the same name
+	m.check(subject{name: "edge", domain: true}, guard.Allowed)
+	m.check(subject{name: "edge", domain: true}, guard.Allowed)
+	m.check(subject{name: "edge"}, guard.Allowed) // a policy of the same name
 	m.descriptor("edge.remote_address", "allowed")
 	m.storeCall("take", 0, nil)
 	m.storeCall("take", 0, errors.New("boom"))

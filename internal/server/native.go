@@ -12,6 +12,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/api/sluicev1"
+	"github.com/sluicehq/sluice/guard"
 )
 
 // native implements sluice.v1.CheckService: POST /v1/check over gRPC.
@@ -42,7 +43,7 @@ func (n *native) Check(ctx context.Context, req *sluicev1.CheckRequest) (*sluice
 		for _, d := range r.decisions {
 			pr.Limits = append(pr.Limits, protoDecision(d))
 		}
-		if i := sluice.Closest(r.decisions); i >= 0 {
+		if i := guard.Closest(r.decisions); i >= 0 {
 			pr.Decision = protoDecision(r.decisions[i])
 			pr.Decision.Allowed = r.Allowed // a shadow check is allowed
 		}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/guard"
 )
 
 // rls implements envoy.service.ratelimit.v3.RateLimitService, as
@@ -252,7 +253,7 @@ func (r *rls) count(domain string, entries []config.Entry, o *descriptor) {
 	switch {
 	case o.Unlimited:
 		result = "unlimited"
-	case o.Returned && o.Result == sluice.Allowed:
+	case o.Returned && o.Result == guard.Allowed:
 		result = "returned"
 	}
 	r.s.metrics.descriptor(name, result)

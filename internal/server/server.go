@@ -27,6 +27,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/api/sluicev1"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/internal/overrides"
 	"github.com/sluicehq/sluice/internal/rotated"
 	"github.com/sluicehq/sluice/internal/sample"
@@ -80,7 +81,7 @@ type Server struct {
 	log     *slog.Logger
 	cfg     atomic.Pointer[state]
 	store   sluice.Store
-	guard   *sluice.Guard // every front door decides through it
+	guard   *guard.Guard // every front door decides through it
 	closer  func()
 	metrics *metrics
 	ready   atomic.Bool
@@ -155,7 +156,7 @@ func New(opts Options) (*Server, error) {
 // in the log and in metrics.
 func (s *Server) openGuard(cfg *config.Config) error {
 	var local sluice.Store
-	if ip, ok := s.store.(sluice.InProcess); !ok || !ip.InProcess() {
+	if ip, ok := s.store.(guard.InProcess); !ok || !ip.InProcess() {
 		local = memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys, MaxBytes: cfg.Store.MaxBytes})
 	}
 	m := s.metrics
@@ -163,7 +164,7 @@ func (s *Server) openGuard(cfg *config.Config) error {
 	if s.tracing != nil {
 		store = tracedStore{Store: store, tracer: s.tracing.tracer}
 	}
-	g, err := sluice.NewGuard(store, sluice.GuardOptions{
+	g, err := guard.New(store, guard.Options{
 		Timeout: cfg.Store.Timeout, Local: local, Instances: cfg.Store.Instances, Logger: s.log,
 		OnStoreCall: func(took time.Duration, err error) { m.storeCall("take", took, err) },
 	})
@@ -602,17 +603,17 @@ func (s *Server) Config() *config.Config { return s.state().cfg }
 func (s *Server) Store() sluice.Store { return s.store }
 
 // Guard returns the decision core on the store, for the proxy to share.
-func (s *Server) Guard() *sluice.Guard { return s.guard }
+func (s *Server) Guard() *guard.Guard { return s.guard }
 
 // Overrides returns the runtime overrides the admin API sets.
 func (s *Server) Overrides() *overrides.Registry { return s.overrides }
 
 // Slots returns the store's concurrency slots, or nil when its mode keeps
 // none (shard, local-sync).
-func (s *Server) Slots() sluice.Slots {
+func (s *Server) Slots() guard.Slots {
 	if s.storeType != "memory" && s.storeType != "redis" {
 		return nil
 	}
-	slots, _ := s.store.(sluice.Slots)
+	slots, _ := s.store.(guard.Slots)
 	return slots
 }

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/internal/buildinfo"
 )
 
@@ -160,6 +161,6 @@ func end(span trace.Span, err error) {
 // InProcess passes on the wrapped store's: a Guard calls an in-process
 // store without a timeout or breaker, traced or not.
 func (s tracedStore) InProcess() bool {
-	ip, ok := s.Store.(sluice.InProcess)
+	ip, ok := s.Store.(guard.InProcess)
 	return ok && ip.InProcess()
 }

@@ -12,7 +12,7 @@ import templruntime "github.com/a-h/templ/runtime"
 import (
 	"net/url"
 
-	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/guard"
 )
 
 // The status page's pages, compiled to Go by templ (ui_pages_templ.go:
@@ -187,7 +187,7 @@ func loginPage(h pageHead, flash string) templ.Component {
 // overview is the overview page's content.
 type overview struct {
 	Store             string
-	Health            sluice.Health
+	Health            guard.Health
 	Policies, Domains []row
 	Reloads           []reload
 }

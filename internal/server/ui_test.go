@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
@@ -223,8 +224,8 @@ func TestCountCheckFromAnotherFrontDoor(t *testing.T) {
 	redistest.HourAhead()
 	r, admin := startUI(t, "policies: [{name: edge, limit: fixed_window 2/1h}]\n")
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 2, Period: time.Hour}
-	for i, o := range []sluice.Outcome{sluice.Allowed, sluice.Allowed, sluice.Denied, sluice.Denied} {
-		d := sluice.Decision{Allowed: o == sluice.Allowed, Limit: limit, Remaining: int64(max(1-i, 0))}
+	for i, o := range []guard.Outcome{guard.Allowed, guard.Allowed, guard.Denied, guard.Denied} {
+		d := sluice.Decision{Allowed: o == guard.Allowed, Limit: limit, Remaining: int64(max(1-i, 0))}
 		r.CountCheck("edge", o, "203.0.113.9", &d, time.Now())
 	}
 	m := r.metrics(t)

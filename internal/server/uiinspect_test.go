@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/internal/redistest"
 )
 
@@ -45,7 +46,7 @@ func TestInspectorKeyAsDecided(t *testing.T) {
 
 	// A composite key, as the proxy counts one.
 	composite := "192.0.2.1\x00/api/x"
-	r.CountCheck("api", sluice.Denied, composite, nil, time.Now())
+	r.CountCheck("api", guard.Denied, composite, nil, time.Now())
 	l := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Hour}
 	for range 10 {
 		r.store.Take(context.Background(), sluice.Request{Key: "api\x00" + composite, Limit: l, Cost: 1})

@@ -1,4 +1,4 @@
-package sluice
+package guard
 
 import (
 	"errors"
@@ -12,7 +12,7 @@ import (
 // ErrBreakerOpen is wrapped by the error of a check that a Guard's circuit
 // breaker kept from the store: the store has been failing, and it is not
 // yet time to probe it again.
-var ErrBreakerOpen = errors.New("sluice: circuit breaker open")
+var ErrBreakerOpen = errors.New("guard: circuit breaker open")
 
 // The breaker's states. Closed: every call goes to the store. Open: none
 // does, until the backoff has passed. Half-open: one call at a time probes
@@ -48,7 +48,7 @@ type breaker struct {
 	onRecover         func() // called, on a goroutine of its own, when an outage ends
 }
 
-func (b *breaker) init(opts GuardOptions, logf func(slog.Level, string, ...slog.Attr)) {
+func (b *breaker) init(opts Options, logf func(slog.Level, string, ...slog.Attr)) {
 	b.threshold = int64(opts.BreakerFailures)
 	if b.threshold <= 0 {
 		b.threshold = 5

@@ -1,8 +1,9 @@
-package sluice
+package guard
 
 import (
 	"context"
 	"errors"
+	"github.com/sluicehq/sluice"
 	"log/slog"
 	"strings"
 	"sync"
@@ -41,12 +42,12 @@ const (
 
 // probeRequest is what the prober asks the store: a peek, which changes
 // nothing.
-var probeRequest = Request{Key: "sluice:probe", Limit: Limit{Algorithm: FixedWindow, Rate: 1, Period: time.Second}}
+var probeRequest = sluice.Request{Key: "sluice:probe", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1, Period: time.Second}}
 
 // owedKey is a key and limit the stand-in decided for.
 type owedKey struct {
 	key   string
-	limit Limit
+	limit sluice.Limit
 }
 
 // owed is what the store has not been told of a key and limit: cost the
@@ -67,20 +68,20 @@ type ledger struct {
 }
 
 // add records cost admitted locally for key under limit.
-func (l *ledger) add(key string, limit Limit, cost int64) {
+func (l *ledger) add(key string, limit sluice.Limit, cost int64) {
 	l.note(key, limit, cost, time.Time{})
 }
 
 // give records cost given back locally for key under limit, as a refund
 // of a take at refund: it first cancels what the key owes the store, and
 // the rest is owed back to it.
-func (l *ledger) give(key string, limit Limit, cost int64, refund time.Time) {
+func (l *ledger) give(key string, limit sluice.Limit, cost int64, refund time.Time) {
 	l.note(key, limit, -cost, refund)
 }
 
 // note adds cost to what key owes under limit, and records refund when it
 // is later than the one recorded.
-func (l *ledger) note(key string, limit Limit, cost int64, refund time.Time) {
+func (l *ledger) note(key string, limit sluice.Limit, cost int64, refund time.Time) {
 	if cost == 0 {
 		return
 	}
@@ -129,8 +130,8 @@ func (l *ledger) restore(owed map[owedKey]owed) {
 // stand-in admitted, or a refund of what was given back, either at most
 // the capacity (past it, the capacity: as a window current at the
 // recovery, the state holds no more).
-func (o owed) request(k owedKey) Request {
-	r := Request{Key: k.key, Limit: k.limit, Cost: min(max(o.cost, -o.cost), k.limit.Capacity())}
+func (o owed) request(k owedKey) sluice.Request {
+	r := sluice.Request{Key: k.key, Limit: k.limit, Cost: min(max(o.cost, -o.cost), k.limit.Capacity())}
 	if o.cost > 0 {
 		r.Force = true
 	} else {
@@ -166,10 +167,10 @@ func (g *Guard) prober() {
 		}
 		c := g.within(context.Background())
 		c.probe = true
-		d := [1]Decision{}
-		err := bounded(c.ctx, g.store, []Request{probeRequest}, d[:])
+		d := [1]sluice.Decision{}
+		err := bounded(c.ctx, g.store, []sluice.Request{probeRequest}, d[:])
 		g.finish(context.Background(), c, err)
-		if errors.Is(err, ErrStoreClosed) {
+		if errors.Is(err, sluice.ErrStoreClosed) {
 			return // it will not come back
 		}
 	}
@@ -203,10 +204,10 @@ func (g *Guard) replay() {
 				mu.Lock()
 				r := owed[k].request(k)
 				mu.Unlock()
-				d := [1]Decision{}
-				err := g.call(context.Background(), []Request{r}, d[:])
+				d := [1]sluice.Decision{}
+				err := g.call(context.Background(), []sluice.Request{r}, d[:])
 				switch {
-				case IsInputError(err): // refused, and would be at every recovery
+				case sluice.IsInputError(err): // refused, and would be at every recovery
 					mu.Lock()
 					delete(owed, k)
 					dropped += r.Cost

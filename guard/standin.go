@@ -1,7 +1,8 @@
-package sluice
+package guard
 
 import (
 	"context"
+	"github.com/sluicehq/sluice"
 	"hash/maphash"
 	"strconv"
 	"sync"
@@ -33,7 +34,7 @@ import (
 // by forcing the part already used (capacity minus this instance's share of
 // what was left) into the stand-in.
 type standin struct {
-	local     Store
+	local     sluice.Store
 	instances int64
 	hseed     maphash.Seed
 	base      time.Time // resetAt is nanoseconds since base
@@ -132,7 +133,7 @@ func (t *seenTable) claim(h uint64, now int64) (slot *seenSlot, took bool) {
 // full in the stand-in.
 const maxSeeded = 1 << 20
 
-func newStandin(local Store, instances int) *standin {
+func newStandin(local sluice.Store, instances int) *standin {
 	s := &standin{local: local, instances: int64(instances), hseed: maphash.MakeSeed(),
 		base: time.Now(), seeded: map[string]struct{}{}}
 	s.seen.Store(newSeenTable(minSeen))
@@ -224,7 +225,7 @@ func (nt *seenTable) carry(t *seenTable, now int64) (took int64) {
 	return took
 }
 
-func (s *standin) sum(r *Request) uint64 {
+func (s *standin) sum(r *sluice.Request) uint64 {
 	h := maphash.String(s.hseed, r.Key)
 	h ^= uint64(r.Limit.Period)*0x9e3779b97f4a7c15 + uint64(r.Limit.Algorithm.Resolved())
 	if h == 0 {
@@ -234,16 +235,16 @@ func (s *standin) sum(r *Request) uint64 {
 }
 
 // record keeps the remaining and reset of each FailLocal decision.
-func (s *standin) record(reqs []Request, modes []FailMode, ds []Decision) {
+func (s *standin) record(reqs []sluice.Request, modes []sluice.FailMode, ds []sluice.Decision) {
 	for i := range reqs {
-		if modes == nil || modes[i] == FailLocal {
+		if modes == nil || modes[i] == sluice.FailLocal {
 			s.record1(&reqs[i], &ds[i])
 		}
 	}
 }
 
 // record1 is record for one request.
-func (s *standin) record1(r *Request, d *Decision) {
+func (s *standin) record1(r *sluice.Request, d *sluice.Decision) {
 	h := s.sum(r)
 	now := int64(time.Since(s.base))
 	t := s.seen.Load()
@@ -257,7 +258,7 @@ func (s *standin) record1(r *Request, d *Decision) {
 
 // remaining returns what the store last said r's key had left, or its
 // capacity when that is unknown or the key has been back to full since.
-func (s *standin) remaining(r *Request) int64 {
+func (s *standin) remaining(r *sluice.Request) int64 {
 	t, h := s.seen.Load(), s.sum(r)
 	slot := t.slot(h)
 	if prev := t.prev.Load(); slot == nil && prev != nil {
@@ -275,12 +276,12 @@ func (s *standin) remaining(r *Request) int64 {
 
 // decide overwrites the decisions of c's FailLocal requests in ds with the
 // stand-in's, all-or-nothing among them, in outage epoch.
-func (s *standin) decide(ctx context.Context, c *Check, epoch uint64, ds []Decision) error {
+func (s *standin) decide(ctx context.Context, c *Check, epoch uint64, ds []sluice.Decision) error {
 	prefix := strconv.FormatUint(epoch, 10) + "\x00"
-	var reqs []Request
+	var reqs []sluice.Request
 	var at []int
 	for i, r := range c.Enforced {
-		if c.Modes != nil && c.Modes[i] != FailLocal {
+		if c.Modes != nil && c.Modes[i] != sluice.FailLocal {
 			continue
 		}
 		r.Key = prefix + r.Key
@@ -289,7 +290,7 @@ func (s *standin) decide(ctx context.Context, c *Check, epoch uint64, ds []Decis
 		}
 		reqs, at = append(reqs, r), append(at, i)
 	}
-	out := make([]Decision, len(reqs))
+	out := make([]sluice.Decision, len(reqs))
 	if err := take(ctx, s.local, reqs, out); err != nil {
 		return err
 	}
@@ -313,7 +314,7 @@ func (s *standin) decide(ctx context.Context, c *Check, epoch uint64, ds []Decis
 
 // seed forces into the stand-in, once per key and outage, what orig's key
 // had used: its capacity less this instance's share of what was left.
-func (s *standin) seed(ctx context.Context, epoch uint64, r, orig *Request) error {
+func (s *standin) seed(ctx context.Context, epoch uint64, r, orig *sluice.Request) error {
 	// Held through the forced take, so that no request for the key is
 	// decided before its seed is in.
 	s.mu.Lock()
@@ -329,6 +330,6 @@ func (s *standin) seed(ctx context.Context, epoch uint64, r, orig *Request) erro
 	if used <= 0 {
 		return nil
 	}
-	_, err := s.local.Take(ctx, Request{Key: r.Key, Limit: r.Limit, Cost: used, Force: true})
+	_, err := s.local.Take(ctx, sluice.Request{Key: r.Key, Limit: r.Limit, Cost: used, Force: true})
 	return err
 }

@@ -1,7 +1,8 @@
-package sluice
+package guard
 
 import (
 	"fmt"
+	"github.com/sluicehq/sluice"
 	"sync"
 	"testing"
 )
@@ -51,10 +52,10 @@ func TestSeenBucketGivesUpTheRecordBackToFullSoonest(t *testing.T) {
 func TestSeenRecordsOnceUnderConcurrency(t *testing.T) {
 	s := newStandin(nil, 1)
 	const keys, writers = 2000, 8
-	limit := PerSecond(10)
+	limit := sluice.PerSecond(10)
 	record := func(i int, remaining int64) {
-		r := Request{Key: fmt.Sprint("k", i), Limit: limit, Cost: 1}
-		s.record1(&r, &Decision{Remaining: remaining, ResetAfter: 3600e9})
+		r := sluice.Request{Key: fmt.Sprint("k", i), Limit: limit, Cost: 1}
+		s.record1(&r, &sluice.Decision{Remaining: remaining, ResetAfter: 3600e9})
 	}
 	var wg sync.WaitGroup
 	for range writers {
@@ -93,7 +94,7 @@ func TestSeenRecordsOnceUnderConcurrency(t *testing.T) {
 	}
 	found := 0
 	for i := range keys {
-		if r := (Request{Key: fmt.Sprint("k", i), Limit: limit}); s.remaining(&r) == 5 {
+		if r := (sluice.Request{Key: fmt.Sprint("k", i), Limit: limit}); s.remaining(&r) == 5 {
 			found++
 		}
 	}

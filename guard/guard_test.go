@@ -1,11 +1,10 @@
-package sluice_test
+package guard_test
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"reflect"
 	"runtime"
 	"strings"
 	"sync"
@@ -14,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/internal/faultproxy"
 	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
@@ -26,11 +26,11 @@ type chaos struct {
 	redis *redistest.Server
 	proxy *faultproxy.Proxy
 	store *redisstore.Store
-	guard *sluice.Guard
+	guard *guard.Guard
 	log   *logbuf.Buffer
 }
 
-func newChaos(t *testing.T, opts sluice.GuardOptions) *chaos {
+func newChaos(t *testing.T, opts guard.Options) *chaos {
 	t.Helper()
 	c := &chaos{redis: redistest.Standalone(t), log: &logbuf.Buffer{}}
 	c.proxy = faultproxy.Start(t, c.redis.Addr)
@@ -44,7 +44,7 @@ func newChaos(t *testing.T, opts sluice.GuardOptions) *chaos {
 	if opts.Local == nil {
 		opts.Local = memstore.New(memstore.Options{})
 	}
-	if c.guard, err = sluice.NewGuard(s, opts); err != nil {
+	if c.guard, err = guard.New(s, opts); err != nil {
 		t.Fatal(err)
 	}
 	return c
@@ -56,11 +56,11 @@ func newChaos(t *testing.T, opts sluice.GuardOptions) *chaos {
 const answered = 10 * time.Second
 
 // take decides one request of key under limit and mode, within bound.
-func (c *chaos) take(t *testing.T, key string, limit sluice.Limit, mode sluice.FailMode, bound time.Duration) (sluice.Verdict, sluice.Decision) {
+func (c *chaos) take(t *testing.T, key string, limit sluice.Limit, mode sluice.FailMode, bound time.Duration) (guard.Verdict, sluice.Decision) {
 	t.Helper()
 	var d sluice.Decision
 	start := time.Now()
-	v := c.guard.Take(context.Background(), "p", sluice.Request{Key: key, Limit: limit, Cost: 1}, mode, &d)
+	v := c.guard.TakeLabeled(context.Background(), "p", sluice.Request{Key: key, Limit: limit, Cost: 1}, mode, &d)
 	if took := time.Since(start); took > bound {
 		t.Fatalf("a check took %v; want at most %v", took, bound)
 	}
@@ -73,10 +73,10 @@ func (c *chaos) take(t *testing.T, key string, limit sluice.Limit, mode sluice.F
 // says so once; the store decides again within a second of coming back.
 func TestGuardLocalDuringHang(t *testing.T) {
 	redistest.HourAhead()
-	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
+	c := newChaos(t, guard.Options{Timeout: 200 * time.Millisecond})
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 5, Period: time.Hour}
 	for range 2 {
-		if v, d := c.take(t, "k", limit, sluice.FailLocal, answered); v.Outcome != sluice.Allowed {
+		if v, d := c.take(t, "k", limit, sluice.FailLocal, answered); v.Outcome != guard.Allowed {
 			t.Fatalf("healthy: %v %+v", v.Outcome, d)
 		}
 	}
@@ -84,7 +84,7 @@ func TestGuardLocalDuringHang(t *testing.T) {
 	admitted := 0
 	for i := range 20 {
 		v, _ := c.take(t, "k", limit, sluice.FailLocal, answered)
-		if v.Outcome != sluice.LocalAllowed && v.Outcome != sluice.LocalDenied {
+		if v.Outcome != guard.LocalAllowed && v.Outcome != guard.LocalDenied {
 			t.Fatalf("check %d during the hang: %v, want decided locally", i, v.Outcome)
 		}
 		if v.Allowed() {
@@ -111,7 +111,7 @@ func TestGuardLocalDuringHang(t *testing.T) {
 	// a store call (the probe aside, one at a time).
 	spared := 0
 	for range 50 {
-		if v, _ := c.take(t, "other", limit, sluice.FailLocal, answered); errors.Is(v.Err, sluice.ErrBreakerOpen) {
+		if v, _ := c.take(t, "other", limit, sluice.FailLocal, answered); errors.Is(v.Err, guard.ErrBreakerOpen) {
 			spared++
 		}
 	}
@@ -124,7 +124,7 @@ func TestGuardLocalDuringHang(t *testing.T) {
 		// A fresh key each time: one the stand-in admitted is told to the
 		// store as it recovers, and may then be denied.
 		v, _ := c.take(t, fmt.Sprint("back-", i), limit, sluice.FailLocal, answered)
-		if v.Outcome == sluice.Allowed {
+		if v.Outcome == guard.Allowed {
 			break
 		}
 		if time.Since(back) > 10*time.Second {
@@ -147,16 +147,16 @@ func TestGuardLocalDuringHang(t *testing.T) {
 // store's error is reported, and nothing is charged to the stand-in under
 // open or closed.
 func TestGuardOpenAndClosed(t *testing.T) {
-	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
+	c := newChaos(t, guard.Options{Timeout: 200 * time.Millisecond})
 	c.proxy.Down()
 	limit := sluice.PerMinute(1)
 	for i := range 3 {
 		v, d := c.take(t, "o", limit, sluice.FailOpen, answered)
-		if v.Outcome != sluice.FailedOpen || !d.Allowed || !errors.Is(v.Err, sluice.ErrStoreUnavailable) {
+		if v.Outcome != guard.FailedOpen || !d.Allowed || !errors.Is(v.Err, sluice.ErrStoreUnavailable) {
 			t.Fatalf("open, check %d: %v %+v %v", i, v.Outcome, d, v.Err)
 		}
 		v, d = c.take(t, "c", limit, sluice.FailClosed, answered)
-		if v.Outcome != sluice.FailedClosed || d.Allowed || d.RetryAfter != time.Second {
+		if v.Outcome != guard.FailedClosed || d.Allowed || d.RetryAfter != time.Second {
 			t.Fatalf("closed, check %d: %v %+v", i, v.Outcome, d)
 		}
 	}
@@ -168,20 +168,20 @@ func TestGuardOpenAndClosed(t *testing.T) {
 // A batch whose requests have different fail modes: closed wins; local
 // decides the rest all-or-nothing.
 func TestGuardMixedModes(t *testing.T) {
-	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
+	c := newChaos(t, guard.Options{Timeout: 200 * time.Millisecond})
 	c.proxy.Down()
 	l1, l2 := sluice.PerMinute(1), sluice.Limit{Rate: 10, Period: time.Hour}
-	check := &sluice.Check{Label: "mix", Enforced: []sluice.Request{{Key: "a", Limit: l1, Cost: 1}, {Key: "a", Limit: l2, Cost: 1}},
+	check := &guard.Check{Label: "mix", Enforced: []sluice.Request{{Key: "a", Limit: l1, Cost: 1}, {Key: "a", Limit: l2, Cost: 1}},
 		Modes: []sluice.FailMode{sluice.FailLocal, sluice.FailOpen}}
 	ds := make([]sluice.Decision, 2)
-	want := []sluice.Outcome{sluice.LocalAllowed, sluice.LocalDenied}
+	want := []guard.Outcome{guard.LocalAllowed, guard.LocalDenied}
 	for i, w := range want {
 		if v := c.guard.Decide(context.Background(), check, ds, nil); v.Outcome != w {
 			t.Fatalf("check %d: %v, want %v", i, v.Outcome, w)
 		}
 	}
 	check.Modes[1] = sluice.FailClosed
-	if v := c.guard.Decide(context.Background(), check, ds, nil); v.Outcome != sluice.FailedClosed || v.Allowed() {
+	if v := c.guard.Decide(context.Background(), check, ds, nil); v.Outcome != guard.FailedClosed || v.Allowed() {
 		t.Fatalf("with a closed request: %v", v.Outcome)
 	}
 }
@@ -189,12 +189,12 @@ func TestGuardMixedModes(t *testing.T) {
 // A caller that gives up says nothing about the store: the breaker stays
 // closed however many do.
 func TestGuardCallerCancelDoesNotTrip(t *testing.T) {
-	c := newChaos(t, sluice.GuardOptions{Timeout: time.Second})
+	c := newChaos(t, guard.Options{Timeout: time.Second})
 	c.proxy.SetLatency(100 * time.Millisecond)
 	for range 10 {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 		var d sluice.Decision
-		c.guard.Take(ctx, "p", sluice.Request{Key: "k", Limit: sluice.PerSecond(100), Cost: 1}, sluice.FailLocal, &d)
+		c.guard.TakeLabeled(ctx, "p", sluice.Request{Key: "k", Limit: sluice.PerSecond(100), Cost: 1}, sluice.FailLocal, &d)
 		cancel()
 	}
 	if h := c.guard.Health(); h.Breaker != "closed" || h.Failing {
@@ -205,9 +205,9 @@ func TestGuardCallerCancelDoesNotTrip(t *testing.T) {
 // Many callers while the store hangs: one probe at a time reaches it once
 // the breaker is half-open, and the rest are decided at once.
 func TestGuardOneProbeAtATime(t *testing.T) {
-	c := newChaos(t, sluice.GuardOptions{Timeout: 300 * time.Millisecond, BreakerBackoff: 50 * time.Millisecond, BreakerMaxBackoff: 50 * time.Millisecond})
+	c := newChaos(t, guard.Options{Timeout: 300 * time.Millisecond, BreakerBackoff: 50 * time.Millisecond, BreakerMaxBackoff: 50 * time.Millisecond})
 	var calls atomic.Int64
-	g, err := sluice.NewGuard(c.store, sluice.GuardOptions{Timeout: 300 * time.Millisecond, BreakerBackoff: 50 * time.Millisecond,
+	g, err := guard.New(c.store, guard.Options{Timeout: 300 * time.Millisecond, BreakerBackoff: 50 * time.Millisecond,
 		BreakerMaxBackoff: 50 * time.Millisecond, Local: memstore.New(memstore.Options{}),
 		OnStoreCall: func(time.Duration, error) { calls.Add(1) }})
 	if err != nil {
@@ -220,7 +220,7 @@ func TestGuardOneProbeAtATime(t *testing.T) {
 		wg.Go(func() {
 			for time.Now().Before(stop) {
 				var d sluice.Decision
-				g.Take(context.Background(), "p", sluice.Request{Key: "k", Limit: sluice.PerSecond(100), Cost: 1}, sluice.FailLocal, &d)
+				g.TakeLabeled(context.Background(), "p", sluice.Request{Key: "k", Limit: sluice.PerSecond(100), Cost: 1}, sluice.FailLocal, &d)
 			}
 		})
 	}
@@ -238,10 +238,10 @@ func TestGuardOneProbeAtATime(t *testing.T) {
 // the store is what was admitted in all.
 func TestGuardOutageEndsExactly(t *testing.T) {
 	redistest.HourAhead()
-	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
+	c := newChaos(t, guard.Options{Timeout: 200 * time.Millisecond})
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Hour}
 	for range 2 {
-		if v, _ := c.take(t, "k", limit, sluice.FailLocal, answered); v.Outcome != sluice.Allowed {
+		if v, _ := c.take(t, "k", limit, sluice.FailLocal, answered); v.Outcome != guard.Allowed {
 			t.Fatalf("healthy: %v", v.Outcome)
 		}
 	}
@@ -250,7 +250,7 @@ func TestGuardOutageEndsExactly(t *testing.T) {
 	for range 30 {
 		for _, key := range []string{"k", "fresh"} {
 			v, _ := c.take(t, key, limit, sluice.FailLocal, answered)
-			if v.Outcome == sluice.LocalAllowed {
+			if v.Outcome == guard.LocalAllowed {
 				local[key]++
 			}
 		}
@@ -260,7 +260,7 @@ func TestGuardOutageEndsExactly(t *testing.T) {
 	}
 	c.proxy.Stall(false)
 	// No check from here on: the Guard finds the store back by itself.
-	if h := c.recovered(t, func(h sluice.Health) bool { return h.Replayed >= 18 }); h.Replayed != 18 {
+	if h := c.recovered(t, func(h guard.Health) bool { return h.Replayed >= 18 }); h.Replayed != 18 {
 		t.Fatalf("told the store %d; want 18", h.Replayed)
 	}
 	for key, want := range map[string]int64{"k": 0, "fresh": 0} {
@@ -280,23 +280,23 @@ func TestGuardOutageEndsExactly(t *testing.T) {
 // forgotten most of them; and a Guard that has seen no key holds little.
 func TestStandinRecordGrowsWithKeys(t *testing.T) {
 	redistest.HourAhead()
-	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
+	c := newChaos(t, guard.Options{Timeout: 200 * time.Millisecond})
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1, Period: time.Hour}
 	const keys = 20_000
 	for i := range keys {
-		if v, _ := c.take(t, fmt.Sprint("k", i), limit, sluice.FailLocal, answered); v.Outcome != sluice.Allowed {
+		if v, _ := c.take(t, fmt.Sprint("k", i), limit, sluice.FailLocal, answered); v.Outcome != guard.Allowed {
 			t.Fatalf("healthy: %v", v.Outcome)
 		}
 	}
 	// The same keys seen again and again do not grow it further: two keys
 	// that share a slot overwrite each other every time, however large.
-	slots := sluice.SeenSlots(c.guard)
+	slots := guard.SeenSlots(c.guard)
 	for range 2 {
 		for i := range keys {
 			c.take(t, fmt.Sprint("k", i), limit, sluice.FailLocal, answered)
 		}
 	}
-	if got := sluice.SeenSlots(c.guard); got != slots || got > 4*keys {
+	if got := guard.SeenSlots(c.guard); got != slots || got > 4*keys {
 		t.Fatalf("the record holds %d slots for %d keys after they were seen twice more (%d before); want %d, at most %d", got, keys, slots, slots, 4*keys)
 	}
 
@@ -304,7 +304,7 @@ func TestStandinRecordGrowsWithKeys(t *testing.T) {
 	c.proxy.Reset()
 	remembered := 0
 	for i := range keys {
-		if v, _ := c.take(t, fmt.Sprint("k", i), limit, sluice.FailLocal, answered); v.Outcome == sluice.LocalDenied {
+		if v, _ := c.take(t, fmt.Sprint("k", i), limit, sluice.FailLocal, answered); v.Outcome == guard.LocalDenied {
 			remembered++
 		}
 	}
@@ -316,18 +316,18 @@ func TestStandinRecordGrowsWithKeys(t *testing.T) {
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
-	var held []*sluice.Limiter
+	var held []*guard.Guard
 	for range 10 {
-		l, err := sluice.NewLimiter(c.store, sluice.PerSecond(10), sluice.LimiterOptions{Local: memstore.New(memstore.Options{})})
+		g, err := guard.New(c.store, guard.Options{Local: memstore.New(memstore.Options{})})
 		if err != nil {
 			t.Fatal(err)
 		}
-		held = append(held, l)
+		held = append(held, g)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&after)
 	if heap := int64(after.HeapAlloc) - int64(before.HeapAlloc); heap > 10<<20 {
-		t.Errorf("10 Limiters with Local hold %d bytes before any key is seen; want under 10 MiB", heap)
+		t.Errorf("10 Guards with Local hold %d bytes before any key is seen; want under 10 MiB", heap)
 	}
 	runtime.KeepAlive(held)
 }
@@ -350,7 +350,7 @@ func (s *ctxStore) Take(ctx context.Context, req sluice.Request) (sluice.Decisio
 // deadline when that comes first, without a context of the Guard's.
 func TestGuardTimeoutOrCallersDeadline(t *testing.T) {
 	store := &ctxStore{Store: memstore.New(memstore.Options{})}
-	g, err := sluice.NewGuard(store, sluice.GuardOptions{Timeout: time.Hour})
+	g, err := guard.New(store, guard.Options{Timeout: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -371,7 +371,7 @@ func TestGuardTimeoutOrCallersDeadline(t *testing.T) {
 			ctx, cancel = context.WithTimeout(ctx, tc.deadline)
 			defer cancel()
 		}
-		if v := g.Take(ctx, "p", req, sluice.FailOpen, &d); v.Outcome != sluice.Allowed {
+		if v := g.TakeLabeled(ctx, "p", req, sluice.FailOpen, &d); v.Outcome != guard.Allowed {
 			t.Fatalf("%s: %+v", tc.name, v)
 		}
 		got := store.ctx
@@ -384,21 +384,10 @@ func TestGuardTimeoutOrCallersDeadline(t *testing.T) {
 	}
 }
 
-// TestVerdictStaysInRegisters keeps Verdict within what the compiler
-// keeps in registers (at most four fields, 32 bytes on 64-bit machines):
-// every Guard.Take and Decide returns one, and a larger one is spilled
-// and copied through memory on each check.
-func TestVerdictStaysInRegisters(t *testing.T) {
-	v := reflect.TypeFor[sluice.Verdict]()
-	if v.NumField() > 4 || v.Size() > 4*reflect.TypeFor[uintptr]().Size() {
-		t.Errorf("Verdict has %d fields in %d bytes: want at most 4 fields in %d", v.NumField(), v.Size(), 4*reflect.TypeFor[uintptr]().Size())
-	}
-}
-
 // recovered waits for the breaker to close and the replay to have told the
 // store at least cost, with no check meanwhile: the Guard finds the store
 // back by itself. 30 s guards against a hang.
-func (c *chaos) recovered(t *testing.T, ok func(sluice.Health) bool) sluice.Health {
+func (c *chaos) recovered(t *testing.T, ok func(guard.Health) bool) guard.Health {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for h := c.guard.Health(); ; h = c.guard.Health() {
@@ -419,11 +408,11 @@ func (c *chaos) recovered(t *testing.T, ok func(sluice.Health) bool) sluice.Heal
 // refunded in the store, not left charged.
 func TestGuardGiveBackDuringOutage(t *testing.T) {
 	redistest.HourAhead()
-	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
+	c := newChaos(t, guard.Options{Timeout: 200 * time.Millisecond})
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: 24 * time.Hour}
 	for _, key := range []string{"spent", "net-back"} {
 		for range 8 {
-			if v, _ := c.take(t, key, limit, sluice.FailLocal, answered); v.Outcome != sluice.Allowed {
+			if v, _ := c.take(t, key, limit, sluice.FailLocal, answered); v.Outcome != guard.Allowed {
 				t.Fatalf("healthy: %v", v.Outcome)
 			}
 		}
@@ -431,20 +420,20 @@ func TestGuardGiveBackDuringOutage(t *testing.T) {
 	ctx := context.Background()
 	taken := time.Now()
 	var d sluice.Decision
-	if v := c.guard.Take(ctx, "p", sluice.Request{Key: "settled", Limit: limit, Cost: 8}, sluice.FailLocal, &d); v.Outcome != sluice.Allowed {
+	if v := c.guard.TakeLabeled(ctx, "p", sluice.Request{Key: "settled", Limit: limit, Cost: 8}, sluice.FailLocal, &d); v.Outcome != guard.Allowed {
 		t.Fatalf("8 reserved while healthy: %v", v.Outcome)
 	}
 	c.proxy.Stall(true)
 	for _, key := range []string{"spent", "net-back"} {
 		v := c.guard.GiveBack(ctx, "p", sluice.Request{Key: key, Limit: limit, Cost: 5}, sluice.FailLocal, &d)
-		if v.Outcome != sluice.LocalAllowed || d.Remaining != 7 {
+		if v.Outcome != guard.LocalAllowed || d.Remaining != 7 {
 			t.Fatalf("%s given back 5 during the outage: %v %+v; want local_allowed with 7 remaining (2 the store left, and 5)", key, v.Outcome, d)
 		}
 	}
 	admitted := map[string]int{}
 	for key, tries := range map[string]int{"spent": 20, "net-back": 2} {
 		for range tries {
-			if v, _ := c.take(t, key, limit, sluice.FailLocal, answered); v.Outcome == sluice.LocalAllowed {
+			if v, _ := c.take(t, key, limit, sluice.FailLocal, answered); v.Outcome == guard.LocalAllowed {
 				admitted[key]++
 			}
 		}
@@ -454,16 +443,16 @@ func TestGuardGiveBackDuringOutage(t *testing.T) {
 	}
 	// A reservation taken before the outage and settled for less during
 	// it: the refund of that take is given back to the store too.
-	if v := c.guard.Settle(ctx, "p", sluice.Request{Key: "settled", Limit: limit}, taken, 8, 3, sluice.FailLocal); v.Outcome != sluice.LocalAllowed {
+	if v := c.guard.Settle(ctx, "p", sluice.Request{Key: "settled", Limit: limit}, taken, 8, 3, sluice.FailLocal); v.Outcome != guard.LocalAllowed {
 		t.Fatalf("settled 8 to 3 during the outage: %v; want local_allowed", v.Outcome)
 	}
 	// Given back under fail_mode open, nothing was counted locally and
 	// nothing is given back.
-	if v := c.guard.GiveBack(ctx, "p", sluice.Request{Key: "open", Limit: limit, Cost: 5}, sluice.FailOpen, &d); v.Outcome != sluice.FailedOpen {
+	if v := c.guard.GiveBack(ctx, "p", sluice.Request{Key: "open", Limit: limit, Cost: 5}, sluice.FailOpen, &d); v.Outcome != guard.FailedOpen {
 		t.Fatalf("given back under fail_mode open: %v; want failed_open", v.Outcome)
 	}
 	c.proxy.Stall(false)
-	h := c.recovered(t, func(h sluice.Health) bool { return h.Replayed >= 2 && h.ReplayedBack >= 8 })
+	h := c.recovered(t, func(h guard.Health) bool { return h.Replayed >= 2 && h.ReplayedBack >= 8 })
 	if h.Replayed != 2 || h.ReplayedBack != 8 {
 		t.Fatalf("told the store %d taken and %d given back; want 2 (spent: 7 admitted less 5 given back) and 8 (net-back: 5 less 2; settled: 5)", h.Replayed, h.ReplayedBack)
 	}
@@ -480,12 +469,12 @@ func TestGuardGiveBackDuringOutage(t *testing.T) {
 // at the recovery, and nothing stays owed: a forced take of more than the
 // capacity would be refused as input, and kept owed at every recovery.
 func TestGuardOutageLongerThanAWindow(t *testing.T) {
-	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
+	c := newChaos(t, guard.Options{Timeout: 200 * time.Millisecond})
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: 100 * time.Millisecond}
 	c.proxy.Stall(true)
 	admitted := 0
 	for deadline := time.Now().Add(answered); admitted <= 2*10; {
-		if v, _ := c.take(t, "k", limit, sluice.FailLocal, answered); v.Outcome == sluice.LocalAllowed {
+		if v, _ := c.take(t, "k", limit, sluice.FailLocal, answered); v.Outcome == guard.LocalAllowed {
 			admitted++
 		}
 		if time.Now().After(deadline) {
@@ -493,7 +482,7 @@ func TestGuardOutageLongerThanAWindow(t *testing.T) {
 		}
 	}
 	c.proxy.Stall(false)
-	h := c.recovered(t, func(h sluice.Health) bool { return h.Replayed > 0 })
+	h := c.recovered(t, func(h guard.Health) bool { return h.Replayed > 0 })
 	if h.Replayed != 10 {
 		t.Fatalf("told the store %d; want 10, the capacity", h.Replayed)
 	}
@@ -508,20 +497,20 @@ func TestGuardOutageLongerThanAWindow(t *testing.T) {
 func TestVerdictTook(t *testing.T) {
 	down := fmt.Errorf("%w: refused", sluice.ErrStoreUnavailable)
 	for _, tc := range []struct {
-		v    sluice.Verdict
+		v    guard.Verdict
 		mode sluice.FailMode
 		want bool
 	}{
-		{sluice.Verdict{Outcome: sluice.Allowed}, sluice.FailOpen, true},
-		{sluice.Verdict{Outcome: sluice.ShadowDenied}, sluice.FailClosed, true},
-		{sluice.Verdict{Outcome: sluice.Denied}, sluice.FailLocal, false},
-		{sluice.Verdict{Outcome: sluice.LocalAllowed}, sluice.FailOpen, true}, // the concurrency slots failed; the store decided
-		{sluice.Verdict{Outcome: sluice.LocalAllowed, Err: down}, sluice.FailLocal, true},
-		{sluice.Verdict{Outcome: sluice.LocalAllowed, Err: down}, sluice.FailOpen, false},
-		{sluice.Verdict{Outcome: sluice.LocalDenied, Err: down}, sluice.FailLocal, false},
-		{sluice.Verdict{Outcome: sluice.FailedOpen, Err: down}, sluice.FailOpen, false},
-		{sluice.Verdict{Outcome: sluice.FailedOpen, Err: down}, sluice.FailLocal, false}, // no stand-in
-		{sluice.Verdict{Outcome: sluice.FailedClosed, Err: down}, sluice.FailClosed, false},
+		{guard.Verdict{Outcome: guard.Allowed}, sluice.FailOpen, true},
+		{guard.Verdict{Outcome: guard.ShadowDenied}, sluice.FailClosed, true},
+		{guard.Verdict{Outcome: guard.Denied}, sluice.FailLocal, false},
+		{guard.Verdict{Outcome: guard.LocalAllowed}, sluice.FailOpen, true}, // the concurrency slots failed; the store decided
+		{guard.Verdict{Outcome: guard.LocalAllowed, Err: down}, sluice.FailLocal, true},
+		{guard.Verdict{Outcome: guard.LocalAllowed, Err: down}, sluice.FailOpen, false},
+		{guard.Verdict{Outcome: guard.LocalDenied, Err: down}, sluice.FailLocal, false},
+		{guard.Verdict{Outcome: guard.FailedOpen, Err: down}, sluice.FailOpen, false},
+		{guard.Verdict{Outcome: guard.FailedOpen, Err: down}, sluice.FailLocal, false}, // no stand-in
+		{guard.Verdict{Outcome: guard.FailedClosed, Err: down}, sluice.FailClosed, false},
 	} {
 		if got := tc.v.Took(tc.mode); got != tc.want {
 			t.Errorf("%v (err %v) under %v: Took %v, want %v", tc.v.Outcome, tc.v.Err, tc.mode, got, tc.want)
@@ -533,12 +522,12 @@ func TestVerdictTook(t *testing.T) {
 // allowed, under its limit, never what the caller's reused slice held from
 // an earlier check (which a front door would report, and log as a denial).
 func TestShadowDecidedAsFailingOpenWhenTheStoreFails(t *testing.T) {
-	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
+	c := newChaos(t, guard.Options{Timeout: 200 * time.Millisecond})
 	c.proxy.Down()
 	limit := sluice.Limit{Rate: 10, Period: time.Hour}
 	sds := []sluice.Decision{{Allowed: false, Limit: sluice.Limit{Rate: 1, Period: time.Second}, RetryAfter: time.Minute}} // an earlier check's
-	v := c.guard.Decide(context.Background(), &sluice.Check{Label: "p", Shadow: []sluice.Request{{Key: "k", Limit: limit, Cost: 1}}}, nil, sds)
-	if want := (sluice.Decision{Allowed: true, Limit: limit, Remaining: 9}); sds[0] != want || v.Shadow != sluice.ShadowFailed || v.Outcome != sluice.Allowed {
+	v := c.guard.Decide(context.Background(), &guard.Check{Label: "p", Shadow: []sluice.Request{{Key: "k", Limit: limit, Cost: 1}}}, nil, sds)
+	if want := (sluice.Decision{Allowed: true, Limit: limit, Remaining: 9}); sds[0] != want || v.Shadow != guard.ShadowFailed || v.Outcome != guard.Allowed {
 		t.Fatalf("shadow on a store that is down: %+v, %+v; want %+v, its shadow failed", sds[0], v, want)
 	}
 	if !strings.Contains(c.log.String(), "rate limit store failed (shadow)") {
@@ -550,7 +539,7 @@ func TestShadowDecidedAsFailingOpenWhenTheStoreFails(t *testing.T) {
 // never deny: the Verdict says what became of them, and the Outcome
 // carries a shadow denial only when the enforced requests were allowed.
 func TestGuardShadowResults(t *testing.T) {
-	g, err := sluice.NewGuard(memstore.New(memstore.Options{}), sluice.GuardOptions{})
+	g, err := guard.New(memstore.New(memstore.Options{}), guard.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -558,13 +547,13 @@ func TestGuardShadowResults(t *testing.T) {
 	shadow := sluice.Request{Key: "s", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1, Period: time.Hour}, Cost: 1}
 	ds, sds := make([]sluice.Decision, 1), make([]sluice.Decision, 1)
 	for i, want := range []struct {
-		shadow  sluice.ShadowResult
-		outcome sluice.Outcome
+		shadow  guard.ShadowResult
+		outcome guard.Outcome
 	}{
-		{sluice.ShadowAllowed, sluice.Allowed},
-		{sluice.ShadowWouldDeny, sluice.ShadowDenied},
+		{guard.ShadowAllowed, guard.Allowed},
+		{guard.ShadowWouldDeny, guard.ShadowDenied},
 	} {
-		v := g.Decide(context.Background(), &sluice.Check{Label: "p", Enforced: []sluice.Request{enforced}, Modes: []sluice.FailMode{sluice.FailLocal}, Shadow: []sluice.Request{shadow}}, ds, sds)
+		v := g.Decide(context.Background(), &guard.Check{Label: "p", Enforced: []sluice.Request{enforced}, Modes: []sluice.FailMode{sluice.FailLocal}, Shadow: []sluice.Request{shadow}}, ds, sds)
 		if v.Shadow != want.shadow || v.Outcome != want.outcome || !ds[0].Allowed {
 			t.Fatalf("check %d: %+v, enforced %+v; want shadow %v, outcome %v", i+1, v, ds[0], want.shadow, want.outcome)
 		}

@@ -1,31 +1,22 @@
-package sluice
+package guard
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/sluicehq/sluice"
 	"log/slog"
 	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"github.com/sluicehq/sluice/internal/sample"
 )
 
-// DefaultTimeout bounds a store call when GuardOptions.Timeout is zero. It
-// is a ceiling for "the store is down", not a latency target: on a 2-core
-// host saturated by the caller and two CPU-bound processes beside it, a
-// healthy local Redis answered 99.9% of calls in far less (see
-// docs/operations.md and bench's BenchmarkStoreTail), and a call past it is
-// decided by the failure policy. The breaker keeps a store that hangs from
-// costing this much per check.
-const DefaultTimeout = time.Second
-
-// Guard is the decision core every front door shares: the Limiter,
-// httplimit, grpclimit, the service's HTTP, gRPC and Envoy APIs and the
-// proxy. For one check it asks the Store for the enforced requests in one
+// Guard is the decision core every front door shares: httplimit,
+// grpclimit, the service's HTTP, gRPC and Envoy APIs and the proxy, and
+// the Limiters given it as their Store. For one check it asks the Store for the enforced requests in one
 // all-or-nothing call bounded by a timeout, then for the shadow requests
 // apart, so that a shadow denial never holds the enforced ones back. When
 // the store fails it decides each enforced request by its FailMode, and a
@@ -34,18 +25,20 @@ const DefaultTimeout = time.Second
 // once, failed checks are logged sampled per label, and each check has one
 // Outcome for metrics. While the breaker is open the Guard probes the store
 // itself, and when the store recovers it tells it what the stand-in
-// admitted meanwhile (recovery.go), so the end of an outage admits no more
+// admitted meanwhile, so the end of an outage admits no more
 // than the limit allows.
 //
-// A Guard is safe for concurrent use; one Guard per Store, shared by every
-// front door on it, keeps one breaker and one stand-in. Limiters share one
-// by themselves (see LimiterOptions.Guard); give the others a Guard
-// through their Options.
+// A Guard is itself a sluice.Store (Take, TakeAll, Reset) that decides
+// FailLocal requests with its stand-in while the store fails and returns
+// the store's error, wrapped in sluice.ErrStoreUnavailable, where it
+// cannot: give it to sluice.NewLimiter. A Guard is safe for concurrent
+// use; one Guard per Store, given to every front door and Limiter on it,
+// keeps one breaker and one stand-in. Nothing shares a Guard unless its
+// caller passes the same one.
 type Guard struct {
-	store    Store
-	opts     GuardOptions
-	inproc   bool      // the store cannot fail for reasons of its own
-	into     intoTaker // the store, when it is in process and decides into a Decision
+	store    sluice.Store
+	opts     Options
+	inproc   bool // the store cannot fail for reasons of its own (InProcess)
 	breaker  breaker
 	standin  *standin // nil without opts.Local
 	logs     *sample.Sampler
@@ -60,16 +53,16 @@ type Guard struct {
 	replayDropped atomic.Int64 // cost decided for keys past maxOwed, never told
 }
 
-// GuardOptions configures a Guard. Every field has a usable zero value.
-type GuardOptions struct {
-	// Timeout bounds each store call. Zero means DefaultTimeout; negative
+// Options configures a Guard. Every field has a usable zero value.
+type Options struct {
+	// Timeout bounds each store call. Zero means sluice.DefaultTimeout; negative
 	// means only the caller's context bounds it. A store that says it works
 	// in process (InProcess) is called without one.
 	Timeout time.Duration
 	// Local is the stand-in that FailLocal decides with while the store
 	// fails: a memory store (memstore.New) of its own, never the store
 	// itself. Nil makes FailLocal decide as FailOpen.
-	Local Store
+	Local sluice.Store
 	// Instances is how many processes share the store: while it fails, each
 	// takes 1/Instances of what a key had left. Default 1.
 	Instances int
@@ -95,45 +88,26 @@ type GuardOptions struct {
 
 // InProcess is implemented by stores whose calls never leave the process
 // and so never fail for reasons outside the request (the memory store): a
-// Guard calls them without a timeout, breaker or stand-in. Such a store
-// that also has TakeInto(ctx, *Request, *Decision) error, as the memory
-// store does, is called through it for one request, with a Request and a
-// Decision that may live on the caller's stack: it must keep neither
-// pointer past its return.
+// Guard calls them without a timeout, breaker or stand-in, and the front
+// doors hold their concurrency slots without renewing a lease.
 type InProcess interface {
 	InProcess() bool
 }
 
-// intoTaker is a store that decides one request into a caller's Decision
-// from a caller's Request (memstore.Store.TakeInto, redisstore's): it
-// reads *req, sets every field of *d (the zero Decision with an error),
-// and keeps neither pointer past its return (memstore's
-// TestTakeIntoKeepsNeitherPointer holds it to that). Through it a Guard of
-// an in-process store decides on its callers' own Request and Decision,
-// where Store.Take would copy each twice on the way (a Request is 17
-// words), and a check of one request reaches any such store without a
-// copy of either on its goroutine's stack.
-type intoTaker interface {
-	TakeInto(ctx context.Context, req *Request, d *Decision) error
-}
-
-// NewGuard returns a Guard deciding through store.
-func NewGuard(store Store, opts GuardOptions) (*Guard, error) {
+// New returns a Guard deciding through store.
+func New(store sluice.Store, opts Options) (*Guard, error) {
 	if store == nil {
-		return nil, errors.New("sluice: NewGuard: nil store")
+		return nil, errors.New("guard: New: nil store")
 	}
 	if opts.Local != nil && opts.Local == store {
-		return nil, errors.New("sluice: NewGuard: the Local stand-in must be a store of its own")
+		return nil, errors.New("guard: New: the Local stand-in must be a store of its own")
 	}
 	if opts.Timeout == 0 {
-		opts.Timeout = DefaultTimeout
+		opts.Timeout = sluice.DefaultTimeout
 	}
 	opts.Instances = max(opts.Instances, 1)
 	g := &Guard{store: store, opts: opts, logs: sample.New(opts.LogsPerSecond)}
-	if ip, ok := store.(InProcess); ok && ip.InProcess() {
-		g.inproc = true
-		g.into, _ = store.(intoTaker)
-	}
+	g.inproc = inProcess(store)
 	g.breaker.init(opts, g.transition)
 	g.breaker.onRecover = g.recovered
 	if opts.Local != nil && !g.inproc {
@@ -142,21 +116,27 @@ func NewGuard(store Store, opts GuardOptions) (*Guard, error) {
 	return g, nil
 }
 
+// inProcess reports whether s says it is InProcess.
+func inProcess(s any) bool {
+	ip, ok := s.(InProcess)
+	return ok && ip.InProcess()
+}
+
 // Store returns the store the Guard decides with.
-func (g *Guard) Store() Store { return g.store }
+func (g *Guard) Store() sluice.Store { return g.store }
 
 // A Check is what one request asks of a Guard.
 type Check struct {
 	// Label names the check in logs: a policy or an Envoy domain.
 	Label string
 	// Enforced are decided together, all-or-nothing.
-	Enforced []Request
+	Enforced []sluice.Request
 	// Modes is each enforced request's FailMode, parallel to Enforced; nil
 	// means FailLocal for all.
-	Modes []FailMode
+	Modes []sluice.FailMode
 	// Shadow are decided after Enforced, apart from them, and never deny.
-	Shadow []Request
-	// Held is set by Concurrency.Hold when the request holds a slot its
+	Shadow []sluice.Request
+	// Held is set by Guard.Hold when the request holds a slot its
 	// fail mode gave it while the slots' store failed (FailedOpen or
 	// LocalAllowed): an allowed check then has that outcome, so that the
 	// request has one, and the failure is counted once.
@@ -172,10 +152,10 @@ const (
 	Allowed      Outcome = iota // the store allowed every enforced request
 	Denied                      // the store denied one
 	ShadowDenied                // allowed, and a shadow request would have been denied
-	LocalAllowed                // the store failed; the stand-in allowed (FailLocal)
-	LocalDenied                 // the store failed; the stand-in denied (FailLocal)
-	FailedOpen                  // the store failed; allowed without deciding (FailOpen)
-	FailedClosed                // the store failed; denied without deciding (FailClosed)
+	LocalAllowed                // the store failed; the stand-in allowed (sluice.FailLocal)
+	LocalDenied                 // the store failed; the stand-in denied (sluice.FailLocal)
+	FailedOpen                  // the store failed; allowed without deciding (sluice.FailOpen)
+	FailedClosed                // the store failed; denied without deciding (sluice.FailClosed)
 	Invalid                     // the input is bad: nothing was counted
 )
 
@@ -198,11 +178,7 @@ const (
 )
 
 // Verdict is a Guard's answer to a Check; the decisions themselves are
-// written into the caller's slices. Its four fields fit in 32 bytes (the
-// two small ones side by side), so the compiler returns it in registers
-// and keeps it there: a larger Verdict is spilled and copied back in
-// 16-byte pieces that the processor cannot forward from the narrower
-// stores, a stall on every check (TestVerdictStaysInRegisters).
+// written into the caller's slices.
 type Verdict struct {
 	Outcome Outcome
 	// Shadow is what became of the shadow requests, whatever the Outcome.
@@ -229,14 +205,14 @@ func (v *Verdict) Allowed() bool {
 // under FailLocal. One allowed because the store failed (FailedOpen, or a
 // request of another mode beside a FailLocal one) took nothing: settling
 // or giving back its cost would give back what was never taken.
-func (v *Verdict) Took(mode FailMode) bool {
+func (v *Verdict) Took(mode sluice.FailMode) bool {
 	switch {
 	case !v.Allowed():
 		return false
 	case v.Err == nil: // decided by the store (a failure of the concurrency slots alone sets no Err)
 		return true
 	}
-	return v.Outcome == LocalAllowed && mode == FailLocal
+	return v.Outcome == LocalAllowed && mode == sluice.FailLocal
 }
 
 // Decide decides c: the enforced decisions are written to ds and the shadow
@@ -245,7 +221,7 @@ func (v *Verdict) Took(mode FailMode) bool {
 // FailLocal a failed check is allowed or decided locally with the store's
 // error in Err; under FailClosed its decisions are denials with a RetryAfter
 // of one second.
-func (g *Guard) Decide(ctx context.Context, c *Check, ds, sds []Decision) Verdict {
+func (g *Guard) Decide(ctx context.Context, c *Check, ds, sds []sluice.Decision) Verdict {
 	v := Verdict{Closest: -1}
 	if n := len(c.Enforced); n > 0 {
 		ds = ds[:n]
@@ -259,7 +235,7 @@ func (g *Guard) Decide(ctx context.Context, c *Check, ds, sds []Decision) Verdic
 			if !ds[v.Closest].Allowed {
 				v.Outcome = Denied
 			}
-		case IsInputError(err):
+		case sluice.IsInputError(err):
 			return Verdict{Outcome: Invalid, Closest: -1, Err: err}
 		default:
 			v = g.failed(ctx, c, ds, err)
@@ -274,7 +250,7 @@ func (g *Guard) Decide(ctx context.Context, c *Check, ds, sds []Decision) Verdic
 			g.note(ctx, c.Label, "rate limit store failed (shadow)", err)
 			v.Shadow = ShadowFailed
 			for i, r := range c.Shadow { // decided as failing open, not left as the caller's slice held them
-				sds[i] = Decision{Allowed: true, Limit: r.Limit, Remaining: r.Limit.Capacity() - r.Cost}
+				sds[i] = sluice.Decision{Allowed: true, Limit: r.Limit, Remaining: r.Limit.Capacity() - r.Cost}
 			}
 		} else if !sds[Closest(sds)].Allowed {
 			v.Shadow = ShadowWouldDeny
@@ -286,37 +262,30 @@ func (g *Guard) Decide(ctx context.Context, c *Check, ds, sds []Decision) Verdic
 	return v
 }
 
-// Take is Decide for a check of one enforced request and no shadow, in
-// the form that does not allocate: the decision is written to *d.
-func (g *Guard) Take(ctx context.Context, label string, req Request, mode FailMode, d *Decision) Verdict {
-	return g.take(ctx, label, &req, mode, d)
-}
-
-// take is Take on a caller's Request, which it does not keep: a Request is
-// 17 words, and each copy of it on the way down stalls the caller
-// (docs/performance.md, the Limiter over its store).
-func (g *Guard) take(ctx context.Context, label string, req *Request, mode FailMode, d *Decision) Verdict {
+// take is Decide for a check of one enforced request and no shadow,
+// without allocating: the decision is written to *d.
+func (g *Guard) take(ctx context.Context, label string, req *sluice.Request, mode sluice.FailMode, d *sluice.Decision) Verdict {
 	err := g.call1(ctx, req, d)
 	switch {
 	case err == nil:
-		if g.standin != nil && mode == FailLocal {
+		if g.standin != nil && mode == sluice.FailLocal {
 			g.standin.record1(req, d)
 		}
 		if !d.Allowed {
 			return Verdict{Outcome: Denied}
 		}
 		return Verdict{}
-	case IsInputError(err):
+	case sluice.IsInputError(err):
 		return Verdict{Outcome: Invalid, Closest: -1, Err: err}
 	}
-	ds := []Decision{{}}
-	v := g.failed(ctx, &Check{Label: label, Enforced: []Request{*req}, Modes: []FailMode{mode}}, ds, err)
+	ds := []sluice.Decision{{}}
+	v := g.failed(ctx, &Check{Label: label, Enforced: []sluice.Request{*req}, Modes: []sluice.FailMode{mode}}, ds, err)
 	*d = ds[0]
 	return v
 }
 
 // call makes one store call for reqs, through the breaker and the timeout.
-func (g *Guard) call(ctx context.Context, reqs []Request, ds []Decision) error {
+func (g *Guard) call(ctx context.Context, reqs []sluice.Request, ds []sluice.Decision) error {
 	if g.inproc {
 		return take(ctx, g.store, reqs, ds)
 	}
@@ -334,16 +303,7 @@ func (g *Guard) call(ctx context.Context, reqs []Request, ds []Decision) error {
 }
 
 // call1 is call for one request.
-func (g *Guard) call1(ctx context.Context, req *Request, d *Decision) (err error) {
-	if g.into != nil {
-		// Through an interface the compiler cannot see that TakeInto keeps
-		// neither pointer, and would move both to the heap, an allocation
-		// each a call; intoTaker promises it does not, and noescape says
-		// so. What *req points to (the key's bytes, the zone) may still be
-		// kept, and reaches the heap as the compiler sees it: failed copies
-		// *req into a Check.
-		return g.into.TakeInto(ctx, (*Request)(noescape(unsafe.Pointer(req))), (*Decision)(noescape(unsafe.Pointer(d))))
-	}
+func (g *Guard) call1(ctx context.Context, req *sluice.Request, d *sluice.Decision) (err error) {
 	if g.inproc {
 		*d, err = g.store.Take(ctx, *req)
 		return err
@@ -353,8 +313,8 @@ func (g *Guard) call1(ctx context.Context, req *Request, d *Decision) (err error
 		return err
 	}
 	if c.detach {
-		ds := [1]Decision{}
-		err = bounded(c.ctx, g.store, []Request{*req}, ds[:])
+		ds := [1]sluice.Decision{}
+		err = bounded(c.ctx, g.store, []sluice.Request{*req}, ds[:])
 		*d = ds[0]
 	} else {
 		*d, err = g.store.Take(c.ctx, *req)
@@ -368,10 +328,10 @@ func (g *Guard) call1(ctx context.Context, req *Request, d *Decision) (err error
 // not honour ctx (a client redialling a hung server may wait out its own
 // dial timeout first). The call works on copies, as it may outlive its
 // caller; the goroutine ends when the store returns.
-func bounded(ctx context.Context, s Store, reqs []Request, ds []Decision) error {
+func bounded(ctx context.Context, s sluice.Store, reqs []sluice.Request, ds []sluice.Decision) error {
 	own := slices.Clone(reqs)
-	out, err := detached(ctx, func(ctx context.Context) ([]Decision, error) {
-		out := make([]Decision, len(own))
+	out, err := detached(ctx, func(ctx context.Context) ([]sluice.Decision, error) {
+		out := make([]sluice.Decision, len(own))
 		return out, take(ctx, s, own, out)
 	})
 	copy(ds, out) // nil when ctx ended first
@@ -477,14 +437,14 @@ func (g *Guard) finish(ctx context.Context, c storeCall, err error) {
 		c.cancel()
 	}
 	if g.opts.OnStoreCall != nil {
-		if IsInputError(err) {
+		if sluice.IsInputError(err) {
 			g.opts.OnStoreCall(time.Since(c.start), nil)
 		} else {
 			g.opts.OnStoreCall(time.Since(c.start), err)
 		}
 	}
 	switch {
-	case err == nil || IsInputError(err):
+	case err == nil || sluice.IsInputError(err):
 		g.breaker.success(c.probe)
 	case callerGone(ctx):
 		// The caller gave up: that says nothing about the store.
@@ -505,54 +465,43 @@ func callerGone(ctx context.Context) bool {
 	return ok && !time.Now().Before(dl)
 }
 
-func take(ctx context.Context, s Store, reqs []Request, ds []Decision) error {
-	switch t, ok := s.(intoTaker); {
-	case len(reqs) != 1:
+// take decides reqs into ds: TakeAll for a batch, Take for one request.
+func take(ctx context.Context, s sluice.Store, reqs []sluice.Request, ds []sluice.Decision) (err error) {
+	if len(reqs) != 1 {
 		return s.TakeAll(ctx, reqs, ds)
-	case ok: // no copy of either on the way
-		return t.TakeInto(ctx, &reqs[0], &ds[0])
 	}
-	return takeCopying(ctx, s, &reqs[0], &ds[0])
-}
-
-// takeCopying is take for a store without TakeInto, which copies the
-// Request in and the Decision out: apart, so that the copies are not on
-// the stack of every take (not inlined into it).
-//
-//go:noinline
-func takeCopying(ctx context.Context, s Store, req *Request, d *Decision) (err error) {
-	*d, err = s.Take(ctx, *req)
+	ds[0], err = s.Take(ctx, reqs[0])
 	return err
 }
 
 // failed decides c's enforced requests by their fail modes after the store
 // failed with err.
-func (g *Guard) failed(ctx context.Context, c *Check, ds []Decision, err error) Verdict {
+func (g *Guard) failed(ctx context.Context, c *Check, ds []sluice.Decision, err error) Verdict {
 	if !c.Held.Failed() { // counted by Hold already
 		g.failures.Add(1)
 	}
 	g.lastFailed.Store(time.Now().UnixNano())
 	g.startProber()
-	err = fmt.Errorf("%w: %w", ErrStoreUnavailable, err)
+	err = fmt.Errorf("%w: %w", sluice.ErrStoreUnavailable, err)
 	v := Verdict{Outcome: FailedOpen, Closest: -1, Err: err}
 	local := false
 	for i := range c.Enforced {
 		switch g.mode(c, i) {
-		case FailClosed:
+		case sluice.FailClosed:
 			v.Outcome = FailedClosed
-		case FailLocal:
+		case sluice.FailLocal:
 			local = local || g.standin != nil
 		}
 	}
 	if v.Outcome == FailedClosed {
 		for i, r := range c.Enforced {
-			ds[i] = Decision{Limit: r.Limit, RetryAfter: time.Second}
+			ds[i] = sluice.Decision{Limit: r.Limit, RetryAfter: time.Second}
 		}
 		g.note(ctx, c.Label, "rate limit store failed; denied (fail_mode closed)", err)
 		return v
 	}
 	for i, r := range c.Enforced {
-		ds[i] = Decision{Allowed: true, Limit: r.Limit, Remaining: r.Limit.Capacity() - r.Cost}
+		ds[i] = sluice.Decision{Allowed: true, Limit: r.Limit, Remaining: r.Limit.Capacity() - r.Cost}
 	}
 	if local {
 		if lerr := g.standin.decide(ctx, c, g.breaker.outage(), ds); lerr != nil {
@@ -572,9 +521,9 @@ func (g *Guard) failed(ctx context.Context, c *Check, ds []Decision, err error) 
 	return v
 }
 
-func (g *Guard) mode(c *Check, i int) FailMode {
+func (g *Guard) mode(c *Check, i int) sluice.FailMode {
 	if c.Modes == nil {
-		return FailLocal
+		return sluice.FailLocal
 	}
 	return c.Modes[i]
 }
@@ -627,32 +576,4 @@ func (g *Guard) transition(level slog.Level, msg string, attrs ...slog.Attr) {
 		attrs = append(attrs, slog.Int64("failed_checks", g.failures.Load()))
 		g.opts.Logger.LogAttrs(context.Background(), level, msg, attrs...)
 	}
-}
-
-// IsInputError reports whether err is a problem with the request itself
-// (an empty or long key, a bad cost, time or limit), which no store and no
-// failure policy can decide.
-func IsInputError(err error) bool {
-	for _, e := range inputErrors {
-		if errors.Is(err, e) {
-			return true
-		}
-	}
-	return false
-}
-
-var inputErrors = []error{ErrEmptyKey, ErrKeyTooLong, ErrCostExceedsBurst, ErrNegativeCost, ErrInvalidTime, ErrDuplicateRequest, ErrRefundInBatch, ErrInvalidLimit,
-	ErrEmptyLease, ErrInvalidConcurrency}
-
-// noescape hides p from escape analysis, as the runtime's and
-// strings.Builder's do: for a pointer passed where the compiler cannot see
-// that it is not kept (an interface method that promises not to).
-//
-// The pointer goes through a uintptr, which escape analysis does not
-// follow, and comes back as the same pointer: the object neither moves
-// nor is freed meanwhile, as nothing between can grow the stack or run
-// the collector's marking of it.
-func noescape(p unsafe.Pointer) unsafe.Pointer {
-	x := uintptr(p)
-	return *(*unsafe.Pointer)(unsafe.Pointer(&x))
 }
