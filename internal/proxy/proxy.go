@@ -187,7 +187,7 @@ func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(h
 			return nil, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
 		hp := httplimit.Policy{
-			Name: p.Name, Pattern: p.Match, Key: key, Cost: p.Cost, CostFrom: p.CostFrom, ChargeStatus: p.ChargeStatus,
+			Name: p.Name, Pattern: p.Match, Key: key, Cost: p.Cost, CostFrom: p.CostFrom, CostUnread: p.CostUnread, ChargeStatus: p.ChargeStatus,
 			FailMode: p.FailMode, Missing: p.Missing, Shadow: p.Shadow, Shape: p.Shape,
 			Concurrency: p.Concurrency, ConcurrencyWait: p.ConcurrencyWait,
 			Limits: limitsFor(p, deps.Overrides, deps.UnknownPlan),
@@ -198,7 +198,7 @@ func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(h
 		if !answers && (len(hp.ChargeStatus) > 0 || hp.CostFrom.String() != "") {
 			log.Warn("forward-auth never sees the upstream's answer: this policy charges its estimate, cost, per request, not by the answer",
 				"policy", p.Name, "cost", p.Cost, "cost_from", hp.CostFrom.String(), "charge_status", hp.ChargeStatus)
-			hp.ChargeStatus, hp.CostFrom = nil, httplimit.CostSource{}
+			hp.ChargeStatus, hp.CostFrom, hp.CostUnread = nil, httplimit.CostSource{}, 0
 		}
 		policies = append(policies, hp)
 	}
