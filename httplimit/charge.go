@@ -41,15 +41,18 @@ func CostFromHeader(name string) CostSource {
 	return CostSource{kind: costHeader, name: http.CanonicalHeaderKey(name)}
 }
 
-// CostFromBytes charges the bytes of the answer's body.
+// CostFromBytes charges the bytes of the answer's body as its client
+// reads them: decoded from its Content-Encoding (gzip, deflate, br,
+// zstd), up to 1,024 bytes for each byte sent, plus 64 KiB.
 func CostFromBytes() CostSource { return CostSource{kind: costBytes} }
 
 // CostFromJSON reads the cost from the field at path, dot-separated
 // ("usage.total_tokens"), of a JSON answer, or, in a text/event-stream, of
 // the events' JSON data: each event that carries it settles the cost
 // again, so the last one stands (OpenAI's stream_options.include_usage
-// puts it in the last event). Only the first MiB of a JSON body is read
-// for it, and of each event.
+// puts it in the last event). The body is read decoded from its
+// Content-Encoding, as for CostFromBytes; only the first MiB of a JSON
+// body is read for it, and of each event.
 func CostFromJSON(path string) CostSource {
 	return CostSource{kind: costJSON, path: strings.Split(path, ".")}
 }

@@ -73,7 +73,9 @@ type Policy struct {
 	// is taken (never refused: the work is done) or given back as soon as
 	// the answer says, before the part that says it reaches the client.
 	// An answer that does not say is charged by CostUnread's rule, logged
-	// sampled.
+	// sampled. With CostFromJSON or CostFromBytes, the request's
+	// Accept-Encoding is held to the codings the body is decoded from
+	// (gzip, deflate, br, zstd) before the handler sees it.
 	CostFrom CostSource
 	// CostUnread is the least a request is charged whose answer's cost
 	// cannot be read (CostFrom): a stream cut before its usage event, the

@@ -1,6 +1,7 @@
 package httplimit_test
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"syscall"
@@ -29,33 +30,65 @@ func jsonPieces(size int, whole bool) []string {
 }
 
 // costHandler returns the middleware of a policy that reads its cost from
-// a JSON answer, around a handler that writes pieces, and the request.
-func costHandler(tb testing.TB, pieces []string) (http.Handler, *http.Request) {
+// a JSON answer, around a handler that writes pieces, and the request;
+// each settlement goes to settled.
+func costHandler(tb testing.TB, pieces [][]byte, settled func(httplimit.Settlement)) (http.Handler, *http.Request) {
 	tb.Helper()
 	p := httplimit.Policy{Name: "tokens", Limit: sluice.Limit{Rate: 1 << 40, Period: time.Second}, Cost: 1,
 		Key: httplimit.APIKey("X-User"), CostFrom: httplimit.CostFromJSON("usage.total_tokens")}
 	m, err := httplimit.New(httplimit.Options{Store: memstore.New(memstore.Options{}), Policies: []httplimit.Policy{p},
-		OnSettle: func(_ *http.Request, s httplimit.Settlement) {
-			if s.Actual != 3 {
-				tb.Errorf("settled %+v; want 3", s)
-			}
-		}})
+		OnSettle: func(_ *http.Request, s httplimit.Settlement) { settled(s) }})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	writes := make([][]byte, len(pieces))
-	for i, p := range pieces {
-		writes[i] = []byte(p)
-	}
 	h := m.Handler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		for _, b := range writes {
+		for _, b := range pieces {
 			w.Write(b)
 		}
 	}))
 	req, _ := http.NewRequest("POST", "/v1/chat/completions", nil)
 	req.Header.Set("X-User", "lou")
 	return h, req
+}
+
+// costOf3 is costHandler for an answer that reports 3.
+func costOf3(tb testing.TB, pieces []string) (http.Handler, *http.Request) {
+	writes := make([][]byte, len(pieces))
+	for i, p := range pieces {
+		writes[i] = []byte(p)
+	}
+	return costHandler(tb, writes, func(s httplimit.Settlement) {
+		if s.Actual != 3 {
+			tb.Errorf("settled %+v; want 3", s)
+		}
+	})
+}
+
+// Where an answer is cut into writes does not change the cost read from
+// it: the answer in writes of step bytes settles as the answer in one.
+func FuzzJSONCostCutAnywhere(f *testing.F) {
+	f.Add([]byte(`{"usage":{"total_tokens":3}}`), uint8(5))
+	f.Add([]byte(`{"a":"}\"{","usage":{"total_tokens":7}} and more`), uint8(1))
+	f.Add([]byte(`{"a":[1,{"b":"\\"}],"usage":{"total_tokens":9}}{"usage":{"total_tokens":1}}`), uint8(3))
+	f.Add([]byte(` {"usage":{"total_tokens":-1}}`), uint8(2))
+	f.Add([]byte(`{"usage":{"total_tokens":3}`), uint8(4))
+	f.Add([]byte(`[{"usage":{"total_tokens":3}}]`), uint8(7))
+	f.Fuzz(func(t *testing.T, doc []byte, step uint8) {
+		settle := func(n int) (got httplimit.Settlement) {
+			var pieces [][]byte
+			for b := doc; len(b) > 0; b = b[min(n, len(b)):] {
+				pieces = append(pieces, b[:min(n, len(b))])
+			}
+			h, req := costHandler(t, pieces, func(s httplimit.Settlement) { got = s })
+			h.ServeHTTP(discard{http.Header{}}, req)
+			return got
+		}
+		whole, cut := settle(len(doc)+1), settle(int(step)%64+1)
+		if whole.Actual != cut.Actual || fmt.Sprint(whole.Err) != fmt.Sprint(cut.Err) {
+			t.Fatalf("%q: at once %d (%v); in writes of %d bytes %d (%v)", doc, whole.Actual, whole.Err, step%64+1, cut.Actual, cut.Err)
+		}
+	})
 }
 
 // BenchmarkJSONCost reads the cost of a 1 MiB JSON answer written at once
@@ -67,7 +100,7 @@ func BenchmarkJSONCost(b *testing.B) {
 		whole bool
 	}{{"write=1MiB", true}, {"write=64B", false}} {
 		b.Run(c.name, func(b *testing.B) {
-			h, req := costHandler(b, jsonPieces(1<<20-128, c.whole))
+			h, req := costOf3(b, jsonPieces(1<<20-128, c.whole))
 			b.SetBytes(1 << 20)
 			b.ReportAllocs()
 			cpu0 := cpuTime()
@@ -86,8 +119,8 @@ func BenchmarkJSONCost(b *testing.B) {
 // times). Each side is its least CPU time of 5 runs, taken in turns, so
 // that other work on the machine cannot decide it.
 func TestJSONCostScanIsLinear(t *testing.T) {
-	whole, whole0 := costHandler(t, jsonPieces(256<<10, true))
-	cut, cut0 := costHandler(t, jsonPieces(256<<10, false))
+	whole, whole0 := costOf3(t, jsonPieces(256<<10, true))
+	cut, cut0 := costOf3(t, jsonPieces(256<<10, false))
 	fastest := func(h http.Handler, r *http.Request, best time.Duration) time.Duration {
 		start := cpuTime()
 		h.ServeHTTP(discard{http.Header{}}, r)
