@@ -169,12 +169,29 @@ func (d *decoder) close() {
 
 func (d *decoder) run(cs []string) {
 	defer close(d.done)
+	d.decode(cs)
+	for d.more() { // the rest of the answer passes by
+		d.buf, d.off = d.buf[:0], 0
+	}
+}
+
+// decode decodes the answer, encoded with cs, for sink until it ends, the
+// bound stops it, or it fails to decode.
+func (d *decoder) decode(cs []string) {
+	defer func() {
+		if p := recover(); p != nil { // a decoder's bug on a hostile answer fails this answer, not the process
+			d.fail(cs, fmt.Errorf("panic: %v", p))
+		}
+	}()
 	var r io.Reader = d
 	for i := len(cs) - 1; i >= 0; i-- {
 		next, err := codings[cs[i]](r)
 		if err != nil {
 			d.fail(cs, err)
-			break
+			return
+		}
+		if c, ok := next.(io.Closer); ok {
+			defer c.Close()
 		}
 		r = next
 	}
@@ -184,7 +201,7 @@ func (d *decoder) run(cs []string) {
 		if room <= 0 {
 			if !d.more() {
 				d.capped = true
-				break
+				return
 			}
 			continue
 		}
@@ -199,12 +216,6 @@ func (d *decoder) run(cs []string) {
 		case err != nil:
 			d.fail(cs, err)
 		}
-	}
-	if c, ok := r.(io.Closer); ok {
-		c.Close()
-	}
-	for d.more() { // the rest of the answer passes by
-		d.buf, d.off = d.buf[:0], 0
 	}
 }
 
