@@ -253,6 +253,9 @@ type Policy struct {
 	// CostFrom is where the proxy reads what a request really cost, from
 	// its answer: the zero source for none.
 	CostFrom httplimit.CostSource
+	// CostUnread is the least charged for an answer whose cost cannot be
+	// read (httplimit.Policy.CostUnread); 0 for none.
+	CostUnread int64
 	// ChargeStatus are the only answers the proxy charges for; none means
 	// every answer.
 	ChargeStatus []int
@@ -613,11 +616,15 @@ type policyYAML struct {
 type costYAML struct {
 	Estimate int64  `yaml:"estimate"`
 	From     string `yaml:"from"`
+	Unread   int64  `yaml:"unread"`
 }
 
 func (c costYAML) String() string {
 	if c.From == "" {
 		return strconv.FormatInt(c.Estimate, 10)
+	}
+	if c.Unread != 0 {
+		return fmt.Sprintf("{estimate: %d, from: %s, unread: %d}", c.Estimate, c.From, c.Unread)
 	}
 	return fmt.Sprintf("{estimate: %d, from: %s}", c.Estimate, c.From)
 }
@@ -918,7 +925,7 @@ func (c *checker) policies(nodes []*yaml.Node, cfg *Config) {
 			if err != nil {
 				c.add(cmp.Or(m["cost"], pn), field+".cost.from", "%v", err)
 			}
-			p.CostFrom = src
+			p.CostFrom, p.CostUnread = src, y.Cost.Unread
 		}
 		for j, code := range y.ChargeStatus {
 			if code < 200 || code > 599 {
@@ -957,6 +964,10 @@ func (c *checker) policies(nodes []*yaml.Node, cfg *Config) {
 			for _, l := range p.Limits {
 				if l.Validate() == nil && (p.Cost < 0 || p.Cost > l.Capacity()) {
 					c.add(cmp.Or(m["cost"], pn), field+".cost", "%d is outside 0..%d, the capacity of %v", p.Cost, l.Capacity(), l)
+					break
+				}
+				if l.Validate() == nil && (p.CostUnread < 0 || p.CostUnread > l.Capacity()) {
+					c.add(cmp.Or(m["cost"], pn), field+".cost.unread", "%d is outside 0..%d, the capacity of %v", p.CostUnread, l.Capacity(), l)
 					break
 				}
 			}

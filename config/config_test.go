@@ -95,6 +95,8 @@ func TestBadFiles(t *testing.T) {
 		"cost no from": "policies: [{name: a, limit: 100/1m, cost: {estimate: 5}}]",
 		"cost word":    "policies: [{name: a, limit: 100/1m, cost: lots}]",
 		"estimate big": "policies: [{name: a, limit: 100/1m, cost: {estimate: 500, from: bytes}}]",
+		"unread big":   "policies: [{name: a, limit: 100/1m, cost: {estimate: 5, from: bytes, unread: 500}}]",
+		"unread < 0":   "policies: [{name: a, limit: 100/1m, cost: {estimate: 5, from: bytes, unread: -1}}]",
 		"status 99":    "policies: [{name: a, limit: 100/1m, charge_status: [99]}]",
 		"charge alone": "policies: [{name: a, concurrency: 5, charge_status: [401]}]",
 	} {
@@ -349,6 +351,7 @@ func TestCostFromTheAnswer(t *testing.T) {
     cost:
       estimate: 1000
       from: json:usage.total_tokens
+      unread: 4000
   - name: failed-logins
     limit: 5/15m
     match: "POST /login"
@@ -361,8 +364,8 @@ func TestCostFromTheAnswer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p := c.Policy("tokens"); p.Cost != 1000 || p.CostFrom.String() != "json:usage.total_tokens" {
-		t.Fatalf("tokens: cost %d from %q", p.Cost, p.CostFrom)
+	if p := c.Policy("tokens"); p.Cost != 1000 || p.CostFrom.String() != "json:usage.total_tokens" || p.CostUnread != 4000 {
+		t.Fatalf("tokens: cost %d from %q, unread %d", p.Cost, p.CostFrom, p.CostUnread)
 	}
 	if p := c.Policy("failed-logins"); p.Cost != 1 || len(p.ChargeStatus) != 2 || p.ChargeStatus[1] != 403 {
 		t.Fatalf("failed-logins: cost %d, charge_status %v", p.Cost, p.ChargeStatus)

@@ -1,9 +1,7 @@
 package httplimit
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -43,15 +41,18 @@ func CostFromHeader(name string) CostSource {
 	return CostSource{kind: costHeader, name: http.CanonicalHeaderKey(name)}
 }
 
-// CostFromBytes charges the bytes of the answer's body.
+// CostFromBytes charges the bytes of the answer's body as its client
+// reads them: decoded from its Content-Encoding (gzip, deflate, br,
+// zstd), up to 1,024 bytes for each byte sent, plus 64 KiB.
 func CostFromBytes() CostSource { return CostSource{kind: costBytes} }
 
 // CostFromJSON reads the cost from the field at path, dot-separated
 // ("usage.total_tokens"), of a JSON answer, or, in a text/event-stream, of
 // the events' JSON data: each event that carries it settles the cost
 // again, so the last one stands (OpenAI's stream_options.include_usage
-// puts it in the last event). Only the first MiB of a JSON body is read
-// for it, and of each event.
+// puts it in the last event). The body is read decoded from its
+// Content-Encoding, as for CostFromBytes; only the first MiB of a JSON
+// body is read for it, and of each event.
 func CostFromJSON(path string) CostSource {
 	return CostSource{kind: costJSON, path: strings.Split(path, ".")}
 }
@@ -97,11 +98,13 @@ const maxCost = 1 << 53
 type Settlement struct {
 	Policy *Policy
 	// Estimate is what the door took; Actual what the request was
-	// charged in the end (Estimate when the answer did not say).
+	// charged in the end (by Policy.CostUnread's rule when the answer did
+	// not say).
 	Estimate, Actual int64
 	// Err says why the answer's cost could not be read (missing, not a
-	// whole number, negative, past 2^53), in which case the estimate
-	// stands; nil otherwise.
+	// whole number, negative, past 2^53, a stream cut before it, a
+	// Content-Encoding that cannot be decoded), in which case
+	// Policy.CostUnread's rule charged it; nil otherwise.
 	Err error
 }
 
@@ -117,9 +120,18 @@ type settling struct {
 	taken time.Time
 	items []charge
 	// What the answer has shown so far.
-	status  int // 0 until the header is written
-	written int64
-	scan    usageScanner
+	status  int   // 0 until the header is written
+	written int64 // bytes sent, encoded as the answer is
+	// The body as its client reads it, for the charges that read it
+	// (reads): decoded (dec) from the codings of its Content-Encoding,
+	// known at its first bytes (opened).
+	reads     bool
+	opened    bool
+	codings   []string
+	codingErr error // the Content-Encoding cannot be decoded
+	dec       *decoder
+	decoded   int64 // bytes of the body, decoded
+	scan      usageScanner
 }
 
 // charge is one request of a policy that charges by its answer.
@@ -132,12 +144,28 @@ type charge struct {
 	err               error
 }
 
+// readsBody reports whether a policy in items reads its cost from the
+// answer's body, and, if so, leaves in the request's Accept-Encoding only
+// the codings that the body's reader decodes.
+func (s *settling) readsBody() bool {
+	for i := range s.items {
+		switch c := &s.items[i]; c.p.CostFrom.kind {
+		case costJSON:
+			if s.scan.path == nil {
+				s.scan.path = c.p.CostFrom.path
+			}
+			s.reads = true
+		case costBytes:
+			s.reads = true
+		}
+	}
+	return s.reads
+}
+
 // wrap returns w watched for the answer, and the settling of its charges.
 func (s *settling) wrap(w http.ResponseWriter) http.ResponseWriter {
-	for i := range s.items {
-		if c := &s.items[i]; c.p.CostFrom.kind == costJSON && s.scan.path == nil {
-			s.scan.path = c.p.CostFrom.path
-		}
+	if s.readsBody() {
+		acceptDecodable(s.r.Header)
 	}
 	s.h = w.Header()
 	return httpsnoop.Wrap(w, httpsnoop.Hooks{
@@ -150,7 +178,7 @@ func (s *settling) wrap(w http.ResponseWriter) http.ResponseWriter {
 		Write: func(next httpsnoop.WriteFunc) httpsnoop.WriteFunc {
 			return func(b []byte) (int, error) {
 				s.header(w.Header(), http.StatusOK)
-				s.body(w.Header(), b)
+				s.body(b)
 				n, err := next(b)
 				s.written += int64(n)
 				return n, err
@@ -159,14 +187,15 @@ func (s *settling) wrap(w http.ResponseWriter) http.ResponseWriter {
 		ReadFrom: func(next httpsnoop.ReadFromFunc) httpsnoop.ReadFromFunc {
 			return func(src io.Reader) (int64, error) {
 				s.header(w.Header(), http.StatusOK)
-				if s.scan.path == nil {
-					n, err := next(src)
+				if s.open(); s.scan.path == nil && s.codings == nil && s.codingErr == nil {
+					n, err := next(src) // counted, not looked at
 					s.written += n
+					s.decoded += n
 					return n, err
 				}
 				// Through Write, so that the body is looked at.
 				return io.Copy(writerFunc(func(b []byte) (int, error) {
-					s.body(w.Header(), b)
+					s.body(b)
 					n, err := w.Write(b)
 					s.written += int64(n)
 					return n, err
@@ -206,13 +235,45 @@ func (s *settling) header(h http.Header, code int) {
 	}
 }
 
-// body looks at b, the next bytes of the answer, for a JSON cost, and
-// settles to what it finds before b reaches the client.
-func (s *settling) body(h http.Header, b []byte) {
+// open reads, once, what the answer's header says of its body: whether
+// it is an event stream, and its codings. The header is final by the
+// body's first bytes.
+func (s *settling) open() {
+	if !s.reads || s.opened {
+		return
+	}
+	s.opened = true
+	s.scan.events = strings.HasPrefix(s.h.Get("Content-Type"), "text/event-stream")
+	s.codings, s.codingErr = contentCodings(s.h)
+}
+
+// body looks at b, the next bytes of the answer, before they reach the
+// client: decoded if they are encoded.
+func (s *settling) body(b []byte) {
+	if !s.reads || len(b) == 0 {
+		return
+	}
+	s.open()
+	switch {
+	case s.codingErr != nil:
+	case s.codings == nil:
+		s.read(b)
+	default:
+		if s.dec == nil {
+			s.dec = newDecoder(s.codings, s.read)
+		}
+		s.dec.write(b)
+	}
+}
+
+// read counts b, the next bytes of the body as its client reads it, and
+// settles to the JSON cost it completes.
+func (s *settling) read(b []byte) {
+	s.decoded += int64(len(b))
 	if s.scan.path == nil {
 		return
 	}
-	v, ok, err := s.scan.write(h, b)
+	v, ok, err := s.scan.write(b)
 	if !ok {
 		return
 	}
@@ -228,27 +289,66 @@ func (s *settling) body(h http.Header, b []byte) {
 	}
 }
 
-// finish settles what only the answer's end says (bytes), and reports
-// each charge.
+// bodyErr returns why the body could not be decoded whole, or nil.
+func (s *settling) bodyErr() error {
+	switch {
+	case s.codingErr != nil:
+		return s.codingErr
+	case s.dec != nil && s.dec.err != nil:
+		return s.dec.err
+	}
+	return nil
+}
+
+// finish settles what only the answer's end says (bytes, a cost never
+// read), and reports each charge.
 func (s *settling) finish() {
 	s.header(s.h, http.StatusOK) // a handler that wrote nothing answers 200, with the headers it set
+	if s.dec != nil {
+		s.dec.close()
+	}
 	for i := range s.items {
 		c := &s.items[i]
 		switch {
 		case c.done:
 		case c.p.CostFrom.kind == costBytes:
-			s.settle(c, s.written)
+			if err := s.bodyErr(); err != nil {
+				c.err = fmt.Errorf("bytes: %w", err)
+				break
+			}
+			s.settle(c, s.decoded)
 		case c.p.CostFrom.kind == costJSON && !s.scan.found && c.err == nil:
 			c.err = fmt.Errorf("json %s: %w", strings.Join(c.p.CostFrom.path, "."), errNoCost)
+			if err := s.bodyErr(); err != nil {
+				c.err = fmt.Errorf("json %s: %w", strings.Join(c.p.CostFrom.path, "."), err)
+			} else if s.dec != nil && s.dec.capped {
+				c.err = fmt.Errorf("json %s: %w before decoding stopped at %d bytes a byte sent", strings.Join(c.p.CostFrom.path, "."), errNoCost, maxInflation)
+			}
 		}
-		if c.err != nil {
-			s.m.log.note(s.r.Context(), slog.LevelWarn, c.p.Name+" (cost)", "the answer's cost could not be read; the estimate stands",
-				slog.String("cost_from", c.p.CostFrom.String()), slog.String("error", c.err.Error()))
+		if c.err != nil && !c.done {
+			s.settle(c, s.unread(c))
+			s.m.log.note(s.r.Context(), slog.LevelWarn, c.p.Name+" (cost)", "the answer's cost could not be read; the estimate stands, or more: what the answer showed, or cost.unread",
+				slog.String("cost_from", c.p.CostFrom.String()), slog.Int64("charged", c.charged), slog.String("error", c.err.Error()))
 		}
 		if s.m.opts.OnSettle != nil {
 			s.m.opts.OnSettle(s.r, Settlement{Policy: c.p, Estimate: c.estimate, Actual: c.charged, Err: c.err})
 		}
 	}
+}
+
+// unread returns what c is charged when its answer's cost could not be
+// read: Policy.CostUnread's rule.
+func (s *settling) unread(c *charge) int64 {
+	var shown int64
+	switch c.p.CostFrom.kind {
+	case costJSON:
+		if s.scan.events {
+			shown = s.scan.count
+		}
+	case costBytes:
+		shown = max(s.decoded, s.written)
+	}
+	return min(max(c.estimate+shown, c.p.CostUnread), maxCost)
 }
 
 // settle moves c's charge to actual.
@@ -277,118 +377,4 @@ func wholeNumber(v string) (int64, error) {
 		return 0, fmt.Errorf("%d is past 2^53", n)
 	}
 	return n, nil
-}
-
-// usageScanner finds a cost in an answer's body: the field at path of a
-// JSON document, or of the JSON data of each event of a text/event-stream.
-type usageScanner struct {
-	path  []string
-	buf   []byte // the JSON body so far, or the event being read
-	over  bool   // a JSON body past maxScan: no longer looked at
-	found bool   // a value was found (or a bad one)
-}
-
-// write looks at b. It reports ok when it found the field (or found it
-// bad: err), which it does at most once per event, or once for a JSON
-// document, when the document is complete.
-func (u *usageScanner) write(h http.Header, b []byte) (v int64, ok bool, err error) {
-	if strings.HasPrefix(h.Get("Content-Type"), "text/event-stream") {
-		return u.events(b)
-	}
-	if u.over || u.found {
-		return 0, false, nil
-	}
-	if len(u.buf)+len(b) > maxScan {
-		u.over, u.buf = true, nil
-		return 0, true, fmt.Errorf("json %s: %w in the first MiB", strings.Join(u.path, "."), errNoCost)
-	}
-	u.buf = append(u.buf, b...)
-	t := bytes.TrimRight(u.buf, " \t\r\n")
-	if len(t) == 0 || t[len(t)-1] != '}' || !json.Valid(t) {
-		return 0, false, nil // not a whole document yet
-	}
-	u.found = true
-	v, err = u.field(t)
-	u.buf = nil
-	return v, true, err
-}
-
-// events looks at the events b completes; a value in the last of them
-// that carries the field is reported.
-func (u *usageScanner) events(b []byte) (v int64, ok bool, err error) {
-	u.buf = append(u.buf, b...)
-	for {
-		end, skip := eventEnd(u.buf)
-		if end < 0 {
-			if len(u.buf) > maxScan {
-				u.buf = u.buf[:0] // an event past maxScan is not looked at
-			}
-			return v, ok, err
-		}
-		data := eventData(u.buf[:end])
-		u.buf = u.buf[:copy(u.buf, u.buf[end+skip:])]
-		if len(data) == 0 || !bytes.Contains(data, []byte(`"`+u.path[len(u.path)-1]+`"`)) || !json.Valid(data) {
-			continue
-		}
-		if fv, ferr := u.field(data); !errors.Is(ferr, errNoCost) {
-			v, ok, err, u.found = fv, true, ferr, true
-		}
-	}
-}
-
-// eventEnd returns where the first event of b ends and the length of the
-// blank line after it, or -1.
-func eventEnd(b []byte) (int, int) {
-	i, j := bytes.Index(b, []byte("\n\n")), bytes.Index(b, []byte("\r\n\r\n"))
-	switch {
-	case i < 0 && j < 0:
-		return -1, 0
-	case j >= 0 && (i < 0 || j < i):
-		return j, 4
-	}
-	return i, 2
-}
-
-// eventData returns the data lines of an event, joined by newlines.
-func eventData(ev []byte) []byte {
-	var data []byte
-	for line := range bytes.Lines(ev) {
-		line = bytes.TrimRight(line, "\r\n")
-		if d, ok := bytes.CutPrefix(line, []byte("data:")); ok {
-			if len(data) > 0 {
-				data = append(data, '\n')
-			}
-			data = append(data, bytes.TrimPrefix(d, []byte(" "))...)
-		}
-	}
-	return data
-}
-
-// field returns the whole number at u.path in the JSON document doc.
-func (u *usageScanner) field(doc []byte) (int64, error) {
-	name := "json " + strings.Join(u.path, ".")
-	var x any
-	d := json.NewDecoder(bytes.NewReader(doc))
-	d.UseNumber()
-	if err := d.Decode(&x); err != nil {
-		return 0, fmt.Errorf("%s: %w", name, err)
-	}
-	for _, k := range u.path {
-		obj, ok := x.(map[string]any)
-		if !ok {
-			return 0, fmt.Errorf("%s: %w", name, errNoCost)
-		}
-		if x, ok = obj[k]; !ok {
-			return 0, fmt.Errorf("%s: %w", name, errNoCost)
-		}
-	}
-	n, ok := x.(json.Number)
-	if !ok {
-		return 0, fmt.Errorf("%s: %v is not a number", name, x)
-	}
-	v, err := wholeNumber(n.String())
-	if err != nil {
-		return 0, fmt.Errorf("%s: %w", name, err)
-	}
-	return v, nil
 }

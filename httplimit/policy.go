@@ -72,8 +72,20 @@ type Policy struct {
 	// taken at the door (Cost or CostFunc) is the estimate, the difference
 	// is taken (never refused: the work is done) or given back as soon as
 	// the answer says, before the part that says it reaches the client.
-	// An answer that does not say keeps the estimate, logged sampled.
+	// An answer that does not say is charged by CostUnread's rule, logged
+	// sampled. With CostFromJSON or CostFromBytes, the request's
+	// Accept-Encoding is held to the codings the body is decoded from
+	// (gzip, deflate, br, zstd) before the handler sees it.
 	CostFrom CostSource
+	// CostUnread is the least a request is charged whose answer's cost
+	// cannot be read (CostFrom): a stream cut before its usage event, the
+	// field or header missing or malformed, a body whose Content-Encoding
+	// cannot be decoded. Such a request is charged the larger of
+	// CostUnread and its estimate plus what its answer had shown: for
+	// CostFromJSON in a text/event-stream, one per event that carried
+	// data (an LLM streams about a token an event); for CostFromBytes,
+	// the bytes sent. Zero, the default: that sum alone.
+	CostUnread int64
 	// Shape queues instead of rejecting: an allowed request waits its
 	// Decision.Delay before it proceeds, so the handler behind sees at most
 	// the rate (leaky bucket as a queue, nginx limit_req without nodelay);
@@ -119,6 +131,12 @@ func (p *Policy) prepare() error {
 		if code < 200 || code > 599 {
 			return fmt.Errorf("httplimit: policy %q: charge status %d outside 200..599", p.Name, code)
 		}
+	}
+	switch {
+	case p.CostUnread < 0 || p.CostUnread > maxCost:
+		return fmt.Errorf("httplimit: policy %q: CostUnread %d outside 0..2^53", p.Name, p.CostUnread)
+	case p.CostUnread > 0 && p.CostFrom.kind == costNone:
+		return fmt.Errorf("httplimit: policy %q: CostUnread without CostFrom", p.Name)
 	}
 	if p.charges() && !p.rated() {
 		return fmt.Errorf("httplimit: policy %q: ChargeStatus and CostFrom need a rate limit", p.Name)

@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"bufio"
+	"compress/gzip"
 	"fmt"
 	"io"
 	"net/http"
@@ -234,4 +235,189 @@ func firstEvent(b *testing.B, yaml string, upstream http.Handler, sent chan time
 		resp.Body.Close()
 	}
 	b.ReportMetric(float64(total.Microseconds())/float64(b.N), "µs/first-event")
+}
+
+// gzipped is completions answered in gzip, as an upstream with
+// compression on answers a client that accepts it, each event of a
+// stream flushed as it is written; it records the Accept-Encoding it got.
+func gzipped(accepts chan<- string) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		accepts <- r.Header.Get("Accept-Encoding")
+		if !strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+			completions(w, r)
+			return
+		}
+		w.Header().Set("Content-Encoding", "gzip")
+		z := gzip.NewWriter(w)
+		defer z.Close()
+		completions(gzipWriter{w, z}, r)
+	}
+}
+
+// gzipWriter is an answer whose body is gzipped: a flush flushes the
+// gzip stream, then the connection.
+type gzipWriter struct {
+	http.ResponseWriter
+	z *gzip.Writer
+}
+
+func (g gzipWriter) Write(b []byte) (int, error) { return g.z.Write(b) }
+func (g gzipWriter) Flush() {
+	g.z.Flush()
+	g.ResponseWriter.(http.Flusher).Flush()
+}
+
+// A client that asks for gzip gets the upstream's gzipped answer as it
+// came, and is charged the tokens in it: requests 1 to 4 forwarded, the
+// 5th refused, for a JSON answer and a stream; a coding the proxy cannot
+// decode is not asked of the upstream.
+func TestProxyChargesGzippedAnswers(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			accepts := make(chan string, 8)
+			settled := make(chan [2]int64, 8)
+			srv := gatewayTo(t, tokensYAML, memstore.New(memstore.Options{}), gzipped(accepts), Deps{
+				Settled: func(policy string, estimate, actual int64, unread bool) { settled <- [2]int64{estimate, actual} },
+			})
+			ask := func() *http.Response {
+				body := `{"model":"m"}`
+				if stream {
+					body = `{"model":"m","stream":true}`
+				}
+				req, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(body))
+				req.Header.Set("Authorization", "Bearer zed")
+				req.Header.Set("Accept-Encoding", "dcb, gzip") // set: the client leaves the body as it came
+				resp, err := http.DefaultClient.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				z, err := gzip.NewReader(resp.Body)
+				if resp.StatusCode == 200 && err != nil {
+					t.Fatalf("the answer is not gzip: %v", err)
+				}
+				if resp.StatusCode == 200 {
+					if b, _ := io.ReadAll(z); !strings.Contains(string(b), `"total_tokens":3000`) {
+						t.Fatalf("decoded answer %q", b)
+					}
+				}
+				return resp
+			}
+			for i := range 4 {
+				if resp := ask(); resp.StatusCode != 200 || resp.Header.Get("Content-Encoding") != "gzip" {
+					t.Fatalf("request %d: %d, Content-Encoding %q; want 200, gzip", i+1, resp.StatusCode, resp.Header.Get("Content-Encoding"))
+				}
+				if s := <-settled; s != [2]int64{500, 3000} {
+					t.Fatalf("request %d settled %v; want 500 to 3000", i+1, s)
+				}
+				if a := <-accepts; a != "gzip" {
+					t.Fatalf("the upstream was asked for %q; want gzip alone", a)
+				}
+			}
+			if resp := ask(); resp.StatusCode != 429 {
+				t.Fatalf("request 5: %d; want 429", resp.StatusCode)
+			}
+		})
+	}
+}
+
+// A bytes cost through the proxy counts the bytes its client reads: ten
+// gzipped answers of 128 KiB use a 1 MiB limit after 8.
+func TestProxyChargesDecodedBytes(t *testing.T) {
+	yaml := `policies:
+  - name: download
+    limit: 1048576/720h # GCRA: a byte back in 2.5 s
+    key: header:X-User
+    cost: {estimate: 1024, from: bytes}
+`
+	line := "<p>the same paragraph, again and again</p>\n"
+	page := strings.Repeat(line, 128<<10/len(line)+1)[:128<<10]
+	upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Encoding", "gzip")
+		z := gzip.NewWriter(w)
+		io.WriteString(z, page)
+		z.Close()
+	})
+	settled := make(chan int64, 16)
+	srv := gatewayTo(t, yaml, memstore.New(memstore.Options{}), upstream, Deps{
+		Settled: func(_ string, _, actual int64, _ bool) { settled <- actual },
+	})
+	for i := range 10 {
+		req, _ := http.NewRequest("GET", srv.URL+"/page", nil)
+		req.Header.Set("X-User", "amy")
+		req.Header.Set("Accept-Encoding", "gzip")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if want := map[bool]int{true: 200, false: 429}[i < 8]; resp.StatusCode != want {
+			t.Fatalf("answer %d of 128 KiB gzipped: %d, want %d", i+1, resp.StatusCode, want)
+		}
+		if i < 8 {
+			if n := <-settled; n != 128<<10 {
+				t.Fatalf("answer %d charged %d bytes; want 131072", i+1, n)
+			}
+		}
+	}
+}
+
+// A client that hangs up after a stream's content, before its usage
+// event, is charged its estimate and one per event it got through the
+// proxy, gzipped or not.
+func TestProxyChargesAStreamCutBeforeItsUsage(t *testing.T) {
+	const events = 2000
+	for _, coding := range []string{"", "gzip"} {
+		t.Run("coding="+coding, func(t *testing.T) {
+			upstream := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				io.ReadAll(r.Body)
+				w.Header().Set("Content-Type", "text/event-stream")
+				var out io.Writer = w
+				if coding != "" {
+					w.Header().Set("Content-Encoding", coding)
+					z := gzip.NewWriter(w)
+					defer z.Close()
+					out = z
+				}
+				for i := range events {
+					fmt.Fprintf(out, "data: {\"choices\":[{\"delta\":{\"content\":\"t%d\"}}],\"usage\":null}\n\n", i)
+				}
+				if z, ok := out.(*gzip.Writer); ok {
+					z.Flush()
+				}
+				w.(http.Flusher).Flush()
+				<-r.Context().Done() // the usage event never comes: the client leaves first
+			})
+			settled := make(chan [2]int64, 1)
+			srv := gatewayTo(t, tokensYAML, memstore.New(memstore.Options{}), upstream, Deps{
+				Settled: func(_ string, estimate, actual int64, _ bool) { settled <- [2]int64{estimate, actual} },
+			})
+			req, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(`{"stream":true}`))
+			req.Header.Set("Authorization", "Bearer cut")
+			if coding != "" {
+				req.Header.Set("Accept-Encoding", coding)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body io.Reader = resp.Body
+			if coding != "" {
+				if body, err = gzip.NewReader(resp.Body); err != nil {
+					t.Fatal(err)
+				}
+			}
+			br := bufio.NewReader(body)
+			for range 2 * events {
+				if _, err := br.ReadString('\n'); err != nil {
+					t.Fatal(err)
+				}
+			}
+			resp.Body.Close()
+			if s := <-settled; s != [2]int64{500, 500 + events} {
+				t.Fatalf("settled %v; want 500 to %d, the estimate and one per event", s, 500+events)
+			}
+		})
+	}
 }

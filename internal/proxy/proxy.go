@@ -205,7 +205,7 @@ func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(h
 			return nil, fmt.Errorf("policy %q: %w", p.Name, err)
 		}
 		hp := httplimit.Policy{
-			Name: p.Name, Pattern: p.Match, Key: key, Cost: p.Cost, CostFrom: p.CostFrom, ChargeStatus: p.ChargeStatus,
+			Name: p.Name, Pattern: p.Match, Key: key, Cost: p.Cost, CostFrom: p.CostFrom, CostUnread: p.CostUnread, ChargeStatus: p.ChargeStatus,
 			FailMode: p.FailMode, Missing: p.Missing, Shadow: p.Shadow, Shape: p.Shape,
 			Concurrency: p.Concurrency, ConcurrencyWait: p.ConcurrencyWait,
 			Limits: limitsFor(p, deps.Overrides, deps.UnknownPlan),
@@ -214,7 +214,7 @@ func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(h
 			hp.Limit = p.Limits[0]
 		}
 		if !answers { // see ForwardAuthCaveats
-			hp.ChargeStatus, hp.CostFrom = nil, httplimit.CostSource{}
+			hp.ChargeStatus, hp.CostFrom, hp.CostUnread = nil, httplimit.CostSource{}, 0
 			hp.Concurrency, hp.ConcurrencyWait = 0, 0
 		}
 		policies = append(policies, hp)
