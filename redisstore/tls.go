@@ -9,10 +9,10 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 
 	"github.com/sluicehq/sluice/internal/rotated"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 // TLS configures the connection's TLS. Any field set turns TLS on, as a
@@ -90,27 +90,16 @@ func (t TLS) config(base *tls.Config, log *slog.Logger, files *[]rotated.Counted
 	var ca *rotated.File[*x509.CertPool]
 	if t.CAFile != "" {
 		var err error
-		if ca, err = rotated.Open(t.CAFile, "redis TLS ca_file", parseCAs, log); err != nil {
+		if ca, err = tlsfiles.CAs(t.CAFile, "redis TLS ca_file", log); err != nil {
 			return nil, nil, fmt.Errorf("redisstore: %w", err)
 		}
 		*files = append(*files, ca)
 		c.RootCAs = ca.Last()
 	}
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		return nil, nil, errors.New("redisstore: tls: cert_file and key_file go together: give both or neither")
-	}
-	if t.CertFile != "" {
-		keyFile := t.KeyFile
-		pair, err := rotated.Open(t.CertFile, "redis TLS client certificate", func(certPEM []byte) (*tls.Certificate, error) {
-			keyPEM, err := os.ReadFile(keyFile)
-			if err != nil {
-				return nil, err
-			}
-			cert, err := tls.X509KeyPair(certPEM, keyPEM)
-			return &cert, err
-		}, log)
+	if t.CertFile != "" || t.KeyFile != "" {
+		pair, err := tlsfiles.Pair(t.CertFile, t.KeyFile, "redis TLS client certificate", log)
 		if err != nil {
-			return nil, nil, fmt.Errorf("redisstore: %w", err)
+			return nil, nil, fmt.Errorf("redisstore: tls: %w", err)
 		}
 		*files = append(*files, pair)
 		c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
@@ -145,15 +134,6 @@ func (t TLS) config(base *tls.Config, log *slog.Logger, files *[]rotated.Counted
 		c.InsecureSkipVerify = true
 	}
 	return c, ca, nil
-}
-
-// parseCAs parses a PEM bundle of certificate authorities.
-func parseCAs(pem []byte) (*x509.CertPool, error) {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, errors.New("no PEM certificate in it")
-	}
-	return pool, nil
 }
 
 // caDialer wraps dial (nil: rueidis's own) so that each TLS connection is
