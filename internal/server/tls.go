@@ -51,17 +51,23 @@ func (s *Server) listenRefused(name string) func(reason string) {
 	return func(reason string) { c.WithLabelValues(name, reason).Inc() }
 }
 
-// listen listens on addr for listener name, with its TLS: under wrap,
-// which sees the plain bytes.
+// listen listens on addr for listener name, with its TLS. Without wrap
+// (HTTP) the TLS listener is outermost, so that http.Server sees its
+// *tls.Conn (for HTTP/2 and Request.TLS); with wrap (gRPC's rapid-reset
+// guard, which reads the frames) it is beneath wrap.
 func (s *Server) listen(name, addr string, lim config.Listeners, wrap func(net.Listener) net.Listener, protos ...string) (net.Listener, error) {
 	c, err := s.listenerTLS(name, s.listenerFiles(name), protos...)
 	if err != nil {
 		return nil, fmt.Errorf("%s listener: %w", name, err)
 	}
-	if wrap == nil {
-		wrap = func(ln net.Listener) net.Listener { return ln }
-	}
-	if c != nil {
+	switch {
+	case wrap == nil:
+		ln, err := listen(addr, lim, func(ln net.Listener) net.Listener { return ln })
+		if err != nil || c == nil {
+			return ln, err
+		}
+		return tls.NewListener(ln, c), nil
+	case c != nil:
 		inner := wrap
 		wrap = func(ln net.Listener) net.Listener { return inner(tls.NewListener(ln, c)) }
 	}
