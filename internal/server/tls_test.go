@@ -104,8 +104,15 @@ func fetchTLS(url string, c *tls.Config) (int, int, []byte, error) {
 func TestListenersMutualTLS(t *testing.T) {
 	certs, stranger := redistest.NewCerts(t), redistest.NewCerts(t)
 	files := fmt.Sprintf("{cert_file: %s, key_file: %s, client_ca_file: %s}", certs.ServerCert, certs.ServerKey, certs.CA)
-	s := startWith(t, fmt.Sprintf("listeners: {drain: 0s, tls: {http: %s, grpc: %s, admin: %s}}\npolicies: [{name: a, limit: 5/m}]\n", files, files, files), Options{})
+	s := startWith(t, fmt.Sprintf("listeners: {drain: 0s, tls: {http: %s, grpc: %s, admin: %s, proxy: %s}}\npolicies: [{name: a, limit: 5/m}]\n", files, files, files, files), Options{})
 	a := s.Addrs()
+	proxy, err := s.ListenProxy("127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := HTTPServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}), s.Config().Listeners, true, slog.Default())
+	go hs.Serve(proxy)
+	t.Cleanup(func() { hs.Close() })
 	good := clientTLS(t, certs.CA, certs.ClientCert, certs.ClientKey)
 	refused := []struct {
 		name string
@@ -114,7 +121,7 @@ func TestListenersMutualTLS(t *testing.T) {
 		{"no certificate", clientTLS(t, certs.CA, "", "")},
 		{"another CA's certificate", clientTLS(t, certs.CA, stranger.ClientCert, stranger.ClientKey)},
 	}
-	for _, l := range []struct{ name, url string }{{"http", "https://" + a.HTTP + "/healthz"}, {"admin", "https://" + a.Admin + "/ui/login"}} {
+	for _, l := range []struct{ name, url string }{{"http", "https://" + a.HTTP + "/healthz"}, {"admin", "https://" + a.Admin + "/ui/login"}, {"proxy", "https://" + proxy.Addr().String() + "/"}} {
 		code, proto, err := get(l.url, good)
 		if err != nil || code != http.StatusOK || proto != 2 {
 			t.Errorf("%s: a client with a good certificate: %d over HTTP/%d, %v; want 200 over HTTP/2", l.name, code, proto, err)
@@ -154,7 +161,7 @@ func TestListenersMutualTLS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range []string{"http", "admin", "grpc"} {
+	for _, l := range []string{"http", "admin", "grpc", "proxy"} {
 		for _, reason := range []string{"no_certificate", "bad_certificate"} {
 			if !bytes.Contains(body, []byte(fmt.Sprintf(`sluice_listener_refused_total{listener=%q,reason=%q} `, l, reason))) {
 				t.Errorf("no sluice_listener_refused_total for %s, %s", l, reason)
