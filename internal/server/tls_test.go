@@ -297,3 +297,43 @@ func copyTo(t *testing.T, from, to string) {
 		t.Fatal(err)
 	}
 }
+
+// With store.peer_tls the peer listener serves only a caller presenting
+// a certificate of the members' CA: one without is refused at the
+// handshake and counted.
+func TestPeerListenerMutualTLS(t *testing.T) {
+	certs, stranger := redistest.NewCerts(t), redistest.NewCerts(t)
+	s := startWith(t, fmt.Sprintf("store: {mode: shard, peers: [127.0.0.1:1], peer_listen: 127.0.0.1:0, peer_tls: {cert_file: %s, key_file: %s, ca_file: %s}}\nlisteners: {drain: 0s}\npolicies: [{name: a, limit: 5/m}]\n",
+		certs.ServerCert, certs.ServerKey, certs.CA), Options{})
+	health := func(c *tls.Config) error {
+		conn, err := grpc.NewClient(s.Addrs().Peer, grpc.WithTransportCredentials(credentials.NewTLS(c)))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err = healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{})
+		return err
+	}
+	if err := health(clientTLS(t, certs.CA, certs.ServerCert, certs.ServerKey)); err != nil {
+		t.Errorf("a member: %v", err)
+	}
+	for name, c := range map[string]*tls.Config{
+		"no certificate":           clientTLS(t, certs.CA, "", ""),
+		"another CA's certificate": clientTLS(t, certs.CA, stranger.ServerCert, stranger.ServerKey),
+	} {
+		if err := health(c); err == nil {
+			t.Errorf("a caller with %s was answered", name)
+		}
+	}
+	_, _, body, err := fetchTLS("http://"+s.Addrs().HTTP+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, reason := range []string{"no_certificate", "bad_certificate"} {
+		if want := fmt.Sprintf(`sluice_listener_refused_total{listener="peer",reason=%q} 1`, reason); !bytes.Contains(body, []byte(want)) {
+			t.Errorf("metrics lack %s", want)
+		}
+	}
+}
