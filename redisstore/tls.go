@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -116,18 +115,11 @@ func (t TLS) config(base *tls.Config, log *slog.Logger, files *[]rotated.Counted
 		c.InsecureSkipVerify = true
 		roots := c.RootCAs // nil: the system's
 		c.VerifyConnection = func(cs tls.ConnectionState) error {
-			if len(cs.PeerCertificates) == 0 {
-				return errors.New("redisstore: tls: the server sent no certificate")
-			}
-			opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool()}
+			pool := roots
 			if ca != nil {
-				opts.Roots = ca.Last() // as the dial read it
+				pool = ca.Last() // as the dial read it
 			}
-			for _, cert := range cs.PeerCertificates[1:] {
-				opts.Intermediates.AddCert(cert)
-			}
-			_, err := cs.PeerCertificates[0].Verify(opts)
-			return err
+			return tlsfiles.VerifyChain(cs, pool, x509.ExtKeyUsageServerAuth)
 		}
 	}
 	if t.InsecureSkipVerify {

@@ -167,8 +167,15 @@ func Client(f Files, what string, log *slog.Logger) (*tls.Config, []rotated.Coun
 	return c, files, nil
 }
 
-// verify checks that the other side's certificate chains to pool for
-// usage, and returns the reason it does not.
+// VerifyChain returns nil when the other side's certificate of cs chains
+// to pool (nil: the system's) for usage, whatever name it carries; for a
+// tls.Config's VerifyConnection.
+func VerifyChain(cs tls.ConnectionState, pool *x509.CertPool, usage x509.ExtKeyUsage) error {
+	_, err := verify(cs, pool, usage)
+	return err
+}
+
+// verify is VerifyChain, with the reason it refuses.
 func verify(cs tls.ConnectionState, pool *x509.CertPool, usage x509.ExtKeyUsage) (string, error) {
 	if len(cs.PeerCertificates) == 0 {
 		return NoCertificate, fmt.Errorf("%w: a certificate is required", errRefused)
