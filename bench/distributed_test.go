@@ -141,7 +141,7 @@ func shardNodes(b *testing.B, n int) []*shard.Store {
 	for i := range n {
 		local := memstore.New(memstore.Options{})
 		srv := grpc.NewServer()
-		shard.Register(srv, local)
+		shard.Register(srv, local, shard.Auth{})
 		healthpb.RegisterHealthServer(srv, health.NewServer())
 		go srv.Serve(lis[i])
 		s, err := shard.New(shard.Options{Self: addrs[i], Local: local, Interval: 100 * time.Millisecond,

@@ -143,18 +143,35 @@ type MemoryStore struct {
 }
 
 // Shard is shard mode: each key owned by one member, found in Peers (the
-// members' gRPC addresses, or one dns:NAME:PORT) or by Gossip.
+// members' peer addresses, or one dns:NAME:PORT) or by Gossip. Members
+// talk on a listener of their own, Listen, and know each other by TLS,
+// a secret, or both: at least one is set.
 type Shard struct {
 	Peers          []string
 	Gossip         *Gossip
-	Self           string // this member's address; "" means its gRPC listen address
+	Self           string // this member's address as the others reach it; "" means Listen
 	MemberInterval time.Duration
+	Listen         string  // the peer listener's address
+	TLS            PeerTLS // mutual TLS between members; zero: none
+	SecretFile     string  // a file of the members' shared secrets, one a line; "": none
+}
+
+// PeerTLS is the mutual TLS of shard members (tlsfiles.Files): each
+// presents its certificate and key, and accepts a peer whose certificate
+// the CA bundle signed. The three go together.
+type PeerTLS struct {
+	CertFile string `yaml:"cert_file"`
+	KeyFile  string `yaml:"key_file"`
+	CAFile   string `yaml:"ca_file"`
 }
 
 // Gossip finds shard members with memberlist.
 type Gossip struct {
 	Bind string
 	Join []string
+	// KeyFile holds the keys that encrypt the gossip, base64, one a line:
+	// the first encrypts, any decrypts. Required.
+	KeyFile string
 }
 
 // RedisStore is Redis (standalone, Sentinel or Cluster, by its URL),
@@ -199,6 +216,25 @@ type Listeners struct {
 	MaxConnections      int           // open connections per listener; more wait to be accepted
 	MaxStreams          int           // gRPC: concurrent calls per connection
 	Drain               time.Duration // on SIGTERM, how long /readyz answers 503 before the listeners close
+	TLS                 ListenersTLS  // each listener's TLS; zero: plain TCP
+}
+
+// ListenersTLS is the TLS of each listener: `sluice serve`'s HTTP (and
+// `sluice proxy`'s metrics listener), gRPC and admin, and `sluice proxy`'s.
+type ListenersTLS struct {
+	HTTP  ListenerTLS `yaml:"http"`
+	GRPC  ListenerTLS `yaml:"grpc"`
+	Admin ListenerTLS `yaml:"admin"`
+	Proxy ListenerTLS `yaml:"proxy"`
+}
+
+// ListenerTLS is one listener's TLS (tlsfiles.Files): its certificate and
+// key, and with ClientCAFile mutual TLS, a client refused unless it
+// presents a certificate that bundle signed. The zero value is plain TCP.
+type ListenerTLS struct {
+	CertFile     string `yaml:"cert_file"`
+	KeyFile      string `yaml:"key_file"`
+	ClientCAFile string `yaml:"client_ca_file"`
 }
 
 // Envoy is how the Envoy rate limit service answers, where
@@ -548,6 +584,9 @@ type storeYAML struct {
 	Self           string          `yaml:"self"`
 	MemberInterval time.Duration   `yaml:"member_interval"`
 	Gossip         *gossipYAML     `yaml:"gossip"`
+	PeerListen     string          `yaml:"peer_listen"`
+	PeerTLS        PeerTLS         `yaml:"peer_tls"`
+	PeerSecretFile string          `yaml:"peer_secret_file"`
 }
 
 type listenersYAML struct {
@@ -561,6 +600,7 @@ type listenersYAML struct {
 	MaxConnections      int           `yaml:"max_connections"`
 	MaxStreams          int           `yaml:"max_streams"`
 	Drain               time.Duration `yaml:"drain"`
+	TLS                 ListenersTLS  `yaml:"tls"`
 }
 
 type uiYAML struct {
@@ -581,8 +621,9 @@ type envoyYAML struct {
 }
 
 type gossipYAML struct {
-	Bind string   `yaml:"bind"`
-	Join []string `yaml:"join"`
+	Bind    string   `yaml:"bind"`
+	Join    []string `yaml:"join"`
+	KeyFile string   `yaml:"key_file"`
 }
 
 type adminYAML struct {
@@ -834,7 +875,7 @@ func (c *checker) store(n *yaml.Node, y storeYAML) Store {
 	default:
 		bad("type", "%q: want memory or redis", y.Type)
 	}
-	shardFields := []string{"peers", "self", "member_interval", "gossip"}
+	shardFields := []string{"peers", "self", "member_interval", "gossip", "peer_listen", "peer_tls", "peer_secret_file"}
 	switch y.Mode {
 	case "":
 		unused("only for mode local-sync", "sync_interval")
@@ -855,16 +896,31 @@ func (c *checker) store(n *yaml.Node, y storeYAML) Store {
 			bad("mode", "shard mode keeps state in each owner's memory: use type memory")
 			break
 		}
-		sh := &Shard{Peers: y.Peers, Self: y.Self, MemberInterval: y.MemberInterval}
+		sh := &Shard{Peers: y.Peers, Self: y.Self, MemberInterval: y.MemberInterval, Listen: y.PeerListen, TLS: y.PeerTLS, SecretFile: y.PeerSecretFile}
 		if y.Gossip != nil {
-			sh.Gossip = &Gossip{Bind: y.Gossip.Bind, Join: y.Gossip.Join}
+			sh.Gossip = &Gossip{Bind: y.Gossip.Bind, Join: y.Gossip.Join, KeyFile: y.Gossip.KeyFile}
 			if sh.Gossip.Bind == "" {
 				bad("gossip", "gossip needs bind: the address memberlist listens on")
 			}
+			if sh.Gossip.KeyFile == "" {
+				bad("gossip", "gossip needs key_file: the keys that encrypt it (base64 of 16, 24 or 32 random bytes, one a line); without them any process that reaches bind joins the ring")
+			}
+		}
+		if _, _, err := net.SplitHostPort(sh.Listen); err != nil {
+			bad("peer_listen", "%q: want host:port, the peer listener's address", sh.Listen)
+		}
+		if t := sh.TLS; (t != PeerTLS{}) && (t.CertFile == "" || t.KeyFile == "" || t.CAFile == "") {
+			bad("peer_tls", "cert_file, key_file and ca_file go together: each member presents its certificate and verifies the others' with the CA")
+		}
+		if m["peer_secret_file"] != nil && sh.SecretFile == "" {
+			bad("peer_secret_file", "must not be empty: leave it out for peer_tls alone")
+		}
+		if (sh.TLS == PeerTLS{}) && sh.SecretFile == "" {
+			bad("peer_tls", "shard mode needs peer_tls (mutual TLS between members) or peer_secret_file, or both: without either any process that reaches the peer listener can reset, charge and move every key")
 		}
 		switch {
 		case len(sh.Peers) == 0 && sh.Gossip == nil:
-			bad("peers", "shard mode needs peers (the members' gRPC addresses, or dns:NAME:PORT) or gossip: {bind, join}")
+			bad("peers", "shard mode needs peers (the members' peer addresses, or dns:NAME:PORT) or gossip: {bind, join, key_file}")
 		case len(sh.Peers) > 0 && sh.Gossip != nil:
 			bad("gossip", "peers and gossip both find members: use one")
 		}
@@ -908,6 +964,14 @@ func (c *checker) listeners(n *yaml.Node, y listenersYAML) Listeners {
 	}
 	if l.Drain < 0 {
 		c.add(at["drain"], "listeners.drain", "must not be negative")
+	}
+	for name, t := range map[string]ListenerTLS{"http": l.TLS.HTTP, "grpc": l.TLS.GRPC, "admin": l.TLS.Admin, "proxy": l.TLS.Proxy} {
+		switch {
+		case (t.CertFile == "") != (t.KeyFile == ""):
+			c.add(at["tls"], "listeners.tls."+name, "cert_file and key_file go together: give both or neither")
+		case t.ClientCAFile != "" && t.CertFile == "":
+			c.add(at["tls"], "listeners.tls."+name, "client_ca_file needs cert_file and key_file: mutual TLS is TLS first")
+		}
 	}
 	return l
 }

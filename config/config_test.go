@@ -230,6 +230,16 @@ func TestStoreCombinationsRefused(t *testing.T) {
 		{"store:\n  max_bytes: 64KiB", "f.yaml:2:14: store.max_bytes: must be at least 1MiB"},
 		{"store:\n  timeout: [1s]", "f.yaml:2:12: store.timeout: want a single value, not a list"},
 		{"store:\n  fail_mode: maybe", "f.yaml:2:14: store.fail_mode: \"maybe\": want local, open or closed"},
+		// The peer port is the members' alone: shard mode names how they
+		// know each other, and gossip is encrypted.
+		{"store:\n  mode: shard\n  peers: [a:1]", "f.yaml:2:3: store.peer_tls: shard mode needs peer_tls (mutual TLS between members) or peer_secret_file"},
+		{"store:\n  mode: shard\n  peers: [a:1]\n  peer_tls: {cert_file: c, key_file: k}", "f.yaml:4:13: store.peer_tls: cert_file, key_file and ca_file go together"},
+		{"store:\n  mode: shard\n  peer_secret_file: s\n  gossip: {bind: 127.0.0.1:7946}", "f.yaml:4:11: store.gossip: gossip needs key_file"},
+		{"store:\n  mode: shard\n  peers: [a:1]\n  peer_secret_file: s\n  peer_listen: 8083", "f.yaml:5:16: store.peer_listen: \"8083\": want host:port"},
+		{"store:\n  type: memory\n  peer_secret_file: s", "f.yaml:3:21: store.peer_secret_file: only for mode shard"},
+		{"listeners:\n  tls: {http: {cert_file: c}}", "listeners.tls.http: cert_file and key_file go together"},
+		{"listeners:\n  tls: {admin: {client_ca_file: ca}}", "listeners.tls.admin: client_ca_file needs cert_file and key_file"},
+		{"listeners:\n  tls: {metrics: {cert_file: c, key_file: k}}", "listeners.tls.metrics"},
 	} {
 		_, err := config.Parse("f.yaml", []byte(tt.src+pol))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -259,11 +269,12 @@ func TestStoreKindsAndDefaults(t *testing.T) {
 			t.Errorf("max_bytes: %s: %v, %v; want %d", src, c, err, want)
 		}
 	}
-	c, err = config.Parse("f.yaml", []byte("store: {mode: shard, gossip: {bind: 127.0.0.1:7946, join: [127.0.0.1:7947]}}"+pol))
+	c, err = config.Parse("f.yaml", []byte("store: {mode: shard, peer_secret_file: /run/peer, gossip: {bind: 127.0.0.1:7946, join: [127.0.0.1:7947], key_file: /run/gossip}}"+pol))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if sh := c.Store.Memory.Shard; c.Store.Mode() != "shard" || sh.Gossip.Bind != "127.0.0.1:7946" || sh.MemberInterval != time.Second || c.Store.Redis != nil {
+	if sh := c.Store.Memory.Shard; c.Store.Mode() != "shard" || sh.Gossip.Bind != "127.0.0.1:7946" || sh.Gossip.KeyFile != "/run/gossip" || sh.MemberInterval != time.Second ||
+		sh.Listen != "127.0.0.1:8083" || sh.SecretFile != "/run/peer" || c.Store.Redis != nil {
 		t.Fatalf("memory shard: %+v %+v", c.Store, sh)
 	}
 	c, err = config.Parse("f.yaml", []byte("policies: [{name: a, limit: 1/s}, {name: b, limit: 1/s, fail_mode: open}]"))

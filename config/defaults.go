@@ -83,6 +83,9 @@ var defaults = struct {
 		SyncInterval: 100 * time.Millisecond,
 		// shard: membership changes are noticed within a second.
 		MemberInterval: time.Second,
+		// shard: the members' own listener, beside the gRPC listener's
+		// 8081 and admin's 8082; on loopback, as every listener.
+		PeerListen: "127.0.0.1:8083",
 	},
 	policy: policyYAML{
 		Key:      "client_ip",

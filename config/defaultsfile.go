@@ -56,7 +56,7 @@ func writeFields(b *strings.Builder, indent string, v reflect.Value) {
 }
 
 // modeOnly are the store's fields of one mode, and the mode.
-var modeOnly = map[string]string{"sync_interval": "local-sync", "member_interval": "shard"}
+var modeOnly = map[string]string{"sync_interval": "local-sync", "member_interval": "shard", "peer_listen": "shard"}
 
 // defaultValue is v as a policy file writes it.
 func defaultValue(v reflect.Value) string {

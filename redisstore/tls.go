@@ -4,15 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/url"
-	"os"
 	"strconv"
 
 	"github.com/sluicehq/sluice/internal/rotated"
+	"github.com/sluicehq/sluice/internal/tlsfiles"
 )
 
 // TLS configures the connection's TLS. Any field set turns TLS on, as a
@@ -90,27 +89,16 @@ func (t TLS) config(base *tls.Config, log *slog.Logger, files *[]rotated.Counted
 	var ca *rotated.File[*x509.CertPool]
 	if t.CAFile != "" {
 		var err error
-		if ca, err = rotated.Open(t.CAFile, "redis TLS ca_file", parseCAs, log); err != nil {
+		if ca, err = tlsfiles.CAs(t.CAFile, "redis TLS ca_file", log); err != nil {
 			return nil, nil, fmt.Errorf("redisstore: %w", err)
 		}
 		*files = append(*files, ca)
 		c.RootCAs = ca.Last()
 	}
-	if (t.CertFile == "") != (t.KeyFile == "") {
-		return nil, nil, errors.New("redisstore: tls: cert_file and key_file go together: give both or neither")
-	}
-	if t.CertFile != "" {
-		keyFile := t.KeyFile
-		pair, err := rotated.Open(t.CertFile, "redis TLS client certificate", func(certPEM []byte) (*tls.Certificate, error) {
-			keyPEM, err := os.ReadFile(keyFile)
-			if err != nil {
-				return nil, err
-			}
-			cert, err := tls.X509KeyPair(certPEM, keyPEM)
-			return &cert, err
-		}, log)
+	if t.CertFile != "" || t.KeyFile != "" {
+		pair, err := tlsfiles.Pair(t.CertFile, t.KeyFile, "redis TLS client certificate", log)
 		if err != nil {
-			return nil, nil, fmt.Errorf("redisstore: %w", err)
+			return nil, nil, fmt.Errorf("redisstore: tls: %w", err)
 		}
 		*files = append(*files, pair)
 		c.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
@@ -127,33 +115,17 @@ func (t TLS) config(base *tls.Config, log *slog.Logger, files *[]rotated.Counted
 		c.InsecureSkipVerify = true
 		roots := c.RootCAs // nil: the system's
 		c.VerifyConnection = func(cs tls.ConnectionState) error {
-			if len(cs.PeerCertificates) == 0 {
-				return errors.New("redisstore: tls: the server sent no certificate")
-			}
-			opts := x509.VerifyOptions{Roots: roots, Intermediates: x509.NewCertPool()}
+			pool := roots
 			if ca != nil {
-				opts.Roots = ca.Last() // as the dial read it
+				pool = ca.Last() // as the dial read it
 			}
-			for _, cert := range cs.PeerCertificates[1:] {
-				opts.Intermediates.AddCert(cert)
-			}
-			_, err := cs.PeerCertificates[0].Verify(opts)
-			return err
+			return tlsfiles.VerifyChain(cs, pool, x509.ExtKeyUsageServerAuth)
 		}
 	}
 	if t.InsecureSkipVerify {
 		c.InsecureSkipVerify = true
 	}
 	return c, ca, nil
-}
-
-// parseCAs parses a PEM bundle of certificate authorities.
-func parseCAs(pem []byte) (*x509.CertPool, error) {
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(pem) {
-		return nil, errors.New("no PEM certificate in it")
-	}
-	return pool, nil
 }
 
 // caDialer wraps dial (nil: rueidis's own) so that each TLS connection is

@@ -28,6 +28,14 @@ type GossipOptions struct {
 	ProbeInterval time.Duration
 	// Logs receives memberlist's own log lines. Default: discarded.
 	Logs io.Writer
+	// Keys encrypt and authenticate the gossip (AES-GCM, each 16, 24 or
+	// 32 bytes): the first encrypts what this member sends, any of them
+	// opens what it receives, and a message none opens is dropped, so a
+	// process without a key can neither join nor be heard. Several let a
+	// key be rotated: add the new one second everywhere, then first, then
+	// drop the old. Empty: gossip in clear, open to anyone who reaches
+	// Bind.
+	Keys [][]byte
 }
 
 // Gossip is membership by gossip (github.com/hashicorp/memberlist, SWIM):
@@ -62,6 +70,12 @@ func NewGossip(opts GossipOptions) (*Gossip, error) {
 		logs = io.Discard
 	}
 	c.Logger = log.New(logs, "memberlist: ", 0)
+	if len(opts.Keys) > 0 {
+		if c.Keyring, err = memberlist.NewKeyring(opts.Keys, opts.Keys[0]); err != nil {
+			return nil, fmt.Errorf("shard: gossip keys: %w", err)
+		}
+		c.GossipVerifyIncoming, c.GossipVerifyOutgoing = true, true
+	}
 	list, err := memberlist.Create(c)
 	if err != nil {
 		return nil, fmt.Errorf("shard: gossip: %w", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -81,5 +82,43 @@ func TestDNSMembership(t *testing.T) {
 	}
 	if got := shard.DNS("no-such-host.invalid", 1).Members(context.Background()); len(got) != 0 {
 		t.Fatalf("an unresolvable name gave members %v", got)
+	}
+}
+
+// With keys, gossip is encrypted: a process without the key, or with
+// another, cannot join, nor does any member list it; a member whose first
+// key is the members' second (mid-rotation) joins.
+func TestGossipKeysKeepOutsidersOut(t *testing.T) {
+	key, next, wrong := []byte("0123456789abcdef"), []byte("fedcba9876543210"), []byte("not-the-key-0000")
+	start := func(self string, keys [][]byte, join []string) (*shard.Gossip, string) {
+		t.Helper()
+		bind := freeUDPTCPPort(t)
+		g, err := shard.NewGossip(shard.GossipOptions{Self: self, Bind: bind, Join: join, Keys: keys})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { g.Close() })
+		return g, bind
+	}
+	seed, seedBind := start("member-a", [][]byte{key, next}, nil)
+	second, _ := start("member-b", [][]byte{key, next}, []string{seedBind})
+	for _, o := range []struct {
+		name string
+		keys [][]byte
+	}{{"no key", nil}, {"wrong key", [][]byte{wrong}}} {
+		// NewGossip returns once its join was answered or refused.
+		if g, _ := start("outsider "+o.name, o.keys, []string{seedBind}); len(g.Members(context.Background())) != 1 {
+			t.Errorf("outsider with %s sees %v: it joined", o.name, g.Members(context.Background()))
+		}
+	}
+	start("member-c", [][]byte{next, key}, []string{seedBind})
+	for _, g := range []*shard.Gossip{seed, second} {
+		deadline := time.Now().Add(10 * time.Second)
+		for got := g.Members(context.Background()); !slices.Equal(got, []string{"member-a", "member-b", "member-c"}); got = g.Members(context.Background()) {
+			if time.Now().After(deadline) {
+				t.Fatalf("members %v; want the three members, no outsider", got)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }

@@ -428,8 +428,10 @@ func (s *Store) pass(ctx context.Context, to string, reqs []sluice.Request, rese
 // for keys this instance owns with Options.Local, and passes the others
 // on to their owner (FLAG_HOP), so that a peer whose ring is behind, after
 // a member joined or while this one leaves, still reaches the key's state.
+// It serves only the members Options.Auth admits: give it a server of
+// its own, on the members' network, never one that clients reach.
 func (s *Store) Register(srv *grpc.Server) {
-	shardv1.RegisterPeerServer(srv, &service{local: s.opts.Local, route: s})
+	shardv1.RegisterPeerServer(srv, &service{local: s.opts.Local, route: s, auth: &s.opts.Auth})
 }
 
 // serve decides a call of reqs into ds (or with reset, resets the first

@@ -24,10 +24,14 @@ type Membership interface {
 // staticFailures gRPC health checks in a row (each bounded by timeout)
 // leaves the ring until it answers again, so one slow answer does not move
 // keys. self is always a member; a peer listed twice counts once. Several
-// instances may share one host on different ports.
-func Static(self string, peers []string, timeout time.Duration) Membership {
+// instances may share one host on different ports. dial are the options
+// of the connections to the peers (Auth.DialOptions); none: in clear.
+func Static(self string, peers []string, timeout time.Duration, dial ...grpc.DialOption) Membership {
 	all := slices.Compact(slices.Sorted(slices.Values(append([]string{self}, peers...))))
-	st := &static{self: self, peers: all, timeout: timeout, conns: map[string]*grpc.ClientConn{}, failures: map[string]int{}}
+	if len(dial) == 0 {
+		dial = []grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials())}
+	}
+	st := &static{self: self, peers: all, timeout: timeout, dial: dial, conns: map[string]*grpc.ClientConn{}, failures: map[string]int{}}
 	for _, p := range all {
 		st.failures[p] = staticFailures // not a member until it answers
 	}
@@ -55,6 +59,7 @@ type static struct {
 	self     string
 	peers    []string
 	timeout  time.Duration
+	dial     []grpc.DialOption
 	mu       sync.Mutex
 	conns    map[string]*grpc.ClientConn
 	failures map[string]int // consecutive failed checks; guarded by mu
@@ -67,7 +72,7 @@ func (s *static) conn(addr string) (*grpc.ClientConn, error) {
 	if c := s.conns[addr]; c != nil {
 		return c, nil
 	}
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithConnectParams(reconnect))
+	c, err := grpc.NewClient(addr, append(slices.Clip(s.dial), grpc.WithConnectParams(reconnect))...)
 	if err == nil {
 		s.conns[addr] = c
 	}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/sluicehq/sluice"
 	shardv1 "github.com/sluicehq/sluice/api/shardv1"
@@ -67,8 +66,8 @@ type forward struct {
 // its answer may still arrive.
 var forwards = sync.Pool{New: func() any { return &forward{done: make(chan struct{}, 1)} }}
 
-func newPeer(addr string, size int, timeout time.Duration) (*peer, error) {
-	c, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()), grpc.WithConnectParams(reconnect))
+func newPeer(addr string, size int, timeout time.Duration, dial []grpc.DialOption) (*peer, error) {
+	c, err := grpc.NewClient(addr, append(dial, grpc.WithConnectParams(reconnect))...)
 	if err != nil {
 		return nil, err
 	}

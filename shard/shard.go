@@ -58,7 +58,10 @@ type Options struct {
 	BatchSize int
 	// Timeout bounds a forward. Default 200ms.
 	Timeout time.Duration
-	Logger  *slog.Logger
+	// Auth says who is a member, on both sides of the peer protocol: the
+	// zero value admits anyone, in clear (see Auth).
+	Auth   Auth
+	Logger *slog.Logger
 }
 
 // ErrCrossOwner is returned by TakeAll for a batch whose keys have
@@ -233,7 +236,7 @@ func (s *Store) peerIn(ps map[string]*peer, addr string) (*peer, error) {
 	if p := ps[addr]; p != nil {
 		return p, nil
 	}
-	p, err := newPeer(addr, s.opts.BatchSize, s.opts.Timeout)
+	p, err := newPeer(addr, s.opts.BatchSize, s.opts.Timeout, s.opts.Auth.DialOptions())
 	if err != nil {
 		return nil, err
 	}

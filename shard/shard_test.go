@@ -290,7 +290,7 @@ func TestSplitBrainIsBoundedByOwners(t *testing.T) {
 	for i := range 2 {
 		local := memstore.New(memstore.Options{})
 		srv := grpc.NewServer()
-		shard.Register(srv, local)
+		shard.Register(srv, local, shard.Auth{})
 		go srv.Serve(lis[i])
 		s, _ := shard.New(shard.Options{Self: addrs[i], Local: local, Members: views[i], Interval: time.Hour})
 		t.Cleanup(func() { s.Close(); srv.Stop() })
@@ -374,7 +374,7 @@ func TestForwardAfterPeerRestart(t *testing.T) {
 	addr := l.Addr().String()
 	local := memstore.New(memstore.Options{})
 	srv := grpc.NewServer()
-	shard.Register(srv, local)
+	shard.Register(srv, local, shard.Auth{})
 	go srv.Serve(l)
 	s, keys := front(t, addr, time.Second, 1)
 	key := keys[0]
@@ -388,7 +388,7 @@ func TestForwardAfterPeerRestart(t *testing.T) {
 		t.Skipf("could not listen again on %s: %v", addr, err)
 	}
 	srv2 := grpc.NewServer()
-	shard.Register(srv2, local)
+	shard.Register(srv2, local, shard.Auth{})
 	go srv2.Serve(l2)
 	t.Cleanup(srv2.Stop)
 	time.Sleep(100 * time.Millisecond) // the client notices the old connection is gone

@@ -237,19 +237,26 @@ func callError(e *shardv1.Error) error {
 }
 
 // Register adds the peer service, deciding every call with local, to a
-// gRPC server. Store.Register passes on the calls for keys the store's
-// instance no longer owns instead.
-func Register(s *grpc.Server, local sluice.Store) {
-	shardv1.RegisterPeerServer(s, &service{local: local})
+// gRPC server, for the members auth admits. Store.Register passes on the
+// calls for keys the store's instance no longer owns instead.
+func Register(s *grpc.Server, local sluice.Store, auth Auth) {
+	shardv1.RegisterPeerServer(s, &service{local: local, auth: &auth})
 }
 
 type service struct {
 	shardv1.UnimplementedPeerServer
 	local sluice.Store
 	route *Store // nil: every call is decided here
+	auth  *Auth
 }
 
+// Take serves a stream of batches from a member; a stream from a caller
+// that Auth does not admit is refused before it is read, so none of its
+// batches, hand-offs, failovers or leaves is seen.
 func (sv *service) Take(stream grpc.BidiStreamingServer[shardv1.Batch, shardv1.BatchResult]) error {
+	if err := sv.auth.admit(stream.Context()); err != nil {
+		return err
+	}
 	in, out := new(shardv1.Batch), new(shardv1.BatchResult)
 	var reqs []sluice.Request
 	var ds []sluice.Decision

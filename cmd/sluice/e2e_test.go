@@ -676,18 +676,11 @@ func waitSyncs(t *testing.T, p *proc, n float64) {
 func TestShardThreeInstances(t *testing.T) {
 	grpcs := []string{freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)}
 	file := filepath.Join(t.TempDir(), "shard.yaml")
-	os.WriteFile(file, []byte(`store:
-  mode: shard
-  peers: [`+strings.Join(grpcs, ", ")+`]
-  member_interval: 200ms
-policies:
-  - name: p
-    limit: 30/1h
-`), 0o644)
+	os.WriteFile(file, []byte(shardConfig(t, grpcs, "30/1h")), 0o644)
 	var procs []*proc
 	for _, g := range grpcs {
-		p := &proc{http: freeport.Addr(t), grpc: g, admin: freeport.Addr(t), out: &logbuf.Buffer{}}
-		p.cmd = exec.Command(binary, "serve", "-config", file, "-http", p.http, "-grpc", p.grpc, "-admin", p.admin)
+		p := &proc{http: freeport.Addr(t), grpc: freeport.Addr(t), admin: freeport.Addr(t), out: &logbuf.Buffer{}}
+		p.cmd = exec.Command(binary, "serve", "-config", file, "-http", p.http, "-grpc", p.grpc, "-admin", p.admin, "-peer-listen", g)
 		p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 		if err := p.cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -704,7 +697,7 @@ policies:
 			return err == nil
 		})
 	}
-	waitFor(t, func() bool { return membersSeen(procs) })
+	waitFor(t, func() bool { return membersSeen(procs, grpcs) })
 	for k := range 6 {
 		key := fmt.Sprint("key-", k)
 		admitted := 0
@@ -747,13 +740,14 @@ policies:
 	t.Logf("all keys answered %v after an instance died (membership interval 200ms)", time.Since(died))
 }
 
-// membersSeen reports whether every instance logged a ring of all three.
-func membersSeen(procs []*proc) bool {
+// membersSeen reports whether every instance logged a ring of all three
+// peer addresses.
+func membersSeen(procs []*proc, peers []string) bool {
 	for _, p := range procs {
 		seen := false
 		for _, line := range strings.Split(p.out.String(), "\n") {
-			if strings.Contains(line, "membership changed") && strings.Contains(line, procs[0].grpc) &&
-				strings.Contains(line, procs[1].grpc) && strings.Contains(line, procs[2].grpc) {
+			if strings.Contains(line, "membership changed") && strings.Contains(line, peers[0]) &&
+				strings.Contains(line, peers[1]) && strings.Contains(line, peers[2]) {
 				seen = true
 			}
 		}

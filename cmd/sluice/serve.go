@@ -28,6 +28,7 @@ import (
 // common are the flags serve and proxy share.
 type common struct {
 	config, redis, logLevel, logFormat string
+	tls                                config.ListenerTLS
 }
 
 func (c *common) register(fs *flag.FlagSet) {
@@ -35,6 +36,23 @@ func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.redis, "redis", "", "Redis URL, overriding the config's store: redis://, rediss://, redis-sentinel://")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
+	fs.StringVar(&c.tls.CertFile, "tls-cert", "", "PEM certificate every listener serves TLS with, read again at each handshake; overrides the config's listeners.tls")
+	fs.StringVar(&c.tls.KeyFile, "tls-key", "", "PEM private key of -tls-cert")
+	fs.StringVar(&c.tls.ClientCAFile, "tls-client-ca", "", "PEM bundle of the CAs whose client certificates every listener requires (mutual TLS); with -tls-cert")
+}
+
+// listenerTLS returns the TLS the flags give every listener, or nil when
+// they give none (the config's listeners.tls then); false when they do
+// not go together (said on stderr).
+func (c *common) listenerTLS(stderr io.Writer, cmd string) (*config.ListenerTLS, bool) {
+	switch t := c.tls; {
+	case t == config.ListenerTLS{}:
+		return nil, true
+	case t.CertFile == "" || t.KeyFile == "":
+		fmt.Fprintf(stderr, "sluice %s: -tls-cert and -tls-key go together; -tls-client-ca needs both\n", cmd)
+		return nil, false
+	}
+	return &c.tls, true
 }
 
 func serve(args []string, stdout, stderr io.Writer) int {
@@ -46,6 +64,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	grpcAddr := fs.String("grpc", "127.0.0.1:8081", "gRPC listen address: Envoy RLS v3, health, reflection")
 	var admin adminFlags
 	admin.register(fs, "127.0.0.1:8082")
+	peerAddr := fs.String("peer-listen", "", "shard mode: the peer listener's address, where only the members call (overrides store.peer_listen; default 127.0.0.1:8083)")
 	envoyEnvFlag := fs.Bool("envoy-env", false, "start from envoyproxy/ratelimit's environment: RUNTIME_ROOT and the rest for the config directory, HOST/PORT, GRPC_HOST/GRPC_PORT, DEBUG_HOST/DEBUG_PORT, REDIS_*, LOG_*, SHADOW_MODE, LIMIT_RESPONSE_HEADERS_ENABLED (docs/envoy.md)")
 	drain := fs.Duration("shutdown-timeout", 10*time.Second, "how long draining and in-flight checks may take on SIGINT or SIGTERM")
 	fs.Usage = func() {
@@ -97,10 +116,14 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	if !admin.resolve(cli, log, stderr, "serve") {
 		return 2
 	}
+	listenerTLS, ok := c.listenerTLS(stderr, "serve")
+	if !ok {
+		return 2
+	}
 	hup := server.CatchSIGHUP() // before any listener: see WatchReload
 	var srv *server.Server
 	srv, err = server.New(server.Options{
-		Config: c.config, RedisURL: c.redis, HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr,
+		Config: c.config, RedisURL: c.redis, HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr, TLS: listenerTLS, PeerAddr: *peerAddr,
 		AdminAddr: admin.addr, AdminToken: admin.token, AdminTokenFile: admin.file, Logger: log, Envoy: envoy, DebugAddr: debugAddr,
 		// /v1/forward-auth decides as `sluice proxy` does: its decider,
 		// on this server's Guard, counted in its metrics.
@@ -127,11 +150,11 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	srv.WatchReload(ctx, hup)
 	build := buildinfo.Read()
 	log.Info("sluice serving", "version", build.Version, "revision", build.Revision, "modified", build.Modified, "go", build.Go,
-		"http", a.HTTP, "grpc", a.GRPC, "admin", a.Admin, "store", srv.StoreType(), "config", source,
+		"http", a.HTTP, "grpc", a.GRPC, "admin", a.Admin, "peer", a.Peer, "store", srv.StoreType(), "config", source,
 		"policies", len(srv.Config().Policies), "domains", len(srv.Config().Domains))
 	if c.logFormat != "json" {
 		// With JSON logs every line is JSON: the record above says it all.
-		banner(stdout, build, source, srv.StoreType(), a, srv.Config())
+		banner(stdout, build, source, srv.StoreType(), a, srv.Config(), srv.Scheme)
 	}
 
 	<-ctx.Done()
@@ -178,6 +201,10 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 	if !admin.resolve(cli, log, stderr, "proxy") {
 		return 2
 	}
+	listenerTLS, ok := c.listenerTLS(stderr, "proxy")
+	if !ok {
+		return 2
+	}
 	// The handler is rebuilt from each config a reload puts in place and
 	// swapped in whole: a request sees one config or the other.
 	var handler atomic.Pointer[http.Handler]
@@ -193,7 +220,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 		handler.Store(&h)
 		return nil
 	}
-	srv, err = server.New(server.Options{Config: c.config, RedisURL: c.redis, Logger: log,
+	srv, err = server.New(server.Options{Config: c.config, RedisURL: c.redis, Logger: log, TLS: listenerTLS,
 		HTTPAddr: *metricsAddr, AdminAddr: admin.addr, AdminToken: admin.token, AdminTokenFile: admin.file, OpsOnly: true,
 		OnReload: func(cfg *config.Config) {
 			if err := build(cfg); err != nil {
@@ -214,7 +241,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	lim := srv.Config().Listeners
-	ln, err := server.Listen(*listen, lim)
+	ln, err := srv.ListenProxy(*listen)
 	if err != nil {
 		fail(stderr, "proxy", err)
 		return 1
@@ -231,12 +258,12 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	srv.WatchReload(ctx, hup) // SIGHUP and file changes, watched before announcing
 	a := srv.Addrs()
-	fmt.Fprintf(stdout, "sluice proxy listening on http://%s, forwarding to %s\n", ln.Addr(), u)
+	fmt.Fprintf(stdout, "sluice proxy listening on %s://%s, forwarding to %s\n", srv.Scheme("proxy"), ln.Addr(), u)
 	if a.HTTP != "" {
-		fmt.Fprintf(stdout, "  metrics    http://%s/metrics\n", a.HTTP)
+		fmt.Fprintf(stdout, "  metrics    %s://%s/metrics\n", srv.Scheme("metrics"), a.HTTP)
 	}
 	if a.Admin != "" {
-		fmt.Fprintf(stdout, "  admin      http://%s/ui/   (bearer token required)\n", a.Admin)
+		fmt.Fprintf(stdout, "  admin      %s://%s/ui/   (bearer token required)\n", srv.Scheme("admin"), a.Admin)
 	}
 	served := make(chan error, 1)
 	go func() { served <- hs.Serve(ln) }()
@@ -282,20 +309,26 @@ func validate(args []string, stdout, stderr io.Writer) int {
 
 // banner tells a person at a terminal where the service listens and how
 // to try it, on a policy or domain of cfg.
-func banner(stdout io.Writer, build buildinfo.Info, source, store string, a server.Addrs, cfg *config.Config) {
+// scheme says which listeners serve TLS (Server.Scheme).
+func banner(stdout io.Writer, build buildinfo.Info, source, store string, a server.Addrs, cfg *config.Config, scheme func(listener string) string) {
 	fmt.Fprintf(stdout, `sluice %s serving
   policies   %s
   store      %s
-  HTTP       http://%s   (POST /v1/check, POST /json, /v1/forward-auth, GET /metrics, /healthz, /readyz)
+  HTTP       %s://%s   (POST /v1/check, POST /json, /v1/forward-auth, GET /metrics, /healthz, /readyz)
   gRPC       %s          (sluice.v1.CheckService, envoy.service.ratelimit.v3.RateLimitService, grpc.health.v1)
-`, build, source, store, a.HTTP, a.GRPC)
+`, build, source, store, scheme("http"), a.HTTP, a.GRPC)
+	if a.Peer != "" {
+		fmt.Fprintf(stdout, "  peers      %s          (shard members only)\n", a.Peer)
+	}
 	if a.Admin != "" {
-		fmt.Fprintf(stdout, "  admin      http://%s   (bearer token required)\n", a.Admin)
+		fmt.Fprintf(stdout, "  admin      %s://%s   (bearer token required)\n", scheme("admin"), a.Admin)
 	} else {
 		fmt.Fprintln(stdout, "  admin      off (set admin.token or SLUICE_ADMIN_TOKEN)")
 	}
-	exe, _ := os.Executable()
-	fmt.Fprint(stdout, tryIt(cfg, a.HTTP, command(exe)))
+	if scheme("http") == "http" { // the hint's curl speaks plain HTTP
+		exe, _ := os.Executable()
+		fmt.Fprint(stdout, tryIt(cfg, a.HTTP, command(exe)))
+	}
 }
 
 // tryIt is the banner's hint: a check of cfg's policy named default, or

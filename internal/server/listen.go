@@ -19,21 +19,10 @@ import (
 	"github.com/sluicehq/sluice/config"
 )
 
-// Listen listens on addr, accepting at most l.MaxConnections connections
-// at once: more wait in the kernel's backlog until one closes, so a flood
-// of connections cannot take every file descriptor.
-func Listen(addr string, l config.Listeners) (net.Listener, error) {
-	return listen(addr, l, func(ln net.Listener) net.Listener { return ln })
-}
-
-// listenGRPC is Listen for the gRPC listener, its connections under the
-// rapid-reset guard (resetguard.go); onGoAway is called for each
-// connection the guard sends away.
-func listenGRPC(addr string, l config.Listeners, onGoAway func()) (net.Listener, error) {
-	return listen(addr, l, func(ln net.Listener) net.Listener { return &guardListener{Listener: ln, onGoAway: onGoAway} })
-}
-
-// listen listens on addr, wraps the listener, and bounds its connections.
+// listen listens on addr, wraps the listener, and accepts at most
+// l.MaxConnections connections at once: more wait in the kernel's backlog
+// until one closes, so a flood of connections cannot take every file
+// descriptor. Server.listen adds a listener's TLS.
 func listen(addr string, l config.Listeners, wrap func(net.Listener) net.Listener) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {

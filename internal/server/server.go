@@ -67,6 +67,12 @@ type Options struct {
 	// config, at start and at each reload (the proxy's decider, which this
 	// package does not import); a reload it refuses keeps the previous one.
 	ForwardAuth func(*config.Config) (http.Handler, error)
+	// TLS, if set, is the TLS of every listener (the -tls-* flags), over
+	// the config's listeners.tls.
+	TLS *config.ListenerTLS
+	// PeerAddr, if set, is the peer listener's address in shard mode (the
+	// -peer-listen flag), over the config's store.peer_listen.
+	PeerAddr string
 	// OpsOnly makes HTTPAddr serve only the operator's endpoints
 	// (/metrics, /healthz, /readyz, /healthcheck), or nothing when it is
 	// empty, starts no gRPC listener, and skips the drain: for `sluice
@@ -109,6 +115,10 @@ type Server struct {
 	preflight *preflight        // its preflight's last report, for /readyz
 	overrides *overrides.Registry
 	reserved  reservations // the API's open reservations
+	peers     *peers       // the peer listener, in shard mode
+
+	tlsFiles        tlsFiles               // every TLS file the listeners and peers read again
+	listenerRefused *prometheus.CounterVec // by listener and reason
 }
 
 // state is one loaded config.
@@ -116,8 +126,9 @@ type state struct {
 	cfg *config.Config
 }
 
-// Addrs are the addresses the server listens on, once started.
-type Addrs struct{ HTTP, GRPC, Admin, Debug string }
+// Addrs are the addresses the server listens on, once started; Peer is
+// the peer listener's, in shard mode.
+type Addrs struct{ HTTP, GRPC, Admin, Debug, Peer string }
 
 // New loads the config and opens the store. It returns the config's
 // problems, every one, when the file is invalid.
@@ -132,6 +143,7 @@ func New(opts Options) (*Server, error) {
 	s := &Server{opts: opts, log: opts.Logger, metrics: newMetrics(), logs: sample.New(1), activity: newActivity()}
 	s.history.add(true, "")
 	s.cfg.Store(&state{cfg: cfg})
+	s.registerTLSMetrics()
 	if f := opts.AdminTokenFile; f != nil {
 		s.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_admin_token_file_errors_total",
 			Help: "Reads of the admin token file (-admin-token-file) that failed, each at an admin request: the last token read stays in use; the first of a run is logged."},
@@ -340,14 +352,15 @@ func (s *Server) Start() error {
 	if err := s.buildForwardAuth(s.state().cfg); err != nil {
 		return fmt.Errorf("forward-auth: %w", err)
 	}
-	hl, err := Listen(s.opts.HTTPAddr, lim)
+	hl, err := s.listen("http", s.opts.HTTPAddr, lim, nil, httpProtos...)
 	if err != nil {
-		return fmt.Errorf("http listener: %w", err)
+		return err
 	}
-	gl, err := listenGRPC(s.opts.GRPCAddr, lim, s.goneAway)
+	// The rapid-reset guard reads the HTTP/2 frames: beneath it, TLS.
+	gl, err := s.listen("grpc", s.opts.GRPCAddr, lim, func(ln net.Listener) net.Listener { return &guardListener{Listener: ln, onGoAway: s.goneAway} }, "h2")
 	if err != nil {
 		hl.Close()
-		return fmt.Errorf("grpc listener: %w", err)
+		return err
 	}
 	s.addrs = Addrs{HTTP: hl.Addr().String(), GRPC: gl.Addr().String()}
 
@@ -358,13 +371,15 @@ func (s *Server) Start() error {
 	s.grpcSrv = grpc.NewServer(append(grpcOptions(lim, s.recv), s.tracing.grpcOptions()...)...)
 	rlspb.RegisterRateLimitServiceServer(s.grpcSrv, &rls{s: s})
 	sluicev1.RegisterCheckServiceServer(s.grpcSrv, &native{s: s})
-	if ss, ok := s.store.(*shard.Store); ok {
-		ss.Register(s.grpcSrv)
-	}
 	s.health = health.NewServer()
 	healthpb.RegisterHealthServer(s.grpcSrv, s.health)
 	reflection.Register(s.grpcSrv)
 	go s.grpcSrv.Serve(gl)
+	if ss, ok := s.store.(*shard.Store); ok {
+		if err := s.startPeers(ss, lim); err != nil {
+			return err
+		}
+	}
 
 	if err := s.startAdmin(lim); err != nil {
 		return err
@@ -445,9 +460,9 @@ func (s *Server) startAdmin(lim config.Listeners) error {
 // serveOn serves h on a listener at addr (named in its error) in the
 // background, and returns the server and the address it listens on.
 func (s *Server) serveOn(name, addr string, lim config.Listeners, h http.Handler) (*http.Server, string, error) {
-	l, err := Listen(addr, lim)
+	l, err := s.listen(name, addr, lim, nil, httpProtos...)
 	if err != nil {
-		return nil, "", fmt.Errorf("%s listener: %w", name, err)
+		return nil, "", err
 	}
 	srv := HTTPServer(h, lim, false, s.log)
 	go s.serveHTTP(srv, l)
@@ -523,15 +538,24 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	if s.grpcSrv != nil {
 		wg.Go(func() {
-			done := make(chan struct{})
-			go func() { s.grpcSrv.GracefulStop(); close(done) }()
-			select {
-			case <-done:
-			case <-ctx.Done():
-				s.grpcSrv.Stop()
-				<-done
+			var stopping sync.WaitGroup
+			for _, srv := range []*grpc.Server{s.grpcSrv, s.peerServer()} {
+				if srv == nil {
+					continue
+				}
+				stopping.Go(func() {
+					done := make(chan struct{})
+					go func() { srv.GracefulStop(); close(done) }()
+					select {
+					case <-done:
+					case <-ctx.Done():
+						srv.Stop()
+						<-done
+					}
+				})
 			}
-			s.recv.stop() // it ends stalled calls until the server has stopped
+			stopping.Wait()
+			s.recv.stop() // it ends stalled calls until the servers have stopped
 		})
 	}
 	wg.Wait()
@@ -552,15 +576,24 @@ func (s *Server) track() func() {
 
 // openShard puts a shard.Store in front of the memory store.
 func (s *Server) openShard(cfg *config.Config, sh *config.Shard, local sluice.Store) error {
+	p, err := s.openPeers(sh)
+	if err != nil {
+		return err
+	}
+	s.peers = p
 	self := sh.Self
 	if self == "" {
-		self = s.opts.GRPCAddr
+		self = p.addr
 	}
 	var members shard.Membership
 	closeMembers := func() {}
 	switch {
 	case sh.Gossip != nil:
-		g, err := shard.NewGossip(shard.GossipOptions{Self: self, Bind: sh.Gossip.Bind, Join: sh.Gossip.Join})
+		keys, err := readGossipKeys(sh.Gossip.KeyFile)
+		if err != nil {
+			return err
+		}
+		g, err := shard.NewGossip(shard.GossipOptions{Self: self, Bind: sh.Gossip.Bind, Join: sh.Gossip.Join, Keys: keys})
 		if err != nil {
 			return err
 		}
@@ -573,10 +606,10 @@ func (s *Server) openShard(cfg *config.Config, sh *config.Shard, local sluice.St
 		p, _ := strconv.Atoi(port)
 		members = shard.DNS(host, p)
 	default:
-		members = shard.Static(self, sh.Peers, sh.MemberInterval)
+		members = shard.Static(self, sh.Peers, sh.MemberInterval, p.auth.DialOptions()...)
 	}
 	ss, err := shard.New(shard.Options{Self: self, Members: members, Local: local, Interval: sh.MemberInterval,
-		Timeout: cfg.Store.Timeout, Logger: s.log})
+		Timeout: cfg.Store.Timeout, Logger: s.log, Auth: p.auth})
 	if err != nil {
 		return err
 	}
