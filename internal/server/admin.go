@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/door"
 	"github.com/sluicehq/sluice/internal/overrides"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -207,7 +208,7 @@ func (s *Server) adminSetOverride(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, fmt.Sprintf("unknown policy %q", in.Policy), "policy")
 		return
 	}
-	if err := checkIdentity(in.Key); err != nil {
+	if err := door.Identity(in.Key); err != nil {
 		problem(w, http.StatusBadRequest, "key: "+err.Error(), "key")
 		return
 	}

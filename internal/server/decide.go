@@ -16,6 +16,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/door"
 )
 
 // Bounds on one request, so that a hostile one costs bounded memory and
@@ -515,23 +516,21 @@ func (s *Server) giveBackRefused(ctx context.Context, domain string, outs []desc
 }
 
 // checkEntries refuses descriptor i's entries unless they name one
-// counter that no other entries can: 1 to maxEntries of them, keys without
-// '=' or a control character, values without a control character (see
-// descriptorKey), none too long or not UTF-8.
+// counter that no other entries can: 1 to maxEntries of them, keys
+// without '=', keys and values (but an empty value) that pass the one
+// identity rule (door.Identity: see descriptorKey).
 func checkEntries(i int, entries []config.Entry) error {
 	if len(entries) == 0 || len(entries) > maxEntries {
 		return inputError("descriptor %d has %d entries: want 1 to %d", i, len(entries), maxEntries)
 	}
 	for j, e := range entries {
-		switch {
-		case e.Key == "":
-			return inputError("descriptor %d entry %d: empty key", i, j)
-		case len(e.Key) > sluice.MaxIdentityLen:
-			return inputError("descriptor %d entry %d: key of %d bytes; at most %d", i, j, len(e.Key), sluice.MaxIdentityLen)
-		case strings.ContainsFunc(e.Key, control) || strings.IndexByte(e.Key, '=') >= 0:
-			return inputError("descriptor %d entry %d: key %.40q holds '=' or a control character", i, j, e.Key)
+		if err := door.Identity(e.Key); err != nil {
+			return inputError("descriptor %d entry %d: key %v", i, j, err)
 		}
-		if err := checkIdentity(e.Value); err != nil && e.Value != "" {
+		if strings.IndexByte(e.Key, '=') >= 0 {
+			return inputError("descriptor %d entry %d: key %.40q holds '='", i, j, e.Key)
+		}
+		if err := door.Identity(e.Value); err != nil && e.Value != "" {
 			return inputError("descriptor %d entry %d (%.40q): value %v", i, j, e.Key, err)
 		}
 	}

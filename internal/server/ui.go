@@ -38,7 +38,7 @@ var uiFiles embed.FS
 // Go-quoted when it holds a control character (a composite key's NUL
 // between its parts), which parseKeyText reads back.
 func keyText(key string) string {
-	if strings.ContainsFunc(key, control) {
+	if strings.ContainsFunc(key, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return strconv.Quote(key)
 	}
 	return key
