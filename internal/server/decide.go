@@ -67,6 +67,28 @@ func (s *Server) count(sub subject, o sluice.Outcome, client string, closest *sl
 	s.activity.record(sub.name, o, client, cfg.UI.TopKeys, start)
 }
 
+// shownKey is how the status page, the admin API and the logs show
+// client, a key under the policy or domain label: hashed
+// (config.ShownKey) where it is a credential. A policy's keys are when
+// the policy says so (config.Policy.SecretKeys); a domain's entries'
+// values are when the entry's key is named like a credential
+// (config.CredentialName: api_key, authorization).
+func shownKey(cfg *config.Config, label, client string) string {
+	if p := cfg.Policy(label); p != nil {
+		return config.ShownKey(client, p.SecretKeys)
+	}
+	if cfg.Domains[label] == nil || !strings.Contains(client, "=") {
+		return client
+	}
+	parts := strings.Split(client, "\x00")
+	for i, part := range parts {
+		if k, v, ok := strings.Cut(part, "="); ok && config.CredentialName(k) {
+			parts[i] = k + "=" + config.ShownKey(v, true)
+		}
+	}
+	return strings.Join(parts, "\x00")
+}
+
 // CountCheck counts a check of policy that another front door on this
 // server's Guard decided (the proxy), as the server counts its own: once
 // in sluice_checks_total under the policy, near-limit, the status page's
