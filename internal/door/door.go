@@ -1,23 +1,3 @@
-// Package door holds the rules every front door of sluice applies to a
-// request, whatever its protocol: httplimit (and, through it, sluice
-// proxy and /v1/forward-auth) and grpclimit. A door finds each matching
-// policy's key its own way; from there the rules are these, in one copy:
-//
-//   - a key that cannot be found is decided by the policy's Missing (OnMissing);
-//   - one identity rule: an identity that is empty, longer than
-//     sluice.MaxIdentityLen, not UTF-8 or holding a control character is
-//     refused as invalid, never let through unlimited, nothing charged
-//     (Identity, and Key for a composed one);
-//   - a policy's concurrency slot is taken before its rate is decided, and a
-//     refusal, or any refusal after it, releases every slot the request holds;
-//   - enforced policies are decided together, all-or-nothing, shadow ones
-//     apart, in one Guard call (Batch.Decide);
-//   - the request is counted under one label: the policy whose concurrency
-//     refused it, else the first enforced policy, else the first shadow one;
-//   - the answer is one of Proceed, Invalid (400, InvalidArgument),
-//     Unavailable (503, Unavailable: a closed failure) and Limited (429,
-//     ResourceExhausted), with the decision closest to its limit for the
-//     rate headers.
 package door
 
 import (

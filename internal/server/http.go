@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -171,7 +172,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	if resp.failedClosed {
 		// A policy's fail_mode closed refused: the service cannot decide.
 		// Its error stays in the log; the client learns when to retry.
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Retry-After", strconv.Itoa(int(door.UnavailableRetry/time.Second)))
 		problem(w, http.StatusServiceUnavailable, "the rate limiter's store is unavailable and the policy fails closed; retry shortly", "")
 		return
 	}
