@@ -97,20 +97,21 @@ func check(id string, composed bool) error {
 	case len(id) > sluice.MaxIdentityLen:
 		return fmt.Errorf("%w: %d bytes, at most %d", ErrIdentityTooLong, len(id), sluice.MaxIdentityLen)
 	}
-	for i := 0; i < len(id); {
+	for i := 0; i < len(id); i++ {
 		c := id[i]
-		if c < utf8.RuneSelf {
-			if c < 0x20 && c != '\t' && (c != 0 || !composed) || c == 0x7f {
-				return fmt.Errorf("%w: holds a control character (U+0000 to U+001F but the tab, or U+007F)", ErrInvalidIdentity)
-			}
-			i++
+		switch {
+		case c-0x20 < 0x7f-0x20: // printable ASCII, the common case
 			continue
+		case c == '\t' || c == 0 && composed:
+			continue
+		case c < utf8.RuneSelf:
+			return fmt.Errorf("%w: holds a control character (U+0000 to U+001F but the tab, or U+007F)", ErrInvalidIdentity)
 		}
 		r, n := utf8.DecodeRuneInString(id[i:])
 		if r == utf8.RuneError {
 			return fmt.Errorf("%w: not valid UTF-8 (or holds U+FFFD)", ErrInvalidIdentity)
 		}
-		i += n
+		i += n - 1
 	}
 	return nil
 }
