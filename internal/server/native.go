@@ -3,10 +3,7 @@ package server
 import (
 	"context"
 	"net/http"
-	"slices"
 	"time"
-
-	"google.golang.org/grpc"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -84,28 +81,4 @@ func protoDecision(d sluice.Decision) *sluicev1.Decision {
 		Allowed: d.Allowed, Limit: d.Limit.String(), Remaining: d.Remaining,
 		RetryAfter: durationpb.New(d.RetryAfter), ResetAfter: durationpb.New(d.ResetAfter), Delay: durationpb.New(d.Delay),
 	}
-}
-
-// malformedInvalid returns desc with each unary method answering a
-// request that fails to decode (a string field that is not UTF-8, a
-// malformed field, more descriptors than the codec takes) with
-// InvalidArgument, as every door refuses a malformed request, where
-// grpc-go answers Internal: the fault is the caller's, and nothing was
-// charged.
-func malformedInvalid(desc *grpc.ServiceDesc) *grpc.ServiceDesc {
-	d := *desc
-	d.Methods = slices.Clone(desc.Methods)
-	for i := range d.Methods {
-		h := d.Methods[i].Handler
-		d.Methods[i].Handler = func(srv any, ctx context.Context, dec func(any) error, in grpc.UnaryServerInterceptor) (any, error) {
-			return h(srv, ctx, func(m any) error {
-				err := dec(m)
-				if st, ok := status.FromError(err); ok && st.Code() == codes.Internal {
-					return status.Error(codes.InvalidArgument, st.Message())
-				}
-				return err
-			}, in)
-		}
-	}
-	return &d
 }

@@ -355,8 +355,8 @@ func (s *Server) Start() error {
 
 	s.recv = newReceiveWatch(lim.ReadTimeout, s.refused)
 	s.grpcSrv = grpc.NewServer(append(grpcOptions(lim, s.recv), s.tracing.grpcOptions()...)...)
-	s.grpcSrv.RegisterService(malformedInvalid(&rlspb.RateLimitService_ServiceDesc), &rls{s: s})
-	s.grpcSrv.RegisterService(malformedInvalid(&sluicev1.CheckService_ServiceDesc), &native{s: s})
+	rlspb.RegisterRateLimitServiceServer(s.grpcSrv, &rls{s: s})
+	sluicev1.RegisterCheckServiceServer(s.grpcSrv, &native{s: s})
 	if ss, ok := s.store.(*shard.Store); ok {
 		ss.Register(s.grpcSrv)
 	}
