@@ -6,7 +6,9 @@ import (
 
 	commonpb "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -49,5 +51,15 @@ func TestDecodeLenientKeepsBytes(t *testing.T) {
 		if !proto.Equal(got, tt.msg) {
 			t.Errorf("decoded %v; want %v", got, tt.msg)
 		}
+	}
+}
+
+// An Envoy request whose domain is not UTF-8, which the codec decodes,
+// is refused with InvalidArgument.
+func TestRLSDomainNotUTF8Refused(t *testing.T) {
+	r := start(t, "domains: [{domain: d, descriptors: [{key: k, rate_limit: {unit: hour, requests_per_unit: 1}}]}]\n", "")
+	req := &rlspb.RateLimitRequest{Domain: "d\xff", Descriptors: []*commonpb.RateLimitDescriptor{{Entries: []*commonpb.RateLimitDescriptor_Entry{{Key: "k", Value: "v"}}}}}
+	if _, err := (&rls{s: r.Server}).ShouldRateLimit(t.Context(), req); status.Code(err) != codes.InvalidArgument {
+		t.Fatalf("domain %q: %v; want InvalidArgument", req.Domain, err)
 	}
 }
