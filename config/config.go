@@ -313,6 +313,11 @@ type Policy struct {
 	// An unknown or missing plan gets Limits.
 	Plans    map[string][]sluice.Limit
 	PlanFrom string // the proxy's source of a request's plan: header:NAME
+	// SecretKeys reports that the policy's keys are credentials, which the
+	// status page, the admin API and the logs show only as a short hash
+	// (ShownKey): the policy file's secret, or else whether Key reads a
+	// header named like a credential (CredentialName).
+	SecretKeys bool
 
 	overrideIdx *overrideIndex // Overrides indexed, by the parser
 }
@@ -635,6 +640,7 @@ type policyYAML struct {
 	Limit    *sluice.Limit   `yaml:"limit"`
 	Limits   []sluice.Limit  `yaml:"limits"`
 	Key      string          `yaml:"key"`
+	Secret   *bool           `yaml:"secret"`
 	Match    string          `yaml:"match"`
 	Cost     costYAML        `yaml:"cost"`
 	FailMode sluice.FailMode `yaml:"fail_mode"`
@@ -1018,6 +1024,10 @@ func (c *checker) policies(nodes []*yaml.Node, cfg *Config) {
 		c.plans(m, y, field, p)
 		if err := ValidateKeySpec(p.Key); err != nil {
 			c.add(cmp.Or(m["key"], pn), field+".key", "%v", err)
+		}
+		p.SecretKeys = secretKeys(p.Key)
+		if y.Secret != nil {
+			p.SecretKeys = *y.Secret
 		}
 		if p.Match != "" {
 			if err := httplimit.ValidatePattern(p.Match); err != nil {

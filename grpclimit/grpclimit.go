@@ -46,6 +46,14 @@ var ErrNoKey = errors.New("grpclimit: no key for call")
 // the separator of the parts; the call is refused with InvalidArgument.
 var ErrAmbiguousKey = errors.New("grpclimit: a part of the rate limit key holds a NUL byte")
 
+// ErrInvalidKey is wrapped by key functions that find an identity no
+// counter may be kept under: empty, longer than sluice.MaxIdentityLen,
+// not UTF-8 or holding a control character (NUL too), the rule every
+// front door of sluice applies. The call is refused with
+// InvalidArgument, charged nothing. The interceptor applies the rule to
+// every key it is given, a composition's NUL separators aside.
+var ErrInvalidKey = door.ErrInvalidIdentity
+
 // PeerAddr keys by the peer's IP address, IPv6 grouped by /64. Behind a
 // proxy, key by a metadata value the proxy sets instead.
 func PeerAddr() KeyFunc { return peerAddr }
@@ -73,11 +81,15 @@ func peerAddr(ctx context.Context, _ string) (string, error) {
 }
 
 // Metadata keys by the first value of the incoming metadata key, such as
-// "x-api-key".
+// "x-api-key"; a value no counter may be kept under is refused
+// (ErrInvalidKey).
 func Metadata(key string) KeyFunc {
 	key = strings.ToLower(key)
 	return func(ctx context.Context, _ string) (string, error) {
 		if v := metadata.ValueFromIncomingContext(ctx, key); len(v) > 0 && v[0] != "" {
+			if err := door.Identity(v[0]); err != nil {
+				return "", fmt.Errorf("grpclimit: %s metadata: %w", key, err)
+			}
 			return v[0], nil
 		}
 		return "", fmt.Errorf("%w: no %s metadata", ErrNoKey, key)
@@ -303,10 +315,16 @@ func (i *Interceptor) decide(ctx context.Context, method string, b *door.Batch[*
 		}
 		r := &p.rules
 		key, err := p.Key(ctx, method)
-		if errors.Is(err, ErrAmbiguousKey) {
+		if errors.Is(err, ErrAmbiguousKey) || errors.Is(err, ErrInvalidKey) {
 			return status.Error(codes.InvalidArgument, err.Error())
 		}
-		if err != nil {
+		if err == nil {
+			// The one identity rule of every door, on what the key
+			// function found; the fallback identity below is the door's own.
+			if err := door.Key(key); err != nil {
+				return status.Errorf(codes.InvalidArgument, "grpclimit: policy %s: %v", p.Name, err)
+			}
+		} else {
 			i.note(p.Name+" (missing key)", "rate limit key not found; decided by the policy's missing: "+p.Missing.String(), err)
 			switch door.OnMissing(r) {
 			case door.Skip:
@@ -319,9 +337,6 @@ func (i *Interceptor) decide(ctx context.Context, method string, b *door.Batch[*
 				return status.Errorf(codes.InvalidArgument, "no rate limit identity for policy %s: %v; and %v", p.Name, err, perr)
 			}
 			key = "\x00" + peerKey // a NUL, which no metadata value holds, then the address
-		}
-		if err := door.Identity(len(key)); err != nil {
-			return status.Error(codes.InvalidArgument, err.Error())
 		}
 		req := sluice.Request{Key: p.Name + "\x00" + key, Cost: p.Cost}
 		b.Apply(p, r, req.Key)

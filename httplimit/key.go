@@ -10,6 +10,7 @@ import (
 	"strconv"
 
 	"github.com/sluicehq/sluice/clientip"
+	"github.com/sluicehq/sluice/internal/door"
 )
 
 // KeyFunc appends to dst the identity a policy limits for a request: a
@@ -21,6 +22,24 @@ type KeyFunc func(dst []byte, r *http.Request, p *Policy) ([]byte, error)
 
 // ErrNoKey is wrapped by key functions that find no identity.
 var ErrNoKey = errors.New("httplimit: no key for request")
+
+// ErrInvalidKey is wrapped by key functions that find an identity no
+// counter may be kept under: empty, longer than sluice.MaxIdentityLen,
+// not UTF-8 or holding a control character (NUL too), the rule every
+// front door of sluice applies. The middleware answers 400, charging
+// nothing. It applies the rule to every key it is given, a
+// composition's NUL separators aside.
+var ErrInvalidKey = door.ErrInvalidIdentity
+
+// identity appends v, an identity the client gave, to dst, or refuses
+// it by the rule of every door (ErrInvalidKey); from says where it was
+// read.
+func identity(dst []byte, v, from string) ([]byte, error) {
+	if err := door.Identity(v); err != nil {
+		return dst, fmt.Errorf("httplimit: %s: %w", from, err)
+	}
+	return append(dst, v...), nil
+}
 
 // ClientIP keys by the client's address as resolver finds it, IPv6 grouped
 // by prefix. Choose the resolver for your deployment: see package clientip.
@@ -42,7 +61,7 @@ func ClientIP(resolver *clientip.Resolver) KeyFunc {
 func User(ctxKey any) KeyFunc {
 	return func(dst []byte, r *http.Request, _ *Policy) ([]byte, error) {
 		if id, ok := r.Context().Value(ctxKey).(string); ok && id != "" {
-			return append(dst, id...), nil
+			return identity(dst, id, "the user in the request context")
 		}
 		return dst, fmt.Errorf("%w: no user in the request context", ErrNoKey)
 	}
@@ -52,18 +71,20 @@ func User(ctxKey any) KeyFunc {
 func UserFunc(f func(ctx context.Context) (string, bool)) KeyFunc {
 	return func(dst []byte, r *http.Request, _ *Policy) ([]byte, error) {
 		if id, ok := f(r.Context()); ok && id != "" {
-			return append(dst, id...), nil
+			return identity(dst, id, "the user in the request context")
 		}
 		return dst, fmt.Errorf("%w: no user in the request context", ErrNoKey)
 	}
 }
 
-// APIKey keys by the value of header, such as X-API-Key.
+// APIKey keys by the value of header, such as X-API-Key. User, UserFunc
+// and APIKey refuse an identity no counter may be kept under
+// (ErrInvalidKey).
 func APIKey(header string) KeyFunc {
 	header = http.CanonicalHeaderKey(header)
 	return func(dst []byte, r *http.Request, _ *Policy) ([]byte, error) {
 		if v := r.Header.Get(header); v != "" {
-			return append(dst, v...), nil
+			return identity(dst, v, header)
 		}
 		return dst, fmt.Errorf("%w: no %s header", ErrNoKey, header)
 	}

@@ -463,7 +463,17 @@ func (m *Middleware) request(r *http.Request, p *Policy, s *scratch) (sluice.Req
 	start := len(s.keys)
 	keys := append(append(s.keys, p.Name...), 0)
 	keys, err := p.Key(keys, r, p)
-	if err != nil && !errors.Is(err, ErrAmbiguousKey) {
+	switch {
+	case err == nil:
+		// The one identity rule of every door, on what the key function
+		// found; the fallback identity below is the door's own.
+		id := keys[start+len(p.Name)+1:]
+		if err := door.Key(unsafe.String(unsafe.SliceData(id), len(id))); err != nil {
+			return sluice.Request{}, fmt.Errorf("httplimit: policy %s: %w", p.Name, err)
+		}
+	case errors.Is(err, ErrAmbiguousKey), errors.Is(err, ErrInvalidKey):
+		return sluice.Request{}, err
+	default:
 		missing := err
 		if door.OnMissing(&p.rules) != door.ByAddress {
 			return sluice.Request{}, fmt.Errorf("%w: %w", errKeyMissing, missing)
@@ -477,13 +487,7 @@ func (m *Middleware) request(r *http.Request, p *Policy, s *scratch) (sluice.Req
 		defer m.log.note(r.Context(), slog.LevelWarn, p.Name+" (missing key)", "rate limit key not found; limited by the client's address",
 			slog.String("error", missing.Error()))
 	}
-	if err != nil {
-		return sluice.Request{}, err
-	}
 	s.keys = keys
-	if err := door.Identity(len(keys) - start - len(p.Name) - 1); err != nil {
-		return sluice.Request{}, fmt.Errorf("httplimit: %w", err)
-	}
 	cost := p.Cost
 	if p.CostFunc != nil {
 		if cost, err = p.CostFunc(r); err != nil || cost < 0 || cost > p.Limit.Capacity() {

@@ -258,7 +258,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	srv.WatchReload(ctx, hup) // SIGHUP and file changes, watched before announcing
 	a := srv.Addrs()
-	fmt.Fprintf(stdout, "sluice proxy listening on %s://%s, forwarding to %s\n", srv.Scheme("proxy"), ln.Addr(), u)
+	fmt.Fprintf(stdout, "sluice proxy listening on %s://%s, forwarding to %s\n", srv.Scheme("proxy"), ln.Addr(), withoutUserinfo(u))
 	if a.HTTP != "" {
 		fmt.Fprintf(stdout, "  metrics    %s://%s/metrics\n", srv.Scheme("metrics"), a.HTTP)
 	}
@@ -391,6 +391,17 @@ func (a *adminFlags) resolve(cli map[string]bool, log *slog.Logger, stderr io.Wr
 		a.token = f.Last() // for what is shown at start
 	}
 	return true
+}
+
+// withoutUserinfo is u as the proxy shows it: its userinfo (a password,
+// or a token as the user name) replaced by REDACTED.
+func withoutUserinfo(u *url.URL) string {
+	if u.User == nil {
+		return u.String()
+	}
+	c := *u
+	c.User = url.User("REDACTED")
+	return c.String()
 }
 
 // warnSecretFlags warns of each secret given on the command line, where

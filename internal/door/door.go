@@ -1,27 +1,11 @@
-// Package door holds the rules every front door of sluice applies to a
-// request, whatever its protocol: httplimit (and, through it, sluice
-// proxy and /v1/forward-auth) and grpclimit. A door finds each matching
-// policy's key its own way; from there the rules are these, in one copy:
-//
-//   - a key that cannot be found is decided by the policy's Missing (OnMissing);
-//   - an identity longer than sluice.MaxIdentityLen is refused, never let
-//     through unlimited (Identity);
-//   - a policy's concurrency slot is taken before its rate is decided, and a
-//     refusal, or any refusal after it, releases every slot the request holds;
-//   - enforced policies are decided together, all-or-nothing, shadow ones
-//     apart, in one Guard call (Batch.Decide);
-//   - the request is counted under one label: the policy whose concurrency
-//     refused it, else the first enforced policy, else the first shadow one;
-//   - the answer is one of Proceed, Invalid (400, InvalidArgument),
-//     Unavailable (503, Unavailable: a closed failure) and Limited (429,
-//     ResourceExhausted), with the decision closest to its limit for the
-//     rate headers.
 package door
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/guard"
@@ -70,14 +54,65 @@ func OnMissing(p *Policy) Action {
 // on, short enough to find it back.
 const UnavailableRetry = time.Second
 
-// ErrIdentityTooLong is wrapped by Identity's error.
-var ErrIdentityTooLong = fmt.Errorf("request identity too long: at most %d bytes", sluice.MaxIdentityLen)
+// ErrInvalidIdentity is wrapped by the errors of Identity and Key: the
+// request names no identity a counter may be kept under, and is refused
+// (400, InvalidArgument) having charged nothing.
+var ErrInvalidIdentity = errors.New("invalid request identity")
 
-// Identity refuses an identity of n bytes past sluice.MaxIdentityLen (a
-// huge API key header, say), which must not slip through unlimited.
-func Identity(n int) error {
-	if n > sluice.MaxIdentityLen {
-		return fmt.Errorf("%w: %d", ErrIdentityTooLong, n)
+// ErrIdentityTooLong is wrapped by the error of Identity and Key for an
+// identity past sluice.MaxIdentityLen; it wraps ErrInvalidIdentity.
+var ErrIdentityTooLong = fmt.Errorf("%w: too long", ErrInvalidIdentity)
+
+// Identity refuses id, an identity a client names (an API key, a user, a
+// descriptor's value, a key to inspect), unless a counter may be kept
+// under it. It is refused when it is
+//
+//   - empty;
+//   - longer than sluice.MaxIdentityLen bytes, which must not slip
+//     through unlimited;
+//   - not valid UTF-8, or holding U+FFFD, which is what an invalid byte
+//     or a lone surrogate escape decodes to (two such identities would
+//     share one counter);
+//   - holding a control character: U+0000 to U+001F but the tab (which a
+//     header value may hold), or DEL (U+007F). NUL separates the parts of
+//     a counter's name, so an identity holding one could name another's.
+//
+// The error wraps ErrInvalidIdentity and says which rule refused id,
+// quoting none of it: an identity may be a credential.
+func Identity(id string) error { return check(id, false) }
+
+// Key refuses key, what a door's key function found (httplimit's and
+// grpclimit's: a header, metadata, a user, or a composition of parts
+// joined by NUL), by Identity's rule, two things aside: a NUL, which a
+// composition puts between parts and keeps out of each part itself, and
+// an empty key, which only the application's own choice makes (the
+// route of a policy that matches every request): a client's empty value
+// is a missing key.
+func Key(key string) error { return check(key, true) }
+
+// check is Identity, or Key when composed is set.
+func check(id string, composed bool) error {
+	switch {
+	case id == "" && !composed:
+		return fmt.Errorf("%w: empty", ErrInvalidIdentity)
+	case len(id) > sluice.MaxIdentityLen:
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrIdentityTooLong, len(id), sluice.MaxIdentityLen)
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch {
+		case c-0x20 < 0x7f-0x20: // printable ASCII, the common case
+			continue
+		case c == '\t' || c == 0 && composed:
+			continue
+		case c < utf8.RuneSelf:
+			return fmt.Errorf("%w: holds a control character (U+0000 to U+001F but the tab, or U+007F)", ErrInvalidIdentity)
+		}
+		r, n := utf8.DecodeRuneInString(id[i:])
+		if r == utf8.RuneError {
+			return fmt.Errorf("%w: not valid UTF-8 (or holds U+FFFD)", ErrInvalidIdentity)
+		}
+		i += n - 1
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/sluicehq/sluice/guard"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/internal/topk"
 )
 
@@ -111,7 +112,7 @@ func (a *activity) record(label string, o guard.Outcome, client string, topKeys 
 			l.top.CompareAndSwap(nil, topk.New(topKeys))
 			sk = l.top.Load()
 		}
-		sk.Observe(client) // shown by keyText, NUL and all
+		sk.Observe(client) // shown by shownKey, hashed where it is a credential
 	}
 }
 
@@ -138,7 +139,8 @@ func (a *activity) rates(label string, n int) (allowed, denied, failed []int64) 
 	return
 }
 
-// top returns label's most denied keys, or nil.
+// top returns label's most denied keys, as they were observed (the
+// status page shows them by shownKey), or nil.
 func (a *activity) top(label string) []topk.Item {
 	v, ok := a.labels.Load(label)
 	if !ok {
@@ -148,6 +150,18 @@ func (a *activity) top(label string) []topk.Item {
 		return sk.Top()
 	}
 	return nil
+}
+
+// unhash returns label's most denied key that shown, a config.ShownKey
+// hash, names, and whether one does: the status page links a key it
+// shows hashed to the inspector by its hash.
+func (a *activity) unhash(label, shown string) (string, bool) {
+	for _, it := range a.top(label) {
+		if config.ShownKey(it.Key, true) == shown {
+			return it.Key, true
+		}
+	}
+	return "", false
 }
 
 // forgetKeys drops every label's kept keys (the config stopped keeping them).

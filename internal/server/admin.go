@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"crypto/subtle"
 	"encoding/json"
 	"errors"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/internal/door"
 	"github.com/sluicehq/sluice/internal/overrides"
 	"github.com/sluicehq/sluice/memstore"
 )
@@ -31,8 +33,8 @@ import (
 // Domains take ?domain=D&entry=k=v&entry=k2=v2 instead of policy and key.
 // Every call and every refused token is logged with the caller's
 // address; a source address that sends wrong tokens is throttled
-// (adminFailures a minute, then 429 until the minute is over), by sluice
-// itself.
+// (adminFailures in any minute, each counted before it is compared, then
+// 429 until the oldest of them is a minute old), by sluice itself.
 func (s *Server) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /admin/config", func(w http.ResponseWriter, r *http.Request) {
@@ -45,7 +47,12 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("DELETE /admin/keys", s.adminKey)
 	mux.HandleFunc("GET /admin/overrides", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(map[string]any{"overrides": s.overrides.List()})
+		cfg := s.state().cfg
+		list := s.overrides.List()
+		for i := range list {
+			list[i].Key = shownKey(cfg, list[i].Policy, list[i].Key)
+		}
+		json.NewEncoder(w).Encode(map[string]any{"overrides": list})
 	})
 	mux.HandleFunc("GET /admin/readyz", func(w http.ResponseWriter, r *http.Request) {
 		status, _, detail := s.readiness(r.Context())
@@ -56,7 +63,7 @@ func (s *Server) adminHandler() http.Handler {
 	mux.HandleFunc("PUT /admin/overrides", s.adminSetOverride)
 	mux.HandleFunc("DELETE /admin/overrides", s.adminSetOverride)
 	failures, _ := sluice.NewLimiter(memstore.New(memstore.Options{MaxKeys: 100_000}),
-		sluice.Limit{Algorithm: sluice.FixedWindow, Rate: adminFailures, Period: time.Minute}, sluice.LimiterOptions{})
+		sluice.Limit{Algorithm: sluice.SlidingLog, Rate: adminFailures, Period: time.Minute}, sluice.LimiterOptions{})
 	s.ui = newUI(s, failures)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/favicon.ico" {
@@ -81,28 +88,57 @@ func (s *Server) adminHandler() http.Handler {
 			return
 		}
 		from := remoteIP(r)
-		if d, _ := failures.Peek(r.Context(), from); !d.Allowed {
-			s.refusedAdmin(lockedOut, "admin: wrong tokens from this address; refused until the minute is over", from, "method", r.Method, "path", r.URL.Path)
-			w.Header().Set("Retry-After", strconv.FormatInt(int64((d.RetryAfter+time.Second-1)/time.Second), 10))
+		auth := r.Header.Get("Authorization")
+		got, bearer := strings.CutPrefix(auth, "Bearer ")
+		if !bearer {
+			got = ""
+		}
+		ok, locked, retry := s.admitToken(r.Context(), failures, from, auth, got)
+		if locked {
+			s.refusedAdmin(lockedOut, "admin: wrong tokens from this address; refused until the oldest is a minute old", from, "method", r.Method, "path", r.URL.Path)
+			w.Header().Set("Retry-After", strconv.FormatInt(int64((retry+time.Second-1)/time.Second), 10))
 			problem(w, http.StatusTooManyRequests, "too many wrong tokens from this address; retry later", "")
 			return
 		}
-		auth := r.Header.Get("Authorization")
-		got, ok := strings.CutPrefix(auth, "Bearer ")
-		if !ok || !tokenIs(got, s.adminToken()) {
-			if auth != "" { // a request without a credential guesses nothing
-				failures.Allow(r.Context(), from)
-			}
+		if !ok {
 			s.refusedAdmin(wrongToken, "admin: refused: no valid bearer token", from, "method", r.Method, "path", r.URL.Path)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sluice admin"`)
 			problem(w, http.StatusUnauthorized, "a valid bearer token is required", "")
 			return
 		}
 		q := r.URL.Query()
-		s.log.Info("admin: "+r.Method+" "+r.URL.Path, "remote", from, "policy", q.Get("policy"), "key", q.Get("key"),
-			"domain", q.Get("domain"), "entries", strings.Join(q["entry"], ","))
+		cfg := s.state().cfg
+		var entries []string
+		for _, e := range q["entry"] {
+			entries = append(entries, shownKey(cfg, q.Get("domain"), e))
+		}
+		s.log.Info("admin: "+r.Method+" "+r.URL.Path, "remote", from, "policy", q.Get("policy"), "key", shownKey(cfg, q.Get("policy"), q.Get("key")),
+			"domain", q.Get("domain"), "entries", strings.Join(entries, ","))
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// admitToken reports whether token, of a request from the address from
+// whose credential (an Authorization header, a login form's token) is
+// given, is the admin token, or that the address is locked out of
+// comparing any (until retry). A credential is counted as a failure
+// before it is compared, and given back when it is right: however many
+// wrong ones arrive at once, at most adminFailures a minute are compared.
+// A request without a credential guesses nothing: it is not counted.
+func (s *Server) admitToken(ctx context.Context, failures *sluice.Limiter, from, given, token string) (ok, locked bool, retry time.Duration) {
+	if given == "" {
+		d, _ := failures.Peek(ctx, from)
+		return false, !d.Allowed, d.RetryAfter
+	}
+	res, err := failures.Reserve(ctx, from, 1)
+	if err != nil || !res.Allowed {
+		return false, true, max(res.RetryAfter, time.Second)
+	}
+	if !tokenIs(token, s.adminToken()) {
+		return false, false, 0
+	}
+	res.Cancel(ctx) // a right token is no failure
+	return true, false, 0
 }
 
 // tokenIs reports whether got is the admin token want, in constant time;
@@ -111,8 +147,9 @@ func tokenIs(got, want string) bool {
 	return want != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
-// adminFailures is how many wrong tokens a source address may send a
-// minute before the admin API refuses it until the minute is over.
+// adminFailures is how many wrong tokens a source address may send in
+// any minute before the admin API refuses it until the oldest of them is
+// a minute old: how many a burst of guesses gets compared.
 const adminFailures = 10
 
 // remoteIP is r's peer address without its port: the admin listener is
@@ -207,7 +244,7 @@ func (s *Server) adminSetOverride(w http.ResponseWriter, r *http.Request) {
 		problem(w, http.StatusBadRequest, fmt.Sprintf("unknown policy %q", in.Policy), "policy")
 		return
 	}
-	if err := checkIdentity(in.Key); err != nil {
+	if err := door.Identity(in.Key); err != nil {
 		problem(w, http.StatusBadRequest, "key: "+err.Error(), "key")
 		return
 	}
@@ -230,7 +267,7 @@ func (s *Server) adminSetOverride(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("admin: override "+map[bool]string{true: "set", false: "removed"}[len(limits) > 0],
-		"policy", in.Policy, "key", in.Key, "limits", strings.Join(in.Limits, "; "),
+		"policy", in.Policy, "key", shownKey(s.state().cfg, in.Policy, in.Key), "limits", strings.Join(in.Limits, "; "),
 		"version", applied.Version, "instances", applied.Instances, "applied_by", applied.AppliedBy)
 	status := http.StatusOK
 	if applied.AppliedBy < applied.Instances {

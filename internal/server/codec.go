@@ -8,6 +8,8 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/sluicehq/sluice/api/sluicev1"
 )
 
 // rlsCodec is the gRPC listener's protobuf codec. An Envoy RLS request
@@ -16,7 +18,9 @@ import (
 // before any of them is decoded: refused or not, a request of 100,000
 // descriptors would otherwise cost their decoding and their memory. One
 // that is not is decoded by decodeRequest, without reflection, unless it
-// holds what only proto.Unmarshal decodes. A response is encoded by
+// holds what only proto.Unmarshal decodes. A check request (Envoy's or
+// the native one) holding a string that is not UTF-8 is decoded all the
+// same (decodeLenient), for the door to refuse. A response is encoded by
 // marshalResponse when the build has one (-tags vtprotobuf, as the
 // release build).
 type rlsCodec struct{ encoding.CodecV2 }
@@ -33,7 +37,13 @@ func (c rlsCodec) Marshal(v any) (mem.BufferSlice, error) {
 func (c rlsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	req, ok := v.(*rlspb.RateLimitRequest)
 	if !ok {
-		return c.CodecV2.Unmarshal(data, v)
+		err := c.CodecV2.Unmarshal(data, v)
+		if check, ok := v.(*sluicev1.CheckRequest); ok && err != nil {
+			proto.Reset(check)
+			b := data.Materialize()
+			return decodeLenient(b, check.ProtoReflect())
+		}
+		return err
 	}
 	buf := data.MaterializeToBuffer(mem.DefaultBufferPool())
 	defer buf.Free()
@@ -45,5 +55,9 @@ func (c rlsCodec) Unmarshal(data mem.BufferSlice, v any) error {
 	if decodeRequest(b, req, shape) {
 		return nil
 	}
-	return proto.Unmarshal(b, req)
+	if proto.Unmarshal(b, req) == nil {
+		return nil
+	}
+	proto.Reset(req)
+	return decodeLenient(b, req.ProtoReflect())
 }

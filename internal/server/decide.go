@@ -17,6 +17,7 @@ import (
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/guard"
+	"github.com/sluicehq/sluice/internal/door"
 )
 
 // Bounds on one request, so that a hostile one costs bounded memory and
@@ -65,6 +66,28 @@ func (s *Server) count(sub subject, o guard.Outcome, client string, closest *slu
 		s.metrics.nearLimitFor(sub).Inc()
 	}
 	s.activity.record(sub.name, o, client, cfg.UI.TopKeys, start)
+}
+
+// shownKey is how the status page, the admin API and the logs show
+// client, a key under the policy or domain label: hashed
+// (config.ShownKey) where it is a credential. A policy's keys are when
+// the policy says so (config.Policy.SecretKeys); a domain's entries'
+// values are when the entry's key is named like a credential
+// (config.CredentialName: api_key, authorization).
+func shownKey(cfg *config.Config, label, client string) string {
+	if p := cfg.Policy(label); p != nil {
+		return config.ShownKey(client, p.SecretKeys)
+	}
+	if cfg.Domains[label] == nil || !strings.Contains(client, "=") {
+		return client
+	}
+	parts := strings.Split(client, "\x00")
+	for i, part := range parts {
+		if k, v, ok := strings.Cut(part, "="); ok && config.CredentialName(k) {
+			parts[i] = k + "=" + config.ShownKey(v, true)
+		}
+	}
+	return strings.Join(parts, "\x00")
 }
 
 // CountCheck counts a check of policy that another front door on this
@@ -516,23 +539,21 @@ func (s *Server) giveBackRefused(ctx context.Context, domain string, outs []desc
 }
 
 // checkEntries refuses descriptor i's entries unless they name one
-// counter that no other entries can: 1 to maxEntries of them, keys without
-// '=' or a control character, values without a control character (see
-// descriptorKey), none too long or not UTF-8.
+// counter that no other entries can: 1 to maxEntries of them, keys
+// without '=', keys and values (but an empty value) that pass the one
+// identity rule (door.Identity: see descriptorKey).
 func checkEntries(i int, entries []config.Entry) error {
 	if len(entries) == 0 || len(entries) > maxEntries {
 		return inputError("descriptor %d has %d entries: want 1 to %d", i, len(entries), maxEntries)
 	}
 	for j, e := range entries {
-		switch {
-		case e.Key == "":
-			return inputError("descriptor %d entry %d: empty key", i, j)
-		case len(e.Key) > sluice.MaxIdentityLen:
-			return inputError("descriptor %d entry %d: key of %d bytes; at most %d", i, j, len(e.Key), sluice.MaxIdentityLen)
-		case strings.ContainsFunc(e.Key, control) || strings.IndexByte(e.Key, '=') >= 0:
-			return inputError("descriptor %d entry %d: key %.40q holds '=' or a control character", i, j, e.Key)
+		if err := door.Identity(e.Key); err != nil {
+			return inputError("descriptor %d entry %d: key %v", i, j, err)
 		}
-		if err := checkIdentity(e.Value); err != nil && e.Value != "" {
+		if strings.IndexByte(e.Key, '=') >= 0 {
+			return inputError("descriptor %d entry %d: key %.40q holds '='", i, j, e.Key)
+		}
+		if err := door.Identity(e.Value); err != nil && e.Value != "" {
 			return inputError("descriptor %d entry %d (%.40q): value %v", i, j, e.Key, err)
 		}
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/sluicehq/sluice"
 	"github.com/sluicehq/sluice/guard"
+	"github.com/sluicehq/sluice/internal/door"
 )
 
 func (s *Server) httpHandler() http.Handler {
@@ -171,7 +173,7 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	if resp.failedClosed {
 		// A policy's fail_mode closed refused: the service cannot decide.
 		// Its error stays in the log; the client learns when to retry.
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Retry-After", strconv.Itoa(int(door.UnavailableRetry/time.Second)))
 		problem(w, http.StatusServiceUnavailable, "the rate limiter's store is unavailable and the policy fails closed; retry shortly", "")
 		return
 	}
@@ -196,7 +198,7 @@ func (s *Server) runChecks(ctx context.Context, checks []Check) (CheckResponse, 
 		if c.Cost != nil && *c.Cost < 0 {
 			return CheckResponse{}, field + ".cost", fmt.Errorf("%s.cost %d is negative", field, *c.Cost)
 		}
-		if err := checkIdentity(c.Key); err != nil {
+		if err := door.Identity(c.Key); err != nil {
 			return CheckResponse{}, field + ".key", fmt.Errorf("%s.key: %v", field, err)
 		}
 		n, err := s.resolve(cfg, c)
@@ -244,29 +246,6 @@ func (s *Server) runChecks(ctx context.Context, checks []Check) (CheckResponse, 
 	}
 	return resp, "", nil
 }
-
-// checkIdentity refuses a client's identity that is empty, longer than
-// sluice.MaxIdentityLen, not valid UTF-8 (or holding U+FFFD, which is
-// what an invalid byte or a lone surrogate escape decodes to: two such
-// keys would share one counter), or holding a control character (a NUL
-// would let one key name a composite key's counter).
-func checkIdentity(id string) error {
-	switch {
-	case id == "":
-		return errors.New("required")
-	case len(id) > sluice.MaxIdentityLen:
-		return fmt.Errorf("%d bytes; at most %d", len(id), sluice.MaxIdentityLen)
-	case !utf8.ValidString(id) || strings.ContainsRune(id, utf8.RuneError):
-		return errors.New("not valid UTF-8 (or holds U+FFFD)")
-	case strings.ContainsFunc(id, control):
-		return errors.New("holds a control character (U+0000 to U+001F but the tab, or U+007F): NUL separates the parts of a counter's name")
-	}
-	return nil
-}
-
-// control reports whether r is an ASCII control character other than the
-// tab, which a header value (and so an Envoy descriptor's) may hold.
-func control(r rune) bool { return r < 0x20 && r != '\t' || r == 0x7f }
 
 // handleEnvoyJSON serves envoyproxy/ratelimit's /json: a RateLimitRequest
 // in proto3 JSON, answered as JSON, 429 when over the limit.

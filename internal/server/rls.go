@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	corepb "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlspb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
@@ -72,6 +73,9 @@ type rlsRequest struct {
 func readRLS(req *rlspb.RateLimitRequest) (rlsRequest, error) {
 	if req.GetDomain() == "" {
 		return rlsRequest{}, status.Error(codes.InvalidArgument, "domain is required")
+	}
+	if !utf8.ValidString(req.Domain) {
+		return rlsRequest{}, status.Error(codes.InvalidArgument, "domain is not valid UTF-8")
 	}
 	if n := len(req.GetDescriptors()); n == 0 || n > maxDescriptors {
 		return rlsRequest{}, status.Errorf(codes.InvalidArgument, "%d descriptors: want 1 to %d", n, maxDescriptors)

@@ -428,8 +428,8 @@ func TestStrictCheckInput(t *testing.T) {
 		{"invalid utf-8", "application/json", key("u\xff"), 400, "UTF-8"},
 		{"lone surrogate", "application/json", key(`u\ud800`), 400, "U+FFFD"},
 		{"4096 bytes", "application/json", key(strings.Repeat("k", 4096)), 200, ""},
-		{"4097 bytes", "application/json", key(strings.Repeat("k", 4097)), 400, "4097 bytes; at most 4096"},
-		{"empty key", "application/json", key(""), 400, "key: required"},
+		{"4097 bytes", "application/json", key(strings.Repeat("k", 4097)), 400, "4097 bytes, at most 4096"},
+		{"empty key", "application/json", key(""), 400, "key: invalid request identity: empty"},
 	} {
 		code, body := post(tt.contentType, tt.body)
 		if code != tt.status || !strings.Contains(body, tt.mention) {

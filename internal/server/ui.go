@@ -20,6 +20,7 @@ import (
 	"github.com/a-h/templ"
 
 	"github.com/sluicehq/sluice"
+	"github.com/sluicehq/sluice/config"
 	"github.com/sluicehq/sluice/sim"
 )
 
@@ -38,10 +39,21 @@ var uiFiles embed.FS
 // Go-quoted when it holds a control character (a composite key's NUL
 // between its parts), which parseKeyText reads back.
 func keyText(key string) string {
-	if strings.ContainsFunc(key, control) {
+	if strings.ContainsFunc(key, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
 		return strconv.Quote(key)
 	}
 	return key
+}
+
+// typed is the key that text, as the inspector takes it, names under p:
+// a key as keyText shows it, or, where p's keys are credentials, the hash
+// the page shows of one of its most denied keys; false for a hash that
+// names none of them.
+func (u *ui) typed(p *config.Policy, text string) (string, bool) {
+	if p.SecretKeys && strings.HasPrefix(text, "hash:") {
+		return u.s.activity.unhash(p.Name, text)
+	}
+	return parseKeyText(text), true
 }
 
 // parseKeyText is the key a keyText names.
@@ -174,16 +186,15 @@ func (u *ui) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	from := remoteIP(r)
-	if d, _ := u.failures.Peek(r.Context(), from); !d.Allowed {
-		u.s.refusedAdmin(lockedOut, "ui: wrong tokens from this address; refused until the minute is over", from)
+	given := r.PostFormValue("token")
+	ok, locked, _ := u.s.admitToken(r.Context(), u.failures, from, given, given)
+	if locked {
+		u.s.refusedAdmin(lockedOut, "ui: wrong tokens from this address; refused until the oldest is a minute old", from)
 		w.WriteHeader(http.StatusTooManyRequests)
 		u.render(w, r, loginPage(page, "Too many wrong tokens from this address: try again in a minute."))
 		return
 	}
-	if given := r.PostFormValue("token"); !tokenIs(given, u.s.adminToken()) {
-		if given != "" { // an empty form guesses nothing
-			u.failures.Allow(r.Context(), from)
-		}
+	if !ok {
 		u.s.refusedAdmin(wrongToken, "ui: refused: wrong admin token", from)
 		w.WriteHeader(http.StatusUnauthorized)
 		u.render(w, r, loginPage(page, "That is not the admin token."))
@@ -283,10 +294,16 @@ func (u *ui) policy(w http.ResponseWriter, r *http.Request, name string, page pa
 		}
 	}
 	for _, it := range u.s.activity.top(name) {
-		v.Top = append(v.Top, topRow{Key: it.Key, Count: it.Count, Min: it.Count - it.Error})
+		v.Top = append(v.Top, topRow{Key: shownKey(cfg, name, it.Key), Count: it.Count, Min: it.Count - it.Error})
 	}
-	if key := parseKeyText(r.URL.Query().Get("key")); key != "" && p != nil {
-		v.Key = key
+	if text := r.URL.Query().Get("key"); text != "" && p != nil {
+		v.Key = text // as typed or linked: a hash stays one
+		key, ok := u.typed(p, text)
+		if !ok {
+			v.Flash = "No key denied lately has that hash: type the key itself."
+			u.render(w, r, policyPage(page, v))
+			return
+		}
 		limits := u.s.overrides.LimitsFor(p, key, "")
 		v.Limits = limitsText(limits) // the key's own, where an override gives it some
 		for _, l := range limits {
@@ -305,13 +322,18 @@ func (u *ui) policy(w http.ResponseWriter, r *http.Request, name string, page pa
 // reset forgets a key under a policy's limits, after the form's
 // confirmation; audited in the log.
 func (u *ui) reset(w http.ResponseWriter, r *http.Request) {
-	name, key := r.PostFormValue("policy"), parseKeyText(r.PostFormValue("key"))
+	name, text := r.PostFormValue("policy"), r.PostFormValue("key")
 	p := u.s.state().cfg.Policy(name)
-	if p == nil || key == "" {
+	if p == nil || text == "" {
 		http.NotFound(w, r)
 		return
 	}
-	back := string(policyURL(name, key))
+	key, ok := u.typed(p, text)
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	back := string(policyURL(name, text))
 	if r.PostFormValue("confirm") != "yes" {
 		http.Redirect(w, r, back+"&flash=confirm", http.StatusSeeOther)
 		return
@@ -326,7 +348,7 @@ func (u *ui) reset(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	u.s.log.Info("ui: key reset", "remote", remoteIP(r), "policy", name, "key", key)
+	u.s.log.Info("ui: key reset", "remote", remoteIP(r), "policy", name, "key", config.ShownKey(key, p.SecretKeys))
 	http.Redirect(w, r, back+"&flash=reset", http.StatusSeeOther)
 }
 

@@ -182,7 +182,7 @@ func TestOverviewWithManyPolicies(t *testing.T) {
 }
 
 // Wrong tokens are throttled per address: after adminFailures of them in a
-// minute, even the right one is refused until the minute is over, and each
+// minute, even the right one is refused until the oldest is a minute old, and each
 // refusal is logged.
 func TestStatusPageLoginThrottled(t *testing.T) {
 	redistest.HourAhead()
