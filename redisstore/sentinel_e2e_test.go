@@ -353,3 +353,23 @@ func TestCredentialFilesAcrossFailover(t *testing.T) {
 	decidedOn(t, store, replica, master)
 	storeConnectedAs(t, replica, "limiter")
 }
+
+// storeConnectedAs fails t unless srv has a connection of the store's,
+// and every one of them is user's: every connection but redis-cli's own
+// and a sentinel's (named sentinel-…).
+func storeConnectedAs(t *testing.T, srv *redistest.Server, user string) {
+	t.Helper()
+	clients := strings.Split(srv.Do("CLIENT", "LIST"), "\n")
+	stores := 0
+	for _, line := range clients {
+		if strings.Contains(line, " cmd=client|list ") || strings.Contains(line, " name=sentinel-") {
+			continue
+		}
+		if stores++; !strings.Contains(line, " user="+user+" ") {
+			t.Fatalf("a connection of the store's to %s is not user %s: %s", srv.Addr, user, line)
+		}
+	}
+	if stores == 0 {
+		t.Fatalf("no connection of the store's to %s:\n%s", srv.Addr, strings.Join(clients, "\n"))
+	}
+}

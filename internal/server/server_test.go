@@ -239,35 +239,6 @@ func TestOutageOnTheFrontDoor(t *testing.T) {
 	}
 }
 
-// storeQuantile returns the upper bound of the sluice_store_duration_seconds
-// bucket that holds quantile q of the store calls so far.
-func (r *running) storeQuantile(t testing.TB, q float64) time.Duration {
-	t.Helper()
-	data := r.metrics(t)
-	type bucket struct{ le, n float64 }
-	var buckets []bucket
-	for _, line := range strings.Split(data, "\n") {
-		rest, ok := strings.CutPrefix(line, `sluice_store_duration_seconds_bucket{operation="take",le="`)
-		if !ok {
-			continue
-		}
-		le, count, _ := strings.Cut(rest, `"} `)
-		l, _ := strconv.ParseFloat(le, 64) // +Inf parses as Inf
-		n, _ := strconv.ParseFloat(count, 64)
-		buckets = append(buckets, bucket{l, n})
-	}
-	if len(buckets) == 0 {
-		return 0
-	}
-	all := buckets[len(buckets)-1].n
-	for _, b := range buckets {
-		if b.n >= q*all {
-			return time.Duration(b.le * float64(time.Second))
-		}
-	}
-	return -1
-}
-
 // Each fault a store can have, on the service's front door: every check is
 // answered within the timeout and a margin, by fail_mode local, and Redis
 // decides again within a second once the fault ends.
