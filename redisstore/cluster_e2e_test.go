@@ -306,3 +306,21 @@ func TestExactUnderConcurrencyOnCluster(t *testing.T) {
 	nodes := redistest.Cluster(t)
 	exactUnderConcurrency(t, func() []string { return addrsOf(nodes) })
 }
+
+// TestTLSClientCertificate on a Cluster of three primaries.
+func TestTLSClientCertificateOnCluster(t *testing.T) {
+	certs := redistest.NewCerts(t)
+	cluster := addrsOf(redistest.ClusterTLS(t, certs))
+	tlsClientCertificate(t, []tlsCase{
+		{"cluster, URL", tlsURL(certs, true, cluster...), redisstore.TLS{}},
+		{"cluster, options, redis:// turned to TLS", "redis://" + strings.Join(cluster, ","), redisstore.TLS{CAFile: certs.CA, CertFile: certs.ClientCert, KeyFile: certs.ClientKey, ServerName: "localhost"}},
+	})
+}
+
+func addrsOf(nodes []*redistest.Server) []string {
+	var out []string
+	for _, n := range nodes {
+		out = append(out, n.Addr)
+	}
+	return out
+}

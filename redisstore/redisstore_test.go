@@ -37,14 +37,6 @@ func client(t testing.TB, addrs ...string) rueidis.Client {
 	return c
 }
 
-func addrsOf(nodes []*redistest.Server) []string {
-	var out []string
-	for _, n := range nodes {
-		out = append(out, n.Addr)
-	}
-	return out
-}
-
 func TestConformanceStandalone(t *testing.T) {
 	srv := redistest.Standalone(t)
 	c := client(t, srv.Addr)
