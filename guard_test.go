@@ -279,6 +279,9 @@ func TestGuardOutageEndsExactly(t *testing.T) {
 // used up when it fails, where a record of a fixed small size would have
 // forgotten most of them; and a Guard that has seen no key holds little.
 func TestStandinRecordGrowsWithKeys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("20,000 keys through a stalled store")
+	}
 	redistest.HourAhead()
 	c := newChaos(t, sluice.GuardOptions{Timeout: 200 * time.Millisecond})
 	limit := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1, Period: time.Hour}

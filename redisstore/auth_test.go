@@ -22,6 +22,9 @@ import (
 // unreadable meanwhile keeps the last password read, logged once, and
 // once more when it can be read again.
 func TestPasswordFileRotatedWithoutRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("rotates a password file through its steps")
+	}
 	srv := redistest.Own(t)
 	srv.Do("ACL", "SETUSER", "limiter", "on", ">first", "~*", "&*", "+@all")
 	file := filepath.Join(t.TempDir(), "password")

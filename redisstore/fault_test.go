@@ -87,6 +87,9 @@ func TestOpenWhileRedisIsDown(t *testing.T) {
 // key admits exactly min(requests, capacity), never one more.
 // On standalone here; on Cluster in TestExactUnderConcurrencyOnCluster.
 func TestExactUnderConcurrency(t *testing.T) {
+	if testing.Short() {
+		t.Skip("24,576 checks from four clients")
+	}
 	srv := redistest.Standalone(t)
 	exactUnderConcurrency(t, func() []string { return []string{srv.Addr} })
 }

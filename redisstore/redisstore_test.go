@@ -155,6 +155,9 @@ func TestForbiddenKeyKeepsFunctions(t *testing.T) {
 // A user whose ACL forbids FUNCTION LOAD, or FCALL, gets the same
 // decisions, by EVALSHA.
 func TestConformanceScriptsWhenFunctionsDenied(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the conformance suite again, by scripts")
+	}
 	for _, denied := range []string{"-function", "-fcall"} {
 		t.Run(denied, func(t *testing.T) { conformanceAsUser(t, denied) })
 	}

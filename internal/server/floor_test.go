@@ -64,6 +64,9 @@ func TestRedisHangDefaultSettings(t *testing.T) {
 // answered, Redis decides again after each restart, and no goroutine is
 // left behind once the server is shut down.
 func TestRedisRestartsLeakNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("Redis killed and restarted five times")
+	}
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	redis := redistest.Own(t) // it changes the server
 	r := start(t, "store: {type: redis, url: \""+redis.URL()+"\"}\npolicies:\n  - {name: p, limit: 1000/1m}\n", "")
@@ -98,6 +101,9 @@ func TestRedisRestartsLeakNothing(t *testing.T) {
 // 1000/1h key get exactly 1,000, all from Redis, and on the key the
 // stand-in admitted k times exactly 1,000 − k.
 func TestRedisHangEndsExactly(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a Redis hang, then 3,072 checks")
+	}
 	redis := redistest.Own(t) // it changes the server
 	r := start(t, "store: {type: redis, url: \""+redis.URL()+"\"}\npolicies:\n  - {name: hot, limit: fixed_window 1000/1h}\n", "")
 	if res, _ := r.check(t, "hot", "warm"); !res.Allowed || res.Local {

@@ -93,6 +93,9 @@ func (h *h2conn) awaitEnd(open map[uint32]bool) error {
 // long before the receive deadline, and a well-behaved call beside it is
 // answered.
 func TestStalledCallEndsAtItsDeadline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out a receive deadline")
+	}
 	r := start(t, "listeners: {read_timeout: 1h}\npolicies: [{name: p, limit: 1000000/1h}]", "")
 	h := dialH2(t, r.Addrs().GRPC)
 	defer h.c.Close()

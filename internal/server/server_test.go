@@ -243,6 +243,9 @@ func TestOutageOnTheFrontDoor(t *testing.T) {
 // answered within the timeout and a margin, by fail_mode local, and Redis
 // decides again within a second once the fault ends.
 func TestStoreFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("every store fault, each until it ends")
+	}
 	const cfg = "store: {type: redis, url: redis://127.0.0.1:1, timeout: 200ms}\npolicies:\n  - {name: p, limit: 1000/1h}\n"
 	for _, tt := range []struct {
 		name        string
@@ -346,6 +349,9 @@ func TestRefusedChecksAreNotCharged(t *testing.T) {
 // Redis 52 ms away (25 ms each way), 64 callers, default settings: at
 // most 1% of the checks are not decided by Redis.
 func TestDistantRedisDecides(t *testing.T) {
+	if testing.Short() {
+		t.Skip("64 callers through 50 ms of latency")
+	}
 	redis := redistest.Standalone(t)
 	proxy := faultproxy.Start(t, redis.Addr)
 	r := start(t, "store: {type: redis, url: redis://127.0.0.1:1}\npolicies:\n  - {name: p, limit: 1000000/1h}\n", redis.URLVia(proxy.Addr))
