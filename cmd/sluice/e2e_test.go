@@ -213,6 +213,7 @@ func waitSyncs(t *testing.T, p *proc, n float64) {
 // exactly by its owner whichever instance is asked, and when one instance
 // dies its keys move to the survivors within a membership interval.
 func TestShardThreeInstances(t *testing.T) {
+	needBinary(t)
 	grpcs := []string{freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)}
 	file := filepath.Join(t.TempDir(), "shard.yaml")
 	os.WriteFile(file, []byte(`store:

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -21,9 +22,15 @@ import (
 // The sluice binary under test, built once for the package, and the
 // helpers that run it: both test tiers use them.
 
+// binary is the sluice binary's path; empty with -short, which does not
+// build it (needBinary).
 var binary string
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		os.Exit(m.Run())
+	}
 	dir, err := os.MkdirTemp("", "sluice-e2e")
 	if err != nil {
 		panic(err)
@@ -56,10 +63,19 @@ func (p *proc) wait() error {
 	return p.exitErr
 }
 
+// needBinary skips t with -short, which does not build the binary.
+func needBinary(t *testing.T) {
+	t.Helper()
+	if binary == "" {
+		t.Skip("runs the sluice binary, which -short does not build")
+	}
+}
+
 // start runs `sluice serve` with args and waits until it answers /healthz
 // and has announced itself.
 func start(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
+	needBinary(t)
 	return startBinary(t, binary, env, args...)
 }
 
@@ -75,6 +91,7 @@ type proxyProc struct {
 // accepts connections.
 func startProxy(t *testing.T, file, upstream string, env ...string) *proxyProc {
 	t.Helper()
+	needBinary(t)
 	p := &proxyProc{addr: freeport.Addr(t), ops: freeport.Addr(t), out: &logbuf.Buffer{}}
 	p.cmd = exec.Command(binary, "proxy", "-config", file, "-upstream", upstream, "-listen", p.addr, "-metrics", p.ops)
 	p.cmd.Env = append(os.Environ(), env...)

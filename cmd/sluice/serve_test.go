@@ -324,6 +324,7 @@ func TestReloadOnConfigMapSwap(t *testing.T) {
 // accuracy table; a trace file is read once per measurement; bad flags are
 // refused with a usage error.
 func TestSim(t *testing.T) {
+	needBinary(t)
 	dir := t.TempDir()
 	trace := filepath.Join(dir, "trace.csv")
 	var tr strings.Builder
@@ -374,6 +375,7 @@ func TestSim(t *testing.T) {
 // sluice version names the commit it was built from, and the service
 // serves sluice_build_info with it.
 func TestVersionNamesTheCommit(t *testing.T) {
+	needBinary(t)
 	head, err := exec.Command("git", "rev-parse", "HEAD").Output()
 	if err != nil {
 		t.Skip("not in a git work tree")
