@@ -62,6 +62,9 @@ func TestDecidesLocallyAndSyncs(t *testing.T) {
 // Three instances on one Redis, a hot key hammered at twice its limit
 // through all three: the global over-admission stays within the bound.
 func TestOvershootWithThreeInstances(t *testing.T) {
+	if testing.Short() {
+		t.Skip("3 s of load through three instances")
+	}
 	srv := redistest.Standalone(t)
 	over := overshoot(t, srv.Addr, 100*time.Millisecond, 3*time.Second)
 	t.Logf("over-admission at a 100ms interval, 3 instances, 2x load: %.1f%% of the limit", over)

@@ -483,6 +483,9 @@ func TestLimitChangesAcrossUnits(t *testing.T) {
 // a client denied under another: eviction takes the flood's keys, which
 // have capacity left, even when they expire later than the denied ones.
 func TestEvictionSparesDenyingKeys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a store to its bound")
+	}
 	redistest.WindowAhead(10*time.Minute, time.Minute) // its fixed window on the wall clock
 	login := sluice.Limit{Algorithm: sluice.SlidingLog, Rate: 5, Period: 15 * time.Minute}
 	burst := sluice.Limit{Algorithm: sluice.GCRA, Rate: 3, Period: time.Minute}
@@ -534,6 +537,9 @@ func TestEvictionOfDenyingKeysIsCounted(t *testing.T) {
 // MaxBytes bounds long keys: 4,000-byte keys, far more than fit, leave
 // the store's count and the heap measured within it.
 func TestMaxBytesBoundsLongKeys(t *testing.T) {
+	if testing.Short() {
+		t.Skip("fills a store to its bound")
+	}
 	redistest.HourAhead()
 	const maxBytes = 32 << 20
 	var before, after runtime.MemStats

@@ -4,10 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
-	"net"
-	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,101 +13,10 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sluicehq/sluice"
-	"github.com/sluicehq/sluice/internal/faultproxy"
-	"github.com/sluicehq/sluice/internal/logbuf"
 	"github.com/sluicehq/sluice/internal/redistest"
 	"github.com/sluicehq/sluice/memstore"
 	"github.com/sluicehq/sluice/redisstore"
 )
-
-// slot agrees with Redis's own CLUSTER KEYSLOT, including keys with braces.
-func TestSlotMatchesRedis(t *testing.T) {
-	nodes := redistest.Cluster(t)
-	for _, k := range []string{"123456789", "{user1000}.following", "foo{}{bar}", "foo{{bar}}zap", "foo{bar}{zap}", "sluice:{a\\(b}:gcra:1000000", "\xff\xfe"} {
-		want, _ := strconv.Atoi(nodes[0].Do("CLUSTER", "KEYSLOT", k))
-		if got := redisstore.Slot(k); int(got) != want {
-			t.Errorf("slot(%q) = %d, Redis says %d", k, got, want)
-		}
-	}
-}
-
-// A batch across slots on Cluster is decided slot by slot: allowed, it
-// takes from every slot; denied in one slot, it takes from none.
-func TestCrossSlotBatch(t *testing.T) {
-	redistest.HourAhead()
-	nodes := redistest.Cluster(t)
-	s := redisstore.New(client(t, addrsOf(nodes)...), redisstore.Options{Prefix: uniquePrefix(t)})
-	ctx := context.Background()
-	l := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 3, Period: time.Hour}
-	reqs := []sluice.Request{{Key: "alice", Limit: l, Cost: 1}, {Key: "bob", Limit: l, Cost: 1}}
-	if redisstore.Slot("sluice:{alice}") == redisstore.Slot("sluice:{bob}") {
-		t.Fatal("alice and bob share a slot: the test proves nothing")
-	}
-	ds := make([]sluice.Decision, 2)
-	if err := s.TakeAll(ctx, reqs, ds); err != nil || !ds[0].Allowed || !ds[1].Allowed || ds[0].Remaining != 2 || ds[1].Remaining != 2 {
-		t.Fatalf("first batch: %+v, %v; want both allowed, 2 left each", ds, err)
-	}
-	for range 2 { // bob runs out
-		if _, err := s.Take(ctx, reqs[1]); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := s.TakeAll(ctx, reqs, ds); err != nil || ds[1].Allowed || ds[1].RetryAfter <= 0 {
-		t.Fatalf("batch with bob out: %+v, %v; want bob denied with a RetryAfter", ds, err)
-	}
-	if d, err := s.Take(ctx, sluice.Request{Key: "alice", Limit: l}); err != nil || d.Remaining != 2 {
-		t.Fatalf("alice after the denied batch: %+v, %v; want 2 left (nothing taken)", d, err)
-	}
-	idem := slices.Clone(reqs)
-	idem[0].ID = "push-1"
-	if err := s.TakeAll(ctx, idem, ds); !errors.Is(err, redisstore.ErrCrossSlot) {
-		t.Fatalf("an idempotent batch across slots: %v; want ErrCrossSlot", err)
-	}
-}
-
-// Many callers at once on two keys of two slots, one batch each: the key
-// both share admits exactly its limit, and every admission is charged to
-// both keys.
-func TestCrossSlotBatchExact(t *testing.T) {
-	redistest.HourAhead()
-	nodes := redistest.Cluster(t)
-	s := redisstore.New(client(t, addrsOf(nodes)...), redisstore.Options{Prefix: uniquePrefix(t)})
-	ctx := context.Background()
-	shared := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 100, Period: time.Hour}
-	own := sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 1000, Period: time.Hour}
-	var admitted atomic.Int64
-	var wg sync.WaitGroup
-	for c := range 64 {
-		wg.Go(func() {
-			for range 5 {
-				ds := make([]sluice.Decision, 2)
-				reqs := []sluice.Request{{Key: "ip-1", Limit: shared, Cost: 1}, {Key: fmt.Sprint("user-", c%4), Limit: own, Cost: 1}}
-				if err := s.TakeAll(ctx, reqs, ds); err != nil {
-					t.Error(err)
-					return
-				}
-				if ds[0].Allowed && ds[1].Allowed {
-					admitted.Add(1)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if admitted.Load() != 100 {
-		t.Fatalf("admitted %d on a limit of 100", admitted.Load())
-	}
-	var used int64
-	for u := range 4 {
-		d, err := s.Take(ctx, sluice.Request{Key: fmt.Sprint("user-", u), Limit: own})
-		if err != nil {
-			t.Fatal(err)
-		}
-		used += own.Rate - d.Remaining
-	}
-	if used != 100 {
-		t.Fatalf("the users' keys were charged %d for 100 admissions; want 100 (the shared key, first in the batch, is taken first)", used)
-	}
-}
 
 // The script runs again after Redis forgets it (restart, failover).
 func TestNoScriptFallback(t *testing.T) {
@@ -180,15 +85,13 @@ func TestOpenWhileRedisIsDown(t *testing.T) {
 // Four stores with their own clients, as four app instances, hammer one hot
 // key and 1,000 cold keys from 64 goroutines each, all at one instant: each
 // key admits exactly min(requests, capacity), never one more.
+// On standalone here; on Cluster in TestExactUnderConcurrencyOnCluster.
 func TestExactUnderConcurrency(t *testing.T) {
-	t.Run("standalone", func(t *testing.T) {
-		srv := redistest.Standalone(t)
-		exactUnderConcurrency(t, func() []string { return []string{srv.Addr} })
-	})
-	t.Run("cluster", func(t *testing.T) {
-		nodes := redistest.Cluster(t)
-		exactUnderConcurrency(t, func() []string { return addrsOf(nodes) })
-	})
+	if testing.Short() {
+		t.Skip("24,576 checks from four clients")
+	}
+	srv := redistest.Standalone(t)
+	exactUnderConcurrency(t, func() []string { return []string{srv.Addr} })
 }
 
 func exactUnderConcurrency(t *testing.T, addrs func() []string) {
@@ -255,10 +158,11 @@ func exactUnderConcurrency(t *testing.T, addrs func() []string) {
 	}
 }
 
-// A Limiter on Redis that is killed mid-load: every call returns within
-// the timeout and a margin; fail-open allows, fail-closed denies with
-// ErrStoreUnavailable; the store works again within a second of Redis
-// coming back; no goroutine leaks.
+// A Limiter on Redis that is killed mid-load: every caller goes on being
+// answered while Redis is down; fail-open allows, fail-closed denies with
+// ErrStoreUnavailable; the store works again once Redis is back; no
+// goroutine leaks. How soon a call returns (its timeout) is for the
+// benchmarks and the guard's tests: a busy machine stretches any bound.
 func TestLimiterSurvivesRedisFailing(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	srv := redistest.Own(t) // it changes the server
@@ -271,13 +175,8 @@ func TestLimiterSurvivesRedisFailing(t *testing.T) {
 	open, _ := sluice.NewLimiter(s, sluice.PerSecond(1e6), sluice.LimiterOptions{Timeout: timeout, FailMode: sluice.FailOpen})
 	closed, _ := sluice.NewLimiter(s, sluice.PerSecond(1e6), sluice.LimiterOptions{Timeout: timeout, FailMode: sluice.FailClosed})
 
-	var slowest atomic.Int64
 	check := func(l *sluice.Limiter, down bool) error {
-		start := time.Now()
 		d, err := l.Allow(context.Background(), "k")
-		if el := time.Since(start); int64(el) > slowest.Load() {
-			slowest.Store(int64(el))
-		}
 		switch {
 		case !down:
 			return nil
@@ -289,10 +188,12 @@ func TestLimiterSurvivesRedisFailing(t *testing.T) {
 		return nil
 	}
 	var down atomic.Bool
+	const callers = 8
+	var answered, answeredDown [callers]atomic.Int64 // each caller's answers, and those while down
 	stop := make(chan struct{})
 	errs := make(chan error, 16)
 	var wg sync.WaitGroup
-	for i := range 8 {
+	for i := range callers {
 		l := open
 		if i%2 == 1 {
 			l = closed
@@ -304,46 +205,61 @@ func TestLimiterSurvivesRedisFailing(t *testing.T) {
 					return
 				default:
 				}
-				if err := check(l, down.Load()); err != nil {
+				wasDown := down.Load()
+				if err := check(l, wasDown); err != nil {
 					select {
 					case errs <- err:
 					default:
 					}
 					return
 				}
+				answered[i].Add(1)
+				if wasDown {
+					answeredDown[i].Add(1)
+				}
 			}
 		})
 	}
-	time.Sleep(300 * time.Millisecond)
+	every := func(counts *[callers]atomic.Int64, n int64) func() bool {
+		return func() bool {
+			for i := range counts {
+				if counts[i].Load() < n {
+					return false
+				}
+			}
+			return true
+		}
+	}
+	eventually(t, "every caller answered on a healthy Redis", every(&answered, 5))
 	down.Store(true)
 	srv.Kill()
-	time.Sleep(time.Second)
-	// Down for a second: the fail-closed limiter must have denied with the
-	// sentinel error at least once.
+	// Every caller answered several times with Redis down: none waits
+	// for it.
+	eventually(t, "every caller answered 5 times with Redis down", every(&answeredDown, 5))
 	if _, err := closed.Allow(context.Background(), "k"); !errors.Is(err, sluice.ErrStoreUnavailable) {
 		t.Errorf("fail-closed Allow while down: %v; want ErrStoreUnavailable", err)
 	}
 	srv.Restart()
-	back := time.Now()
 	down.Store(false)
-	for {
-		if _, err := s.Take(context.Background(), sluice.Request{Key: "k", Limit: sluice.PerSecond(10), Cost: 1}); err == nil {
-			break
-		}
-		if time.Since(back) > 30*time.Second {
-			t.Fatal("the store did not work again within 30s of Redis coming back")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Logf("working again %v after Redis came back", time.Since(back))
+	eventually(t, "the store working again after Redis came back", func() bool {
+		_, err := s.Take(context.Background(), sluice.Request{Key: "k", Limit: sluice.PerSecond(10), Cost: 1})
+		return err == nil
+	})
 	close(stop)
 	wg.Wait()
 	close(errs)
 	for err := range errs {
 		t.Error(err)
 	}
-	if sl := time.Duration(slowest.Load()); sl > timeout+300*time.Millisecond {
-		t.Errorf("slowest call took %v; want within the %v timeout and a margin", sl, timeout)
+}
+
+// eventually polls cond until it holds, failing t after 30 seconds.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 30s: %s", what)
+		}
 	}
 }
 
@@ -362,34 +278,6 @@ func TestIdempotentID(t *testing.T) {
 	}
 	if d, _ := s.Take(ctx, sluice.Request{Key: "k", Limit: l, Cost: 4, ID: "sync-2"}); d.Remaining != 2 {
 		t.Fatalf("sync-2: %+v; want 2 remaining", d)
-	}
-}
-
-// Open finds the master through Sentinel.
-func TestSentinel(t *testing.T) {
-	_, sentinel := redistest.Sentinel(t)
-	s, err := redisstore.Open("redis-sentinel://"+sentinel+"/mymaster", redisstore.Options{Prefix: uniquePrefix(t), ReconnectInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	l := sluice.Limit{Rate: 2, Period: time.Hour}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		d, err := s.Take(context.Background(), sluice.Request{Key: "k", Limit: l, Cost: 2})
-		if err == nil {
-			if !d.Allowed || d.Remaining != 0 {
-				t.Fatalf("through Sentinel: %+v", d)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no master through Sentinel after 30s: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	if d, err := s.Take(context.Background(), sluice.Request{Key: "k", Limit: l, Cost: 1}); err != nil || d.Allowed {
-		t.Fatalf("second take through Sentinel: %+v, %v", d, err)
 	}
 }
 
@@ -433,231 +321,5 @@ func TestSlidingLogWithoutHeader(t *testing.T) {
 	d, err := s.Take(ctx, sluice.Request{Key: "bad", Limit: l, Cost: 1, Now: t0.Add(2 * time.Second)})
 	if err == nil || !strings.Contains(err.Error(), "did not write") || d.Allowed {
 		t.Fatalf("a log with a foreign entry: %+v, %v", d, err)
-	}
-}
-
-// A Sentinel that requires a password of its own, beside the master's:
-// the URL's user and password are Redis's, sentinel_password (and
-// sentinel_username) the sentinels'.
-func TestSentinelWithPasswords(t *testing.T) {
-	_, sentinel := redistest.SentinelAuth(t, "redis-s3cret", "sentinel-s3cret")
-	for url, works := range map[string]bool{
-		"redis-sentinel://:redis-s3cret@" + sentinel + "/mymaster?sentinel_password=sentinel-s3cret": true,
-		"redis-sentinel://:redis-s3cret@" + sentinel + "/mymaster":                                   false, // the sentinel refuses
-	} {
-		s, err := redisstore.Open(url, redisstore.Options{Prefix: uniquePrefix(t), ReconnectInterval: 50 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		l := sluice.Limit{Rate: 2, Period: time.Hour}
-		var d sluice.Decision
-		for deadline := time.Now().Add(30 * time.Second); ; {
-			if d, err = s.Take(context.Background(), sluice.Request{Key: "k", Limit: l, Cost: 1}); err == nil || !works || time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(50 * time.Millisecond) // polling for the master to be found
-		}
-		switch {
-		case works && (err != nil || !d.Allowed):
-			t.Errorf("with the sentinel's password: %+v, %v", d, err)
-		case !works && err == nil:
-			t.Errorf("without the sentinel's password: decided %+v; want an error", d)
-		case !works && strings.Contains(err.Error(), "s3cret"):
-			t.Errorf("the error shows a password: %v", err)
-		}
-		s.Close()
-	}
-}
-
-// The master changes without a +switch-master event reaching the client
-// (its sentinels reconfigured, a missed message): the store asks the
-// sentinels again every few seconds and follows the new master, instead of
-// failing every check against the old one, now a read-only replica.
-func TestSentinelMasterChangesWithoutAnEvent(t *testing.T) {
-	master, replica, sentinels := redistest.Sentinels(t, 5000)
-	s, err := redisstore.Open("redis-sentinel://"+strings.Join(sentinels, ",")+"/mymaster", redisstore.Options{Prefix: uniquePrefix(t), ReconnectInterval: 50 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	l := sluice.Limit{Rate: 100, Period: time.Hour}
-	take := func() error {
-		_, err := s.Take(context.Background(), sluice.Request{Key: "k", Limit: l, Cost: 1})
-		return err
-	}
-	for deadline := time.Now().Add(30 * time.Second); take() != nil; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no master through Sentinel after 30s: %v", take())
-		}
-	}
-	_, rport, _ := net.SplitHostPort(replica.Addr)
-	replica.Do("REPLICAOF", "NO", "ONE")
-	master.Do("REPLICAOF", "127.0.0.1", rport)
-	for _, a := range sentinels {
-		redistest.Cli(t, a, "SENTINEL", "REMOVE", "mymaster")
-		redistest.Cli(t, a, "SENTINEL", "MONITOR", "mymaster", "127.0.0.1", rport, "2")
-	}
-	var failed int
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-		err := take()
-		if err == nil {
-			break
-		}
-		failed++
-		if time.Now().After(deadline) {
-			t.Fatalf("checks still fail 30 s after the master changed (%d failed): %v", failed, err)
-		}
-	}
-	t.Logf("%d checks failed before the store followed the new master", failed)
-	if !strings.Contains(replica.Do("INFO", "replication"), "role:master") {
-		t.Fatal("the new master is not one")
-	}
-}
-
-// A switchover (SENTINEL FAILOVER, as for maintenance) leaves the old
-// master up and taking writes until the sentinels demote it, or for good
-// if they cannot reach it: a decision there is lost at its next resync.
-// Once the client follows the new master, so do lone calls, which go on
-// the store's own connection: here the sentinels stop watching right
-// after the switch, so the old master is never demoted, and every lone
-// check must still reach the new one.
-func TestSentinelSwitchoverMovesLoneCalls(t *testing.T) {
-	master, replica, sentinels := redistest.Sentinels(t, 1000)
-	var logged logbuf.Buffer
-	s, err := redisstore.Open("redis-sentinel://"+strings.Join(sentinels, ",")+"/mymaster", redisstore.Options{Prefix: uniquePrefix(t), ReconnectInterval: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(&logged, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	takeUntil(t, s, "the master found through the sentinels", decided)
-	for range 20 { // lone calls, on the store's own connection once the clock is measured
-		takeUntil(t, s, "a decision", decided)
-	}
-	redistest.Cli(t, sentinels[0], "SENTINEL", "FAILOVER", "mymaster")
-	awaitMaster(t, s, replica)
-	for _, a := range sentinels { // nothing will demote the old master now
-		redistest.Cli(t, a, "SENTINEL", "REMOVE", "mymaster")
-	}
-	onOld := decidedOn(t, s, replica, master)
-	if !strings.Contains(master.Do("INFO", "replication"), "role:master") {
-		t.Fatal("the old master was demoted: the test did not keep it taking writes")
-	}
-	if !strings.Contains(logged.String(), "the master moved") {
-		t.Errorf("the move is not logged:\n%s", logged.String())
-	}
-	t.Logf("%d lone checks decided on the old master before the store followed", onOld)
-}
-
-// awaitMaster returns once store's client has learnt from the sentinels
-// that srv is the master.
-func awaitMaster(t *testing.T, store *redisstore.Store, srv *redistest.Server) {
-	t.Helper()
-	client, err := store.Client()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) { // polling: rueidis reports no event
-		if _, ok := client.Nodes()[srv.Addr]; ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("30 s on, the client has not learnt from the sentinels that %s is the master", srv.Addr)
-		}
-	}
-}
-
-// decidedOn takes one from a new key of store at a time until a key is
-// on master, the server it should decide on (promoted, so replicating
-// none: a key there is a decision there), and returns how many were
-// decided on old first.
-func decidedOn(t *testing.T, store *redisstore.Store, master, old *redistest.Server) (onOld int) {
-	t.Helper()
-	limit := sluice.Limit{Rate: 1_000_000, Period: time.Hour}
-	for i, deadline := 0, time.Now().Add(30*time.Second); ; i++ {
-		key := fmt.Sprint("after-", i)
-		_, err := store.Take(context.Background(), sluice.Request{Key: key, Limit: limit, Cost: 1})
-		if err == nil && master.Do("KEYS", "*"+key+"*") != "" {
-			return onOld
-		}
-		if old.Do("KEYS", "*"+key+"*") != "" {
-			onOld++
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("30 s after the client followed the new master, checks are still decided elsewhere (%d of %d on the old one); the last error: %v", onOld, i+1, err)
-		}
-		time.Sleep(10 * time.Millisecond) // polling for the store to follow
-	}
-}
-
-// A managed Redis's primary endpoint (ElastiCache's, say) is a DNS name
-// moved to the replica it promotes, while the old primary, demoted to a
-// replica, keeps its clients' connections open and answers every write
-// with READONLY. The store drops a connection that answers READONLY, on
-// the shared client as on its own, and dials the name again: the checks
-// of callers at once, which ride the shared connection, are decided by
-// the new primary within seconds, not failed until a restart.
-func TestPrimaryEndpointMovesOnFailover(t *testing.T) {
-	primary, replica := redistest.Own(t), redistest.Own(t)
-	_, pport, _ := net.SplitHostPort(primary.Addr)
-	replica.Do("REPLICAOF", "127.0.0.1", pport)
-	endpoint := faultproxy.Start(t, primary.Addr) // the name clients dial
-	var logged logbuf.Buffer
-	s, err := redisstore.Open("redis://"+endpoint.Addr, redisstore.Options{Prefix: uniquePrefix(t), ReconnectInterval: 50 * time.Millisecond,
-		Logger: slog.New(slog.NewTextHandler(&logged, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	l := sluice.Limit{Rate: 1_000_000, Period: time.Hour}
-	// round is 8 checks at once, and how many of them failed.
-	round := func() (failed int64, last error) {
-		var n atomic.Int64
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for i := range 8 {
-			wg.Go(func() {
-				if _, err := s.Take(context.Background(), sluice.Request{Key: "k" + strconv.Itoa(i), Limit: l, Cost: 1}); err != nil {
-					n.Add(1)
-					mu.Lock()
-					last = err
-					mu.Unlock()
-				}
-			})
-		}
-		wg.Wait()
-		return n.Load(), last
-	}
-	if failed, err := round(); failed != 0 {
-		t.Fatalf("before the failover, %d of 8 failed: %v", failed, err)
-	}
-	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(replica.Do("INFO", "replication"), "master_link_status:up"); time.Sleep(10 * time.Millisecond) { // polling for the replica's sync
-		if time.Now().After(deadline) {
-			t.Fatalf("the replica did not sync in 30 s:\n%s", replica.Do("INFO", "replication"))
-		}
-	}
-	_, rport, _ := net.SplitHostPort(replica.Addr)
-	replica.Do("REPLICAOF", "NO", "ONE")
-	primary.Do("REPLICAOF", "127.0.0.1", rport)
-	endpoint.Retarget(replica.Addr)
-	var failed int64
-	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		n, err := round()
-		if n == 0 {
-			break
-		}
-		failed += n
-		if time.Now().After(deadline) {
-			t.Fatalf("checks still fail 30 s after the endpoint moved (%d failed): %v", failed, err)
-		}
-	}
-	t.Logf("%d checks failed before the store followed the endpoint", failed)
-	if !strings.Contains(logged.String(), "the server is a replica now") {
-		t.Errorf("the reconnection is not logged:\n%s", logged.String())
-	}
-	for range 20 {
-		if n, err := round(); n != 0 {
-			t.Fatalf("after the store followed the endpoint, %d of 8 failed: %v", n, err)
-		}
 	}
 }

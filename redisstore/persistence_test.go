@@ -15,6 +15,9 @@ import (
 // is allowed again); with AOF everysec, a kill a second after the last
 // write loses nothing. docs/operations.md's guidance rests on these.
 func TestRestartAndPersistence(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for an fsync and restarts Redis")
+	}
 	redistest.HourAhead()
 	for _, tt := range []struct {
 		name string

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"runtime"
 	"strconv"
 	"strings"
@@ -39,14 +38,6 @@ func client(t testing.TB, addrs ...string) rueidis.Client {
 	return c
 }
 
-func addrsOf(nodes []*redistest.Server) []string {
-	var out []string
-	for _, n := range nodes {
-		out = append(out, n.Addr)
-	}
-	return out
-}
-
 func TestConformanceStandalone(t *testing.T) {
 	srv := redistest.Standalone(t)
 	c := client(t, srv.Addr)
@@ -59,33 +50,29 @@ func TestConformanceStandalone(t *testing.T) {
 	assertEveryKeyHasTTL(t, srv)
 }
 
-func TestConformanceCluster(t *testing.T) {
-	nodes := redistest.Cluster(t)
-	c := client(t, addrsOf(nodes)...)
-	if c.Mode() != rueidis.ClientModeCluster {
-		t.Fatalf("client mode %v, want cluster", c.Mode())
-	}
-	storetest.Run(t, func(t *testing.T) sluice.Store {
-		return redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t)})
-	})
-	storetest.RunSlots(t, func(t *testing.T) guard.Slots {
-		return redisstore.New(c, redisstore.Options{Prefix: uniquePrefix(t)})
-	})
-	for _, n := range nodes {
-		assertEveryKeyHasTTL(t, n)
-	}
-}
-
 // assertEveryKeyHasTTL fails for any sluice key left without a TTL.
 func assertEveryKeyHasTTL(t *testing.T, srv *redistest.Server) {
 	t.Helper()
-	keys := strings.Fields(srv.Do("--scan", "--pattern", redistest.KeysOf(t)))
-	for _, k := range keys {
-		if ttl := srv.Do("PTTL", k); ttl == "-1" {
-			t.Errorf("key %q has no TTL", k)
-		}
+	// One script scans the test's keys on the server and returns how many
+	// it saw, then those without a TTL: one redis-cli, not one a key.
+	out := strings.Fields(srv.Do("EVAL", `local seen, none, cursor = 0, {}, "0"
+repeat
+  local r = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
+  cursor = r[1]
+  for _, k in ipairs(r[2]) do
+    seen = seen + 1
+    if redis.call('PTTL', k) == -1 then none[#none + 1] = k end
+  end
+until cursor == "0"
+table.insert(none, 1, seen)
+return none`, "0", redistest.KeysOf(t)))
+	if len(out) == 0 {
+		t.Fatalf("no answer from the TTL scan on %s", srv.Addr)
 	}
-	t.Logf("%d keys checked for a TTL on %s", len(keys), srv.Addr)
+	for _, k := range out[1:] {
+		t.Errorf("key %q has no TTL", k)
+	}
+	t.Logf("%s keys checked for a TTL on %s", out[0], srv.Addr)
 }
 
 // commandCalls returns how many times srv ran cmd since its statistics
@@ -138,174 +125,6 @@ func TestFunctionReloadedWhenMissing(t *testing.T) {
 	}
 }
 
-// On Cluster the library is loaded on every primary: a flush of all of
-// them mid-run loses nothing, whichever node each key lives on.
-func TestFunctionReloadedOnCluster(t *testing.T) {
-	nodes := redistest.Cluster(t)
-	store := redisstore.New(client(t, addrsOf(nodes)...), redisstore.Options{Prefix: uniquePrefix(t)})
-	limit := sluice.Limit{Rate: 3, Period: time.Minute, Algorithm: sluice.FixedWindow}
-	now := time.Now().Truncate(limit.Period).Add(time.Second) // one window throughout, whenever the test runs
-	ctx := context.Background()
-	for round := range 4 {
-		if round > 0 {
-			for _, n := range nodes {
-				n.Do("FUNCTION", "FLUSH")
-			}
-		}
-		for k := range 30 { // keys on every node
-			d, err := store.Take(ctx, sluice.Request{Key: fmt.Sprint("k", k), Limit: limit, Cost: 1, Now: now})
-			want := round < 3
-			if err != nil || d.Allowed != want {
-				t.Fatalf("round %d key %d: %+v, %v; want allowed=%v", round, k, d, err, want)
-			}
-		}
-	}
-	_, name := redisstore.Library()
-	for _, n := range nodes {
-		if !strings.Contains(n.Do("FUNCTION", "LIST"), name) {
-			t.Errorf("%s: library %s not loaded", n.Addr, name)
-		}
-	}
-}
-
-// A key's slot moves to another master while callers decide on it, as
-// redis-cli --cluster reshard moves it: IMPORTING and MIGRATING, the key
-// moved by MIGRATE (calls then follow ASK), the slot given to its new
-// master (MOVED). Every call is decided, none refused, and the key's state
-// moves with it: what remains is what the calls took. A lone caller's
-// calls follow the slot too: on Cluster they never go on a connection
-// bound to one node.
-func TestClusterSlotMovesUnderCalls(t *testing.T) {
-	nodes := redistest.Cluster(t)
-	s := redisstore.New(client(t, addrsOf(nodes)...), redisstore.Options{Prefix: uniquePrefix(t)})
-	// A burst of 100,000, refilled at one an hour: what the calls take
-	// is what remains, give or take the one an hour may refill. The
-	// callers below take as fast as Redis answers until the slot has
-	// moved, several thousand here; they stop short of the burst, so that
-	// on a slow host they cannot use it up and see a denial that is the
-	// limit's, not the move's.
-	limit := sluice.Limit{Rate: 1, Period: time.Hour, Burst: 100_000}
-	const callersStop = 90_000
-	var taken atomic.Int64
-	take := func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		d, err := s.Take(ctx, sluice.Request{Key: "k", Limit: limit, Cost: 1})
-		if err == nil && !d.Allowed {
-			err = fmt.Errorf("denied: %+v", d)
-		}
-		if err == nil {
-			taken.Add(1)
-		}
-		return err
-	}
-	mustTake := func() {
-		t.Helper()
-		if err := take(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	mustTake()
-	refreshClock(t, s, mustTake) // as a store that has run a while
-
-	// The slot's master, the one it moves to, and the third.
-	slotOf := nodes[0].Do("CLUSTER", "KEYSLOT", "{k}")
-	slot, err := strconv.Atoi(slotOf)
-	if err != nil {
-		t.Fatalf("CLUSTER KEYSLOT: %q", slotOf)
-	}
-	ids := map[*redistest.Server]string{}
-	var src, dst, other *redistest.Server
-	for _, n := range nodes {
-		ids[n] = n.Do("CLUSTER", "MYID")
-	}
-	for line := range strings.SplitSeq(nodes[0].Do("CLUSTER", "NODES"), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 9 || !strings.Contains(f[2], "master") {
-			continue
-		}
-		for _, r := range f[8:] {
-			lo, hi, _ := strings.Cut(r, "-")
-			a, _ := strconv.Atoi(lo)
-			b, err := strconv.Atoi(hi)
-			if err != nil {
-				b = a
-			}
-			if a <= slot && slot <= b {
-				for _, n := range nodes {
-					if ids[n] == f[0] {
-						src = n
-					}
-				}
-			}
-		}
-	}
-	if src == nil {
-		t.Fatalf("no master holds slot %d:\n%s", slot, nodes[0].Do("CLUSTER", "NODES"))
-	}
-	for _, n := range nodes {
-		switch {
-		case n == src:
-		case dst == nil:
-			dst = n
-		default:
-			other = n
-		}
-	}
-
-	// Callers all along, until the slot has moved.
-	var moved atomic.Bool
-	var wg sync.WaitGroup
-	var failed atomic.Value
-	for range 8 {
-		wg.Go(func() {
-			for !moved.Load() && taken.Load() < callersStop {
-				if err := take(); err != nil {
-					failed.Store(err)
-					return
-				}
-			}
-		})
-	}
-	step := func(n *redistest.Server, args ...string) {
-		t.Helper()
-		for range 50 {
-			mustTake() // a lone caller's among the others'
-		}
-		if out := n.Do(args...); out != "OK" {
-			t.Fatalf("%v on %s: %s", args, n.Addr, out)
-		}
-	}
-	_, dstPort, _ := net.SplitHostPort(dst.Addr)
-	sl := strconv.Itoa(slot)
-	step(dst, "CLUSTER", "SETSLOT", sl, "IMPORTING", ids[src])
-	step(src, "CLUSTER", "SETSLOT", sl, "MIGRATING", ids[dst])
-	keys := strings.Fields(src.Do("CLUSTER", "GETKEYSINSLOT", sl, "100"))
-	if len(keys) == 0 {
-		t.Fatalf("no keys in slot %d on its master %s", slot, src.Addr)
-	}
-	step(src, append([]string{"MIGRATE", "127.0.0.1", dstPort, "", "0", "5000", "KEYS"}, keys...)...)
-	step(dst, "CLUSTER", "SETSLOT", sl, "NODE", ids[dst])
-	step(src, "CLUSTER", "SETSLOT", sl, "NODE", ids[dst])
-	step(other, "CLUSTER", "SETSLOT", sl, "NODE", ids[dst])
-	for range 50 {
-		mustTake()
-	}
-	moved.Store(true)
-	wg.Wait()
-	if err, _ := failed.Load().(error); err != nil {
-		t.Fatalf("a call failed while slot %d moved: %v", slot, err)
-	}
-	if n := dst.Do("EXISTS", keys[0]); n != "1" {
-		t.Fatalf("the key is not on its new master %s (EXISTS %s = %s)", dst.Addr, keys[0], n)
-	}
-	d, err := s.Take(context.Background(), sluice.Request{Key: "k", Limit: limit}) // a peek
-	want := limit.Burst - taken.Load()
-	if err != nil || d.Remaining < want || d.Remaining > want+1 {
-		t.Fatalf("after %d calls: remaining %d, %v; want %d (or one more, refilled)", taken.Load(), d.Remaining, err, want)
-	}
-}
-
 // A user whose ACL forbids some keys gets a clear error for them, and
 // keeps FCALL for the keys it may use: a refused key does not turn
 // functions off.
@@ -337,6 +156,9 @@ func TestForbiddenKeyKeepsFunctions(t *testing.T) {
 // A user whose ACL forbids FUNCTION LOAD, or FCALL, gets the same
 // decisions, by EVALSHA.
 func TestConformanceScriptsWhenFunctionsDenied(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the conformance suite again, by scripts")
+	}
 	for _, denied := range []string{"-function", "-fcall"} {
 		t.Run(denied, func(t *testing.T) { conformanceAsUser(t, denied) })
 	}

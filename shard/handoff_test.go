@@ -109,6 +109,9 @@ func seeAll(nodes []*node, n int) func() bool {
 // three: the key's owner hands it the key's state, and the four admit
 // the limit, not the limit again.
 func TestJoinTakesTheKeysState(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a member joins a ring under load")
+	}
 	lis, addrs := listeners(t, 4)
 	nodes := startNodesOn(t, lis[:3], addrs, 3)
 	key := keyOwnedBy(shard.NewRing(addrs, 128, nil), addrs[3])
@@ -167,6 +170,9 @@ func TestLeaveHandsTheKeysOver(t *testing.T) {
 // afresh) and comes back empty: it takes the key's state from the member
 // that held it meanwhile instead of starting it a second time.
 func TestReturnDoesNotResetAgain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a member joins a ring under load")
+	}
 	lis, addrs := listeners(t, 3)
 	nodes := startNodesOn(t, lis, addrs, 3)
 	key := keyOwnedBy(shard.NewRing(addrs, 128, nil), addrs[2])

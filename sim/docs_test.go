@@ -12,6 +12,9 @@ import (
 // docs/simulations.md must say what the simulator now produces: regenerate
 // it with go generate ./sim after changing an algorithm or the simulator.
 func TestDocsFiguresAreCurrent(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates every figure of the docs")
+	}
 	committed, err := os.ReadFile("../docs/simulations.md")
 	if err != nil {
 		t.Fatal(err)

@@ -127,6 +127,9 @@ func TestTrace(t *testing.T) {
 // and its log the exact log: on the same traffic it disagrees with the log
 // exactly as often as Run's sliding window does with Run's log.
 func TestSubWindowsOneIsTheSlidingWindow(t *testing.T) {
+	if testing.Short() {
+		t.Skip("simulates 100,000 requests three ways")
+	}
 	limit := sluice.Limit{Rate: 10, Period: time.Second}
 	traffic := func() sim.Traffic { return sim.Zipf(100_000, 500, 300, 1.1, 7) }
 	rs, err := sim.Run(sim.Config{Algorithms: []sluice.Algorithm{sluice.SlidingWindow}, Limit: limit, Traffic: traffic()})
@@ -255,6 +258,9 @@ func TestChart(t *testing.T) {
 // parses twelve fonts in its init, and go-latex (which gonum's text
 // drawing links) four more; together 4-6 MB of every process's memory.
 func TestChartCostsNothingAtStart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("lists sluice's dependencies with go list")
+	}
 	out, err := exec.Command("go", "list", "-deps", "github.com/sluicehq/sluice/cmd/sluice").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go list: %v\n%s", err, out)

@@ -14,6 +14,7 @@ import (
 // golang.org/x/net/trace unless built with grpcnotrace; the status page
 // renders through templ, which looks nothing up.
 func TestReleaseBuildPrunesMethods(t *testing.T) {
+	needBinary(t)
 	f, err := elf.Open(binary)
 	if err != nil {
 		t.Fatal(err)

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package main_test
 
 import (
@@ -147,6 +149,7 @@ policies:
 // start, saying why and what to change; with store.fail_mode set, it
 // starts with a warning, decides by that mode, and /readyz answers 503.
 func TestServeRefusesUserWithoutScripting(t *testing.T) {
+	needBinary(t)
 	redistest.HourAhead()
 	srv := redistest.StandaloneWith(t)
 	srv.Do("ACL", "SETUSER", "app", "on", ">pw", "~*", "&*", "+@all", "-@scripting")

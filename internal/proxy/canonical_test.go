@@ -243,6 +243,9 @@ func FuzzPathMatchesUpstream(f *testing.F) {
 // The same against python3's http.server, an upstream that decodes and
 // resolves paths by rules of its own.
 func TestPathMatchesPythonUpstream(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a Python upstream")
+	}
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("python3 is not on PATH")

@@ -5,8 +5,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/config"
+	"github.com/sluicehq/sluice/guard"
 	"github.com/sluicehq/sluice/internal/topk"
 )
 

@@ -1,3 +1,5 @@
+//go:build e2e
+
 package server
 
 import (
@@ -60,17 +62,6 @@ func startLoad(t *testing.T, r *running, policy, key string) *traffic {
 func (l *traffic) end() {
 	close(l.stop)
 	l.wg.Wait()
-}
-
-// readyz returns /readyz's status and body.
-func (r *running) readyz(t *testing.T) (int, string) {
-	resp, err := client.Get(r.base + "/readyz")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, string(body)
 }
 
 // The primary of a key's slots killed under load on a Redis Cluster with
@@ -203,4 +194,15 @@ func TestSentinelFailover(t *testing.T) {
 	}
 	client.CloseIdleConnections()
 	r.Shutdown(t.Context())
+}
+
+// readyz returns /readyz's status and body.
+func (r *running) readyz(t *testing.T) (int, string) {
+	resp, err := client.Get(r.base + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body)
 }

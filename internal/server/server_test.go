@@ -239,39 +239,13 @@ func TestOutageOnTheFrontDoor(t *testing.T) {
 	}
 }
 
-// storeQuantile returns the upper bound of the sluice_store_duration_seconds
-// bucket that holds quantile q of the store calls so far.
-func (r *running) storeQuantile(t testing.TB, q float64) time.Duration {
-	t.Helper()
-	data := r.metrics(t)
-	type bucket struct{ le, n float64 }
-	var buckets []bucket
-	for _, line := range strings.Split(data, "\n") {
-		rest, ok := strings.CutPrefix(line, `sluice_store_duration_seconds_bucket{operation="take",le="`)
-		if !ok {
-			continue
-		}
-		le, count, _ := strings.Cut(rest, `"} `)
-		l, _ := strconv.ParseFloat(le, 64) // +Inf parses as Inf
-		n, _ := strconv.ParseFloat(count, 64)
-		buckets = append(buckets, bucket{l, n})
-	}
-	if len(buckets) == 0 {
-		return 0
-	}
-	all := buckets[len(buckets)-1].n
-	for _, b := range buckets {
-		if b.n >= q*all {
-			return time.Duration(b.le * float64(time.Second))
-		}
-	}
-	return -1
-}
-
 // Each fault a store can have, on the service's front door: every check is
 // answered within the timeout and a margin, by fail_mode local, and Redis
 // decides again within a second once the fault ends.
 func TestStoreFaults(t *testing.T) {
+	if testing.Short() {
+		t.Skip("every store fault, each until it ends")
+	}
 	const cfg = "store: {type: redis, url: redis://127.0.0.1:1, timeout: 200ms}\npolicies:\n  - {name: p, limit: 1000/1h}\n"
 	for _, tt := range []struct {
 		name        string
@@ -375,6 +349,9 @@ func TestRefusedChecksAreNotCharged(t *testing.T) {
 // Redis 52 ms away (25 ms each way), 64 callers, default settings: at
 // most 1% of the checks are not decided by Redis.
 func TestDistantRedisDecides(t *testing.T) {
+	if testing.Short() {
+		t.Skip("64 callers through 50 ms of latency")
+	}
 	redis := redistest.Standalone(t)
 	proxy := faultproxy.Start(t, redis.Addr)
 	r := start(t, "store: {type: redis, url: redis://127.0.0.1:1}\npolicies:\n  - {name: p, limit: 1000000/1h}\n", redis.URLVia(proxy.Addr))

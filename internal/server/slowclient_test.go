@@ -16,6 +16,9 @@ import (
 // (20 s here: its default, 3m, outlasts the gateways' own), while a
 // well-behaved client keeps getting answers.
 func TestSlowClientsAreCut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits out the server's timeouts")
+	}
 	t.Parallel()
 	r := start(t, "listeners: {idle_timeout: 20s}\npolicies: [{name: p, limit: 1000000/1h}]", "")
 	addr := r.Addrs().HTTP

@@ -120,6 +120,7 @@ type envoyServe struct {
 // t ends; it returns once /healthcheck answers OK.
 func serveEnvoyEnv(t *testing.T, root string, env ...string) envoyServe {
 	t.Helper()
+	needBinary(t)
 	port := func() string { a := freeport.Addr(t); return a[strings.LastIndex(a, ":")+1:] }
 	httpPort, grpcPort, debugPort := port(), port(), port()
 	cmd := exec.Command(binary, "serve", "-envoy-env")
