@@ -41,7 +41,9 @@ func storesOn(pool *pgxpool.Pool, opts pgstore.Options) storetest.NewStore {
 // when t ends.
 func newStore(t testing.TB, pool *pgxpool.Pool, opts pgstore.Options) *pgstore.Store {
 	t.Helper()
-	opts.Schema = fmt.Sprintf("s%d", schemas.Add(1))
+	if opts.Schema == "" {
+		opts.Schema = fmt.Sprintf("s%d", schemas.Add(1))
+	}
 	s := pgstore.New(pool, opts)
 	t.Cleanup(s.Close)
 	if err := s.Migrate(context.Background()); err != nil {
