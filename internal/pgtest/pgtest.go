@@ -265,3 +265,45 @@ func ExecOn(t testing.TB, url, sql string) {
 		t.Fatalf("pgtest: %s: %v", strings.SplitN(sql, "\n", 2)[0], err)
 	}
 }
+
+// CPU returns the processor time the server's processes have used so
+// far, from /proc: the postmaster's own, its children's (the backends
+// among them) while they run, and, counted in the postmaster's, its
+// children's that have ended. It skips t for an external server.
+func (s *Server) CPU(t testing.TB) time.Duration {
+	t.Helper()
+	if s.bin == "" {
+		t.Skip("pgtest: the CPU of an external server is not known")
+	}
+	b, err := os.ReadFile(filepath.Join(s.data(), "postmaster.pid"))
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	pid, _, _ := strings.Cut(string(b), "\n")
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var ticks int64
+	for _, p := range stats {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue // ended meanwhile
+		}
+		// pid (comm) state ppid ... utime stime cutime cstime: fields 14
+		// to 17, counted after the command's closing parenthesis.
+		line := string(b)
+		i := strings.LastIndexByte(line, ')')
+		f := strings.Fields(line[i+1:])
+		self := strings.Fields(line)[0]
+		if len(f) < 15 || (self != pid && f[1] != pid) {
+			continue
+		}
+		fields := f[11:13]
+		if self == pid {
+			fields = f[11:15]
+		}
+		for _, v := range fields {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			ticks += n
+		}
+	}
+	return time.Duration(ticks) * time.Second / 100 // USER_HZ, 100 on Linux
+}
