@@ -41,7 +41,7 @@ type Options struct {
 	// MaxInFlight is how many calls of the take function run at once
 	// before further calls queue and go together in the next one (each
 	// still all-or-nothing on its own): concurrent checks of one key then
-	// wait for its row lock once per batch, not once each. Default 4.
+	// wait for its row lock once per batch, not once each. Default 2.
 	MaxInFlight int
 	// Logger hears of failed sweeps (the first of a run, and its end).
 	// Default: none.
@@ -95,7 +95,7 @@ func New(pool *pgxpool.Pool, opts Options) *Store {
 	s.takeSQL = "SELECT " + s.schema + ".take($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)"
 	s.batch.maxInFlight = opts.MaxInFlight
 	if s.batch.maxInFlight <= 0 {
-		s.batch.maxInFlight = 4
+		s.batch.maxInFlight = 2
 	}
 	s.sweepEvery, s.sweepBlocks = opts.SweepEvery, int64(opts.SweepBlocks)
 	if s.sweepEvery == 0 {

@@ -119,22 +119,13 @@ BEGIN
 END $$;
 
 -- tat_remaining is algorithm.tatRemaining: burst - ceil((TAT - now)/T),
--- at least 0.
+-- at least 0, with (TAT - now)/T = ((tq - now)*rate + tr)/period.
 CREATE FUNCTION {{schema}}.tat_remaining(tq bigint, tr bigint, now bigint, rate bigint, period bigint, burst bigint) RETURNS bigint
-LANGUAGE plpgsql IMMUTABLE STRICT AS $$
-DECLARE used bigint; mr bigint; x bigint;
-BEGIN
-  used := {{schema}}.mdq(tq - now, rate, period); mr := {{schema}}.mdr(tq - now, rate, period);
-  x := mr + tr;
-  IF x <= 0 THEN
-    NULL;
-  ELSIF x <= period THEN
-    used := used + 1;
-  ELSE
-    used := used + x / period + CASE WHEN x % period <> 0 THEN 1 ELSE 0 END;
-  END IF;
-  RETURN greatest(burst - used, 0);
-END $$;
+LANGUAGE sql IMMUTABLE AS
+$$ SELECT greatest(burst - {{schema}}.mdq(tq - now, rate, period) - CASE
+    WHEN {{schema}}.mdr(tq - now, rate, period) + tr <= 0 THEN 0
+    WHEN {{schema}}.mdr(tq - now, rate, period) + tr <= period THEN 1
+    ELSE {{schema}}.ceildiv({{schema}}.mdr(tq - now, rate, period) + tr, period) END, 0) $$;
 
 -- tat_delay is algorithm.tatDelay: ceil(TAT - now), at least 0.
 CREATE FUNCTION {{schema}}.tat_delay(tq bigint, tr bigint, now bigint) RETURNS bigint
@@ -257,8 +248,22 @@ BEGIN
     -- GCRA (algorithm/gcra.go) and the leaky bucket
     -- (algorithm/leakybucket.go): a the TAT in whole µs, b its remainder
     -- over rate, c the rate it is kept at.
-    rr := {{schema}}.tat_at(a, b, c, rate, now); tq := rr.tq; tr := rr.tr;
-    rr := {{schema}}.tat_add(tq, tr, cost, rate, period); nq := rr.nq; nr := rr.nr;
+    -- tat_at and tat_add, inline.
+    IF a < now THEN
+      tq := now; tr := 0;
+    ELSIF c = 0 OR c = rate THEN
+      tq := a; tr := b;
+    ELSE
+      q := {{schema}}.mdq(a - now, c, rate); r := {{schema}}.mdr(a - now, c, rate);
+      IF q >= 1125899906842624 THEN -- maxDebt, 2^50
+        tq := now + 1125899906842624; tr := 0;
+      ELSE
+        r := r + b;
+        tq := now + q + r / rate; tr := r % rate;
+      END IF;
+    END IF;
+    nq := tq + {{schema}}.mdq(cost, period, rate); nr := tr + {{schema}}.mdr(cost, period, rate);
+    IF nr >= rate THEN nq := nq + 1; nr := nr - rate; END IF;
     bq := {{schema}}.mdq(burst, period, rate); br := {{schema}}.mdr(burst, period, rate);
     allowed := nq - now < bq OR (nq - now = bq AND nr <= br);
     nc := rate;
@@ -429,34 +434,36 @@ BEGIN
   END LOOP;
 END $$;
 
--- lock_load is lock_row returning what load_row returns.
-CREATE FUNCTION {{schema}}.lock_load(durable boolean, k bytea, kd text, clk bigint,
-  OUT a bigint, OUT b bigint, OUT c bigint, OUT log bigint[])
+-- lock_get locks and returns a state's row, hit false when there is
+-- none (nothing is locked then: the caller inserts it, see insert_row).
+CREATE FUNCTION {{schema}}.lock_get(durable boolean, k bytea, kd text, clk bigint,
+  OUT a bigint, OUT b bigint, OUT c bigint, OUT log bigint[], OUT hit boolean)
 LANGUAGE plpgsql AS $$
 DECLARE ex bigint;
 BEGIN
-  LOOP
-    IF durable THEN
-      SELECT s.a, s.b, s.c, s.log, s.expires INTO a, b, c, log, ex FROM {{schema}}.quota s WHERE s.key = k AND s.kind = kd FOR UPDATE;
-    ELSE
-      SELECT s.a, s.b, s.c, s.log, s.expires INTO a, b, c, log, ex FROM {{schema}}.state s WHERE s.key = k AND s.kind = kd FOR UPDATE;
-    END IF;
-    IF FOUND THEN
-      IF ex < clk THEN
-        a := 0; b := 0; c := 0; log := NULL;
-      END IF;
-      RETURN;
-    END IF;
-    IF durable THEN
-      INSERT INTO {{schema}}.quota (key, kind, expires) VALUES (k, kd, 0) ON CONFLICT DO NOTHING;
-    ELSE
-      INSERT INTO {{schema}}.state (key, kind, expires) VALUES (k, kd, 0) ON CONFLICT DO NOTHING;
-    END IF;
-    IF FOUND THEN
-      a := 0; b := 0; c := 0; log := NULL;
-      RETURN;
-    END IF;
-  END LOOP;
+  IF durable THEN
+    SELECT s.a, s.b, s.c, s.log, s.expires INTO a, b, c, log, ex FROM {{schema}}.quota s WHERE s.key = k AND s.kind = kd FOR UPDATE;
+  ELSE
+    SELECT s.a, s.b, s.c, s.log, s.expires INTO a, b, c, log, ex FROM {{schema}}.state s WHERE s.key = k AND s.kind = kd FOR UPDATE;
+  END IF;
+  hit := FOUND;
+  IF NOT hit OR ex < clk THEN
+    a := 0; b := 0; c := 0; log := NULL;
+  END IF;
+END $$;
+
+-- insert_row inserts a new key's state and reports whether it did: false
+-- when a concurrent transaction inserted the key first.
+CREATE FUNCTION {{schema}}.insert_row(durable boolean, k bytea, kd text,
+  na bigint, nb bigint, nc bigint, ex bigint) RETURNS boolean
+LANGUAGE plpgsql AS $$
+BEGIN
+  IF durable THEN
+    INSERT INTO {{schema}}.quota (key, kind, a, b, c, expires) VALUES (k, kd, na, nb, nc, ex) ON CONFLICT DO NOTHING;
+  ELSE
+    INSERT INTO {{schema}}.state (key, kind, a, b, c, expires) VALUES (k, kd, na, nb, nc, ex) ON CONFLICT DO NOTHING;
+  END IF;
+  RETURN FOUND;
 END $$;
 
 -- load_row returns a state's words and log; a row past its expiry, or
@@ -525,24 +532,36 @@ BEGIN
     -- One request on an O(1) state, most calls: the general path below
     -- without its arrays and its second pass.
     now := coalesce(nows[1], clk); alg := lims[1]; rate := lims[2]; period := lims[3]; cal := lims[5 : 8];
-    IF costs[1] > 0 THEN
-      l := {{schema}}.lock_load(durable[1], keys[1], kinds[1], clk);
-    ELSE
-      l := {{schema}}.load_row(durable[1], keys[1], kinds[1], clk);
-    END IF;
-    s := {{schema}}.status(alg, l.a, l.b, l.c, rate, period, lims[4], cal, now, costs[1]);
-    res := ARRAY[CASE WHEN s.allowed THEN 1 ELSE 0 END, s.remaining, s.retry, s.reset, s.delay];
-    IF costs[1] = 0 THEN
-      one := {{schema}}.status(alg, l.a, l.b, l.c, rate, period, lims[4], cal, now, 1);
-      res[1] := CASE WHEN one.allowed THEN 1 ELSE 0 END; res[3] := one.retry; res[5] := one.delay;
-    ELSIF s.allowed THEN
-      PERFORM {{schema}}.save_row(durable[1], keys[1], kinds[1], s.na, s.nb, s.nc, NULL, clk + greatest(s.reset, 0) + 1000000);
-    ELSIF forced[1] THEN
-      y := {{schema}}.apply(alg, l.a, l.b, l.c, rate, period, lims[4], cal, now, costs[1]);
-      rr := {{schema}}.status(alg, y.na, y.nb, y.nc, rate, period, lims[4], cal, now, 0);
-      PERFORM {{schema}}.save_row(durable[1], keys[1], kinds[1], y.na, y.nb, y.nc, NULL, clk + greatest(rr.reset, 0) + 1000000);
-      res[2] := 0; res[4] := rr.reset; res[5] := 0;
-    END IF;
+    LOOP
+      IF costs[1] > 0 THEN
+        l := {{schema}}.lock_get(durable[1], keys[1], kinds[1], clk);
+      ELSE
+        l := {{schema}}.load_row(durable[1], keys[1], kinds[1], clk);
+      END IF;
+      s := {{schema}}.status(alg, l.a, l.b, l.c, rate, period, lims[4], cal, now, costs[1]);
+      res := ARRAY[CASE WHEN s.allowed THEN 1 ELSE 0 END, s.remaining, s.retry, s.reset, s.delay];
+      IF costs[1] = 0 THEN
+        one := {{schema}}.status(alg, l.a, l.b, l.c, rate, period, lims[4], cal, now, 1);
+        res[1] := CASE WHEN one.allowed THEN 1 ELSE 0 END; res[3] := one.retry; res[5] := one.delay;
+        EXIT;
+      END IF;
+      IF s.allowed THEN
+        y := s;
+      ELSIF forced[1] THEN
+        y := {{schema}}.apply(alg, l.a, l.b, l.c, rate, period, lims[4], cal, now, costs[1]);
+        rr := {{schema}}.status(alg, y.na, y.nb, y.nc, rate, period, lims[4], cal, now, 0);
+        res[2] := 0; res[4] := rr.reset; res[5] := 0;
+      ELSE
+        EXIT; -- denied: nothing to write
+      END IF;
+      IF l.hit THEN
+        PERFORM {{schema}}.save_row(durable[1], keys[1], kinds[1], y.na, y.nb, y.nc, NULL, clk + greatest(res[4], 0) + 1000000);
+        EXIT;
+      END IF;
+      -- A new key: inserted with its state, unless a concurrent check
+      -- inserted it first, whose row is then locked and decided on.
+      EXIT WHEN {{schema}}.insert_row(durable[1], keys[1], kinds[1], y.na, y.nb, y.nc, clk + greatest(res[4], 0) + 1000000);
+    END LOOP;
     RETURN res;
   END IF;
   -- Lock every row the call may write, in one order, so that calls on
