@@ -140,6 +140,9 @@ func hammer(t testing.TB, s *pgstore.Store, l sluice.Limit, callers, n int) int6
 // each time. A rate limit in the unlogged table survives the clean
 // restart and is back to full after the crash.
 func TestQuotaSurvivesRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: restarts PostgreSQL")
+	}
 	ctx := context.Background()
 	srv := pgtest.Own(t)
 	url := srv.DB(t)

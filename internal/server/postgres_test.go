@@ -62,6 +62,9 @@ func TestPostgresHotKeyExact(t *testing.T) {
 // A calendar 5/month key used 3 times has 2 left after the service
 // restarts, and after PostgreSQL restarts (pg_ctl restart -m fast).
 func TestPostgresQuotaAcrossRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: restarts PostgreSQL")
+	}
 	pg := pgtest.Own(t)
 	url := pg.DB(t)
 	config := "store: {type: postgres, url: \"" + url + "\", timeout: 30s, fail_mode: closed}\npolicies:\n  - {name: month, limit: calendar 5/month}\n"
