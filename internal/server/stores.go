@@ -229,6 +229,10 @@ func openPostgres(s *Server, cfg *config.Config, url string) (*opened, error) {
 	if err != nil {
 		return nil, fmt.Errorf("store: %w", err)
 	}
+	var commit string
+	if err := ps.Pool().QueryRow(ctx, "SHOW synchronous_commit").Scan(&commit); err == nil && commit == "off" {
+		s.log.Warn("postgres: synchronous_commit is off: a crash of PostgreSQL may lose the last quota charges it acknowledged (docs/postgres.md, durability)")
+	}
 	s.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_postgres_sweep_errors_total",
 		Help: "Rounds of the PostgreSQL store's background sweep (deleting the rows back to full) that failed."},
 		func() float64 { return float64(ps.SweepErrors()) }))
