@@ -60,12 +60,15 @@ func TestDocsGoExamplesCompile(t *testing.T) {
 		"clientip": "github.com/sluicehq/sluice/clientip", "httpretry": "github.com/sluicehq/sluice/httpretry",
 		"grpclimit": "github.com/sluicehq/sluice/grpclimit", "time": "time", "http": "net/http", "context": "context", "log": "log",
 		"grpc": "google.golang.org/grpc", "guard": "github.com/sluicehq/sluice/guard",
+		"pgstore": "github.com/sluicehq/sluice/pgstore",
+		"pgx":     "github.com/jackc/pgx/v5", "pgxpool": "github.com/jackc/pgx/v5/pgxpool",
 	}
 	given := map[string]string{ // what the prose around the examples names
 		"ctx": "context.Context", "store": "sluice.Store", "mux": "*http.ServeMux", "ip": "*clientip.Resolver",
 		"loginLimit": "sluice.Limit", "apiLimit": "sluice.Limit", "searchLimit": "sluice.Limit", "trial": "sluice.Limit",
 		"limitsOfCustomer": "func(string) []sluice.Limit",
 		"addr":             "string", "creds": "grpc.DialOption",
+		"pool": "*pgxpool.Pool", "accountID": "string", "projectName": "string", "errPlanLimit": "error",
 	}
 	var src strings.Builder
 	used := map[string]bool{"context": true, "sluice": true, "http": true, "clientip": true}
@@ -99,6 +102,9 @@ func TestDocsGoExamplesCompile(t *testing.T) {
 			if strings.Contains(b[1], name) && !slices.Contains(defined, name) {
 				src.WriteString("\tvar " + name + " " + typ + "\n")
 				declared = append(declared, name)
+				if pkg, _, ok := strings.Cut(strings.TrimLeft(typ, "*[]"), "."); ok && imports[pkg] != "" {
+					used[pkg] = true
+				}
 			}
 		}
 		src.WriteString(b[1])

@@ -94,11 +94,14 @@ const (
 )
 
 // Store says where state lives and how checks are decided while it fails.
-// Exactly one of Memory and Redis is set: each holds the settings of its
-// kind, and of its mode where it has one.
+// Exactly one of Memory, Redis and Postgres is set, by the section's type:
+// each holds the settings of its kind, and of its mode where it has one.
+// The file gives them flat (store: {type: redis, url: ...}) or in a
+// section named after the type (store: {type: redis, redis: {url: ...}}).
 type Store struct {
-	Memory *MemoryStore
-	Redis  *RedisStore
+	Memory   *MemoryStore
+	Redis    *RedisStore
+	Postgres *PostgresStore
 	// Timeout bounds each store call.
 	Timeout time.Duration
 	// FailMode decides Envoy domains' checks while the store fails.
@@ -118,10 +121,13 @@ type Store struct {
 	Instances int
 }
 
-// Type is "memory" or "redis".
+// Type is "memory", "redis" or "postgres".
 func (s *Store) Type() string {
-	if s.Redis != nil {
+	switch {
+	case s.Redis != nil:
 		return "redis"
+	case s.Postgres != nil:
+		return "postgres"
 	}
 	return "memory"
 }
@@ -184,6 +190,13 @@ type RedisStore struct {
 	// each new connection (redisstore.Options.PasswordFile).
 	PasswordFile string
 	LocalSync    *LocalSync // nil: every check decided in Redis
+}
+
+// PostgresStore is PostgreSQL (package pgstore).
+type PostgresStore struct {
+	URL     string // postgres://…, TLS by its sslmode, sslrootcert, sslcert and sslkey
+	Schema  string // the schema of sluice's tables and functions; "" is "sluice"
+	Durable bool   // every state in the logged table, not only calendar quotas
 }
 
 // RedisTLS is the TLS of the connection to Redis (redisstore.TLS).
@@ -578,6 +591,8 @@ type storeYAML struct {
 	Prefix         string          `yaml:"prefix"`
 	TLS            RedisTLS        `yaml:"tls"`
 	PasswordFile   string          `yaml:"password_file"`
+	Schema         string          `yaml:"schema"`
+	Durable        bool            `yaml:"durable"`
 	Timeout        time.Duration   `yaml:"timeout"`
 	FailMode       sluice.FailMode `yaml:"fail_mode"`
 	MaxKeys        int             `yaml:"max_keys"`
@@ -706,6 +721,7 @@ func Parse(file string, data []byte) (*Config, error) {
 	} else {
 		f := fileYAML{Store: defaults.store, Listeners: defaults.listeners, Envoy: defaults.envoy, Metrics: defaults.metrics, UI: defaults.ui,
 			ForwardAuth: defaults.forwardAuth}
+		c.hoistStoreSection(doc)
 		m := c.decodeInto(doc, "", &f)
 		cfg.Store = c.store(m["store"], f.Store)
 		cfg.Listeners = c.listeners(m["listeners"], f.Listeners)
@@ -863,8 +879,20 @@ func (c *checker) store(n *yaml.Node, y storeYAML) Store {
 	switch y.Type {
 	case "memory":
 		s.Memory = &MemoryStore{}
-		unused("only for type redis", "url", "prefix", "tls", "password_file")
+		unused("only for type redis or postgres", "url")
+		unused("only for type redis", "prefix", "tls", "password_file")
+		unused("only for type postgres", "schema", "durable")
+	case "postgres":
+		s.Postgres = &PostgresStore{URL: y.URL, Schema: y.Schema, Durable: y.Durable}
+		unused("only for type redis (PostgreSQL's TLS and password file are the URL's sslmode, sslrootcert, sslcert, sslkey and passfile)", "prefix", "tls", "password_file")
+		if y.URL == "" {
+			bad("url", "a postgres store needs a url, such as postgres://sluice@127.0.0.1:5432/app")
+		}
+		if m["schema"] != nil && y.Schema == "" {
+			bad("schema", "must not be empty: leave it out for sluice")
+		}
 	case "redis":
+		unused("only for type postgres", "schema", "durable")
 		s.Redis = &RedisStore{URL: y.URL, Prefix: y.Prefix, TLS: y.TLS, PasswordFile: y.PasswordFile}
 		if m["password_file"] != nil && y.PasswordFile == "" {
 			bad("password_file", "must not be empty: leave it out for the URL's password")
@@ -879,7 +907,7 @@ func (c *checker) store(n *yaml.Node, y storeYAML) Store {
 			bad("tls", "cert_file and key_file go together: give both or neither")
 		}
 	default:
-		bad("type", "%q: want memory or redis", y.Type)
+		bad("type", "%q: want memory, redis or postgres", y.Type)
 	}
 	shardFields := []string{"peers", "self", "member_interval", "gossip", "peer_listen", "peer_tls", "peer_secret_file"}
 	switch y.Mode {
@@ -946,6 +974,53 @@ func (c *checker) store(n *yaml.Node, y storeYAML) Store {
 		bad("mode", "%q: want local-sync, shard, or nothing", y.Mode)
 	}
 	return s
+}
+
+// storeTypes are the store section's types, each of which may hold its
+// settings in a section of its own name.
+var storeTypes = []string{"memory", "redis", "postgres"}
+
+// hoistStoreSection moves the settings of the store's section named after
+// its type (store: {type: redis, redis: {url: ...}}) up into the store
+// section, where the flat form has them, refusing a section of another
+// type and a setting given in both places.
+func (c *checker) hoistStoreSection(doc *yaml.Node) {
+	var store *yaml.Node
+	for i := 0; i+1 < len(doc.Content); i += 2 {
+		if doc.Content[i].Value == "store" && doc.Content[i+1].Kind == yaml.MappingNode {
+			store = doc.Content[i+1]
+		}
+	}
+	if store == nil {
+		return
+	}
+	typ := defaults.store.Type
+	for i := 0; i+1 < len(store.Content); i += 2 {
+		if store.Content[i].Value == "type" {
+			typ = store.Content[i+1].Value
+		}
+	}
+	var kept, hoisted []*yaml.Node
+	for i := 0; i+1 < len(store.Content); i += 2 {
+		k, v := store.Content[i], store.Content[i+1]
+		switch {
+		case !slices.Contains(storeTypes, k.Value):
+			kept = append(kept, k, v)
+		case k.Value != typ:
+			c.add(k, "store."+k.Value, "the settings of type %s, and the type is %s", k.Value, typ)
+		case v.Kind != yaml.MappingNode:
+			c.add(v, "store."+k.Value, "want a mapping of the %s store's settings, such as url", k.Value)
+		default:
+			for j := 0; j+1 < len(v.Content); j += 2 {
+				if hasKey(store, v.Content[j].Value) {
+					c.add(v.Content[j], "store."+k.Value+"."+v.Content[j].Value, "also given as store.%s: give it once", v.Content[j].Value)
+					continue
+				}
+				hoisted = append(hoisted, v.Content[j], v.Content[j+1])
+			}
+		}
+	}
+	store.Content = append(kept, hoisted...)
 }
 
 // listeners checks the listeners section n, decoded into y over the

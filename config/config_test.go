@@ -240,11 +240,55 @@ func TestStoreCombinationsRefused(t *testing.T) {
 		{"listeners:\n  tls: {http: {cert_file: c}}", "listeners.tls.http: cert_file and key_file go together"},
 		{"listeners:\n  tls: {admin: {client_ca_file: ca}}", "listeners.tls.admin: client_ca_file needs cert_file and key_file"},
 		{"listeners:\n  tls: {metrics: {cert_file: c, key_file: k}}", "listeners.tls.metrics"},
+		{"store:\n  type: postgres", "store.url: a postgres store needs a url"},
+		{"store:\n  type: postgres\n  url: postgres://x/y\n  prefix: a", "f.yaml:4:11: store.prefix: only for type redis"},
+		{"store:\n  type: redis\n  url: redis://x:1\n  durable: true", "f.yaml:4:12: store.durable: only for type postgres"},
+		{"store:\n  type: memory\n  schema: s", "f.yaml:3:11: store.schema: only for type postgres"},
+		{"store:\n  type: postgres\n  url: postgres://x/y\n  mode: local-sync", "store.mode: local-sync syncs local counts with a shared store: use type redis"},
+		{"store:\n  type: cassandra", "f.yaml:2:9: store.type: \"cassandra\": want memory, redis or postgres"},
+		{"store:\n  type: redis\n  postgres: {url: postgres://x/y}", "f.yaml:3:3: store.postgres: the settings of type postgres, and the type is redis"},
+		{"store:\n  type: redis\n  url: redis://x:1\n  redis: {url: redis://y:1}", "f.yaml:4:11: store.redis.url: also given as store.url: give it once"},
+		{"store:\n  type: redis\n  redis: redis://x:1", "f.yaml:3:10: store.redis: want a mapping"},
+		{"store:\n  type: postgres\n  postgres: {url: postgres://x/y, prefix: a}", "store.prefix: only for type redis"},
 	} {
 		_, err := config.Parse("f.yaml", []byte(tt.src+pol))
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q:\n got %v\nwant %s", tt.src, err, tt.want)
 		}
+	}
+}
+
+// A store's settings read the same flat and in the section of its type.
+func TestStoreSections(t *testing.T) {
+	const pol = "\npolicies: [{name: a, limit: 1/s}]\n"
+	for _, src := range []string{
+		"store: {type: postgres, url: postgres://x/y, schema: rl, durable: true, timeout: 2s}",
+		"store: {type: postgres, timeout: 2s, postgres: {url: postgres://x/y, schema: rl, durable: true}}",
+	} {
+		c, err := config.Parse("f.yaml", []byte(src+pol))
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		s := c.Store
+		if s.Type() != "postgres" || *s.Postgres != (config.PostgresStore{URL: "postgres://x/y", Schema: "rl", Durable: true}) ||
+			s.Timeout != 2*time.Second || s.Redis != nil || s.Memory != nil {
+			t.Errorf("%s: %+v %+v", src, s, s.Postgres)
+		}
+	}
+	for _, src := range []string{
+		"store: {type: redis, url: redis://x:1, prefix: p:, mode: local-sync}",
+		"store: {type: redis, mode: local-sync, redis: {url: redis://x:1, prefix: p:}}",
+	} {
+		c, err := config.Parse("f.yaml", []byte(src+pol))
+		if err != nil {
+			t.Fatalf("%s: %v", src, err)
+		}
+		if r := c.Store.Redis; r == nil || r.URL != "redis://x:1" || r.Prefix != "p:" || r.LocalSync == nil {
+			t.Errorf("%s: %+v", src, r)
+		}
+	}
+	if c, err := config.Parse("f.yaml", []byte("store: {memory: {}}"+pol)); err != nil || c.Store.Type() != "memory" {
+		t.Errorf("store: {memory: {}}: %v", err)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -120,7 +121,7 @@ func TestSchemaMatchesTheDecoder(t *testing.T) {
 			}
 		}
 		for name := range got {
-			if !want[name] {
+			if !want[name] && !(def == "store" && slices.Contains(storeTypes, name)) { // read by hoistStoreSection
 				t.Errorf("$defs.%s has %q, which Parse does not read", def, name)
 			}
 		}

@@ -8,8 +8,8 @@ import (
 
 // commands and their flags, for shell completion.
 var completionWords = map[string][]string{
-	"serve":  {"-config", "-redis", "-log-level", "-log-format", "-http", "-grpc", "-admin", "-admin-token", "-admin-token-file", "-envoy-env", "-shutdown-timeout", "-peer-listen", "-tls-cert", "-tls-key", "-tls-client-ca"},
-	"proxy":  {"-config", "-redis", "-log-level", "-log-format", "-listen", "-upstream", "-metrics", "-admin", "-admin-token", "-admin-token-file", "-shutdown-timeout", "-tls-cert", "-tls-key", "-tls-client-ca"},
+	"serve":  {"-config", "-redis", "-store", "-log-level", "-log-format", "-http", "-grpc", "-admin", "-admin-token", "-admin-token-file", "-envoy-env", "-shutdown-timeout", "-peer-listen", "-tls-cert", "-tls-key", "-tls-client-ca"},
+	"proxy":  {"-config", "-redis", "-store", "-log-level", "-log-format", "-listen", "-upstream", "-metrics", "-admin", "-admin-token", "-admin-token-file", "-shutdown-timeout", "-tls-cert", "-tls-key", "-tls-client-ca"},
 	"check":  {"-addr", "-policy", "-key", "-cost", "-plan", "-domain", "-descriptor"},
 	"sim":    {"-algorithms", "-limit", "-traffic", "-duration", "-rate", "-clients", "-requests", "-zipf-s", "-seed", "-trace", "-plot", "-bin", "-subwindows", "-sources", "-over"},
 	"config": {"validate", "defaults"},

@@ -27,13 +27,14 @@ import (
 
 // common are the flags serve and proxy share.
 type common struct {
-	config, redis, logLevel, logFormat string
-	tls                                config.ListenerTLS
+	config, redis, store, logLevel, logFormat string
+	tls                                       config.ListenerTLS
 }
 
 func (c *common) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.config, "config", "", "policy file or directory; empty: the embedded default")
 	fs.StringVar(&c.redis, "redis", "", "Redis URL, overriding the config's store: redis://, rediss://, redis-sentinel://")
+	fs.StringVar(&c.store, "store", "", "store URL, overriding the config's store and -redis, its kind by its scheme: postgres://, postgresql://, redis://, rediss://, redis-sentinel://")
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.StringVar(&c.logFormat, "log-format", "text", "text or json")
 	fs.StringVar(&c.tls.CertFile, "tls-cert", "", "PEM certificate every listener serves TLS with, read again at each handshake; overrides the config's listeners.tls")
@@ -123,7 +124,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 	hup := server.CatchSIGHUP() // before any listener: see WatchReload
 	var srv *server.Server
 	srv, err = server.New(server.Options{
-		Config: c.config, RedisURL: c.redis, HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr, TLS: listenerTLS, PeerAddr: *peerAddr,
+		Config: c.config, RedisURL: c.redis, StoreURL: c.store, HTTPAddr: *httpAddr, GRPCAddr: *grpcAddr, TLS: listenerTLS, PeerAddr: *peerAddr,
 		AdminAddr: admin.addr, AdminToken: admin.token, AdminTokenFile: admin.file, Logger: log, Envoy: envoy, DebugAddr: debugAddr,
 		// /v1/forward-auth decides as `sluice proxy` does: its decider,
 		// on this server's Guard, counted in its metrics.
@@ -220,7 +221,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 		handler.Store(&h)
 		return nil
 	}
-	srv, err = server.New(server.Options{Config: c.config, RedisURL: c.redis, Logger: log, TLS: listenerTLS,
+	srv, err = server.New(server.Options{Config: c.config, RedisURL: c.redis, StoreURL: c.store, Logger: log, TLS: listenerTLS,
 		HTTPAddr: *metricsAddr, AdminAddr: admin.addr, AdminToken: admin.token, AdminTokenFile: admin.file, OpsOnly: true,
 		OnReload: func(cfg *config.Config) {
 			if err := build(cfg); err != nil {
@@ -411,7 +412,7 @@ func warnSecretFlags(cli map[string]bool, log *slog.Logger) {
 	if cli["admin-token"] {
 		log.Warn("the admin token given with -admin-token shows in ps and in shell history; use -admin-token-file or SLUICE_ADMIN_TOKEN")
 	}
-	for flag, instead := range map[string]string{"redis": "?password_file=FILE, SLUICE_REDIS or the config file's store.url", "upstream": "SLUICE_UPSTREAM"} {
+	for flag, instead := range map[string]string{"redis": "?password_file=FILE, SLUICE_REDIS or the config file's store.url", "store": "SLUICE_STORE, a passfile, or the config file's store.url", "upstream": "SLUICE_UPSTREAM"} {
 		if cli[flag] && urlPassword(os.Args, flag) {
 			log.Warn("the password given in -"+flag+" shows in ps and in shell history; use "+instead, "flag", flag)
 		}

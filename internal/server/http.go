@@ -315,15 +315,13 @@ func (s *Server) readiness(ctx context.Context) (status int, public, detail stri
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.state().cfg.Store.Timeout)
 	defer cancel()
-	if s.redis != nil {
-		// Every primary is asked: on Cluster, one slot's answer says
-		// nothing of the others.
-		up, total, err := s.redis.Reachable(ctx)
-		if err != nil || up < total {
-			return http.StatusServiceUnavailable, fmt.Sprintf("store: %d of %d slots reachable (breaker %s)", up, total, h.Breaker),
-				fmt.Sprintf("store: %d of %d slots reachable (breaker %s): %v", up, total, h.Breaker, err)
+	if s.probe != nil {
+		line, err := s.probe(ctx)
+		if err != nil {
+			return http.StatusServiceUnavailable, fmt.Sprintf("store: %s (breaker %s)", line, h.Breaker),
+				fmt.Sprintf("store: %s (breaker %s): %v", line, h.Breaker, err)
 		}
-		ok := fmt.Sprintf("ready\nstore: %s, %d of %d slots reachable\nbreaker: %s\n", s.storeType, up, total, h.Breaker)
+		ok := fmt.Sprintf("ready\nstore: %s, %s\nbreaker: %s\n", s.storeType, line, h.Breaker)
 		return http.StatusOK, ok + warnings(warnPublic), ok + warnings(warnDetail)
 	}
 	if _, err := s.store.Take(ctx, sluice.Request{Key: "sluice:readyz", Limit: sluice.PerSecond(1)}); err != nil {

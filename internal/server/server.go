@@ -31,9 +31,7 @@ import (
 	"github.com/sluicehq/sluice/internal/overrides"
 	"github.com/sluicehq/sluice/internal/rotated"
 	"github.com/sluicehq/sluice/internal/sample"
-	"github.com/sluicehq/sluice/localsync"
 	"github.com/sluicehq/sluice/memstore"
-	"github.com/sluicehq/sluice/redisstore"
 	"github.com/sluicehq/sluice/shard"
 )
 
@@ -43,6 +41,9 @@ type Options struct {
 	Config string
 	// RedisURL, if set, overrides the config's store with Redis.
 	RedisURL string
+	// StoreURL, if set, overrides the config's store with the kind its
+	// scheme names (postgres://, redis://, ...), before RedisURL.
+	StoreURL string
 	// HTTPAddr, GRPCAddr and AdminAddr are the listen addresses. The admin
 	// API starts only with a token (config admin.token or AdminToken).
 	HTTPAddr, GRPCAddr, AdminAddr string
@@ -110,9 +111,10 @@ type Server struct {
 	addrs     Addrs
 	started   bool // Start has run and Shutdown has not
 	storeType string
-	local     sluice.Store      // the memory store peers forward to, in shard mode
-	redis     *redisstore.Store // the Redis store, if any, for /readyz
-	preflight *preflight        // its preflight's last report, for /readyz
+	local     sluice.Store                          // the memory store peers forward to, in shard mode
+	probe     func(context.Context) (string, error) // the store's readiness probe, if it has one (opened.probe)
+	slots     bool                                  // the store's sluice.Slots are the concurrency slots
+	preflight *preflight                            // the Redis store's preflight's last report, for /readyz
 	overrides *overrides.Registry
 	reserved  reservations // the API's open reservations
 	peers     *peers       // the peer listener, in shard mode
@@ -225,111 +227,6 @@ func load(opts Options) (*config.Config, error) {
 }
 
 func (s *Server) state() *state { return s.cfg.Load() }
-
-func (s *Server) openStore(cfg *config.Config) error {
-	url := s.opts.RedisURL
-	if r := cfg.Store.Redis; r != nil && url == "" {
-		url = r.URL
-	}
-	if url == "" {
-		ms := memstore.New(memstore.Options{MaxKeys: cfg.Store.MaxKeys, MaxBytes: cfg.Store.MaxBytes})
-		s.store, s.closer, s.storeType = ms, func() {}, "memory"
-		s.overrides = overrides.New()
-		s.local = ms
-		if sh := cfg.Store.Memory.Shard; sh != nil {
-			if err := s.openShard(cfg, sh, ms); err != nil {
-				return err
-			}
-		}
-		s.metrics.reg.MustRegister(
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_memstore_keys", Help: "Keys held by the memory store."},
-				func() float64 { return float64(ms.Len()) }),
-			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "sluice_memstore_bytes", Help: "Heap held by the memory store's keys, as max_bytes counts it."},
-				func() float64 { return float64(ms.Bytes()) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_memstore_live_evictions_total", Help: "Keys evicted before they were back to full, to stay under max_keys or max_bytes."},
-				func() float64 { return float64(ms.Evictions()) }),
-			prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_memstore_denying_evictions_total", Help: "Of the live evictions, keys with no capacity left (clients held at a limit), taken because every key looked at had none."},
-				func() float64 { return float64(ms.DenyingEvictions()) }))
-		return nil
-	}
-	if m := cfg.Store.Memory; m != nil && m.Shard != nil {
-		return errors.New("store: mode shard keeps each key in its owner's memory: -redis does not apply to it")
-	}
-	var opts redisstore.Options
-	if r := cfg.Store.Redis; r != nil {
-		t := r.TLS
-		opts = redisstore.Options{Prefix: r.Prefix, TLS: redisstore.TLS{CAFile: t.CAFile, CertFile: t.CertFile, KeyFile: t.KeyFile, ServerName: t.ServerName,
-			SkipHostnameVerification: t.SkipHostnameVerification, InsecureSkipVerify: t.InsecureSkipVerify},
-			PasswordFile: r.PasswordFile}
-	}
-	opts.Logger = s.log
-	var pre atomic.Pointer[preflight]
-	opts.OnConnect = func() {
-		if p := pre.Load(); p != nil {
-			p.run(context.Background())
-		}
-	}
-	rs, err := redisstore.Open(url, opts)
-	if err != nil {
-		return err
-	}
-	p := newPreflight(rs, overrides.RedisCommands(rs.Prefix()), s.log, s.metrics.reg)
-	if r, err := p.run(context.Background()); err != nil {
-		s.log.Warn("redis preflight: Redis not reachable yet; checks are decided by fail_mode until it is, and the preflight runs when it connects", "error", err)
-	} else if why := decideRefused(r); why != "" {
-		if !cfg.Store.FailModeSet {
-			rs.Close()
-			return fmt.Errorf("store: Redis user %q may not run sluice's decision: %s; or set store.fail_mode (local, open or closed) to start anyway, every check then decided by it", r.User, why)
-		}
-		s.log.Warn("redis preflight: this Redis user may not run sluice's decision: every check is decided by store.fail_mode", "fail_mode", cfg.Store.FailMode, "user", r.User)
-	}
-	pre.Store(p)
-	s.preflight = p
-	follow, stop := context.WithCancel(context.Background())
-	go p.every(follow, preflightEvery) // a setting changed on a live server
-	s.overrides = overrides.NewShared(follow, rs.Client, rs.Prefix(), s.log)
-	for _, e := range []struct {
-		reason string
-		n      func(overrides.Errors) uint64
-	}{
-		{"reload", func(e overrides.Errors) uint64 { return e.Reload }},
-		{"subscribe", func(e overrides.Errors) uint64 { return e.Subscribe }},
-		{"unparsed", func(e overrides.Errors) uint64 { return e.Unparsed }},
-	} {
-		s.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_overrides_errors_total",
-			Help:        "What went wrong following the runtime overrides in Redis, by reason: reload (reading them failed: the last ones read stay in force), subscribe (the subscription to their changes was lost or refused: they arrive at the next reload, every 5s), unparsed (one did not parse, and was skipped).",
-			ConstLabels: prometheus.Labels{"reason": e.reason}},
-			func() float64 { return float64(e.n(s.overrides.Errors())) }))
-	}
-	s.store, s.closer, s.storeType = rs, func() { stop(); rs.Close() }, "redis"
-	s.redis = rs
-	s.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_redis_clock_errors_total",
-		Help: "Measurements of Redis's clock (TIME) that failed: deadlines travel to Redis in its time, so until one succeeds calls carry none, and after that they keep the last."},
-		func() float64 { return float64(rs.ClockErrors()) }))
-	s.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_redis_file_errors_total",
-		Help: "Reads of the store's password_file, TLS ca_file or client certificate and key that failed, each at a new connection: the last good one stays in use; the first of a run is logged."},
-		func() float64 { return float64(rs.FileErrors()) }))
-	if r := cfg.Store.Redis; r != nil && r.LocalSync != nil {
-		ls, err := localsync.New(localsync.Options{
-			Shared: rs, Interval: r.LocalSync.Interval, Instances: cfg.Store.Instances, Timeout: cfg.Store.Timeout,
-			OnSync: func(took time.Duration, err error) {
-				s.metrics.storeCall("sync", took, err)
-				if err == nil {
-					return
-				}
-				if ok, held := s.logs.Allow("local-sync"); ok { // every sync_interval while Redis is down
-					s.log.Warn("local-sync: sync failed; kept for the next", "error", err, "suppressed", held)
-				}
-			},
-		})
-		if err != nil {
-			return err
-		}
-		s.store, s.storeType = ls, "redis, local-sync"
-		s.closer = func() { stop(); ls.Close(); rs.Close() }
-	}
-	return nil
-}
 
 // Start listens on the configured addresses and serves in the background.
 func (s *Server) Start() error {
@@ -575,7 +472,7 @@ func (s *Server) track() func() {
 }
 
 // openShard puts a shard.Store in front of the memory store.
-func (s *Server) openShard(cfg *config.Config, sh *config.Shard, local sluice.Store) error {
+func (s *Server) openShard(cfg *config.Config, sh *config.Shard, local sluice.Store, o *opened) error {
 	p, err := s.openPeers(sh)
 	if err != nil {
 		return err
@@ -613,8 +510,8 @@ func (s *Server) openShard(cfg *config.Config, sh *config.Shard, local sluice.St
 	if err != nil {
 		return err
 	}
-	s.store, s.storeType = ss, "memory, shard"
-	s.closer = func() { ss.Close(); closeMembers() }
+	o.store, o.label, o.slots = ss, "memory, shard", false
+	o.close = func() { ss.Close(); closeMembers() }
 	s.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "sluice_shard_forwarded_total", Help: "Calls forwarded to the owner of their key."},
 		func() float64 { return float64(ss.Forwarded()) }),
@@ -644,7 +541,7 @@ func (s *Server) Overrides() *overrides.Registry { return s.overrides }
 // Slots returns the store's concurrency slots, or nil when its mode keeps
 // none (shard, local-sync).
 func (s *Server) Slots() guard.Slots {
-	if s.storeType != "memory" && s.storeType != "redis" {
+	if !s.slots {
 		return nil
 	}
 	slots, _ := s.store.(guard.Slots)
