@@ -2,11 +2,11 @@ package algorithm
 
 import "github.com/sluicehq/sluice"
 
-// Refund returns the O(1) algorithm a's state after giving back cost that
-// was taken at the time taken, as far as the state still holds it: a
-// settlement's refund (sluice.Request.Refund). It never leaves a key with
-// more than its capacity, nor a window with a count below zero, and it is
-// never refused. What each gives back:
+// Refund returns the O(1) algorithm a's state after giving back, at now,
+// cost that was taken at the time taken, as far as the state still holds
+// that take: a settlement's refund (sluice.Request.Refund). It never
+// leaves a key with more than its capacity, nor a window with a count
+// below zero, and it is never refused. What each gives back:
 //
 //   - FixedWindow and Calendar: cost from the window taken falls in, while
 //     it is the current one; nothing once the window has moved on, for its
@@ -14,13 +14,17 @@ import "github.com/sluicehq/sluice"
 //   - SlidingWindow: cost from the window taken falls in, the current one
 //     or the previous one (where it still weighs on the sliding window);
 //     nothing from older windows.
-//   - TokenBucket: cost tokens back into the bucket, up to full.
-//   - GCRA and LeakyBucket: cost emission intervals off the TAT, down to
-//     taken (full): the leaky bucket's queue is shorter by cost.
+//   - TokenBucket, GCRA and LeakyBucket: cost less the events the bucket
+//     has refilled since taken (one begun counted whole), up to full: as
+//     many tokens back into the bucket, or emission intervals off the TAT
+//     (the leaky bucket's queue shorter by as many). What refilled since
+//     the take has given that part of it back already; giving it again
+//     would let a key pass its capacity plus its refill. The refill is
+//     counted at p's rate: after a limit change, the new limit's.
 //
-// A refund reads no clock: a state that a later request has not rolled
-// yet is the state of the window it was written in.
-func Refund(a sluice.Algorithm, s State, p *Params, taken, cost int64) State {
+// Windows read no clock: a state that a later request has not rolled yet
+// is the state of the window it was written in.
+func Refund(a sluice.Algorithm, s State, p *Params, now, taken, cost int64) State {
 	switch a.Resolved() {
 	case sluice.FixedWindow:
 		if floorWindow(taken, p.Period) == s.A {
@@ -38,24 +42,44 @@ func Refund(a sluice.Algorithm, s State, p *Params, taken, cost int64) State {
 			s.C -= min(cost, s.C)
 		}
 	case sluice.TokenBucket:
+		cost -= refilled(p, now-taken, cost)
 		if s.A -= min(cost, s.A); s.A == 0 {
 			s.C = 0 // full: no fraction of a token beyond it
 		}
 	case sluice.LeakyBucket, sluice.GCRA:
-		tq, tr := tatAt(s, p, taken)
-		iq, ir := mulDiv(cost, p.Period, p.Rate)
+		tq, tr := tatAt(s, p, now)
+		iq, ir := mulDiv(cost-refilled(p, now-taken, cost), p.Period, p.Rate)
 		tq, tr = tq-iq, tr-ir
 		if tr < 0 {
 			tq, tr = tq-1, tr+p.Rate
 		}
-		if tq < taken {
-			tq, tr = taken, 0
+		if tq < now {
+			tq, tr = now, 0
 		}
 		s = State{A: tq, B: tr, C: p.Rate}
 	default:
 		panic("algorithm: Refund called with " + a.String())
 	}
 	return s
+}
+
+// refilled returns how many events a bucket of p refills in elapsed µs,
+// one begun counted whole, and at most upTo: min(ceil(elapsed × Rate /
+// Period), upTo), 0 when elapsed ≤ 0. Comparing elapsed with the time
+// upTo takes to refill first keeps the product's quotient below upTo,
+// which the Lua twin's doubles need.
+func refilled(p *Params, elapsed, upTo int64) int64 {
+	if elapsed <= 0 {
+		return 0
+	}
+	if q, r := mulDiv(upTo, p.Period, p.Rate); elapsed > q || elapsed == q && r == 0 {
+		return upTo
+	}
+	n, r := mulDiv(elapsed, p.Rate, p.Period)
+	if r > 0 {
+		n++
+	}
+	return n
 }
 
 // RefundLog returns the sliding log at now after giving back cost taken

@@ -27,7 +27,7 @@ func (m *machine) settle(now, taken, estimate, actual int64) {
 			m.log = algorithm.RefundLog(m.log, &m.p, now, taken, -d)
 			return
 		}
-		m.s = algorithm.Refund(m.alg, m.s, &m.p, taken, -d)
+		m.s = algorithm.Refund(m.alg, m.s, &m.p, now, taken, -d)
 	}
 }
 
@@ -119,7 +119,14 @@ func (r *reference) take(now, cost int64, forced bool) bool {
 func (r *reference) refund(now, taken, cost int64) {
 	switch r.alg {
 	case sluice.TokenBucket, sluice.GCRA, sluice.LeakyBucket:
-		r.tokens.Add(r.tokens, big.NewRat(cost, 1))
+		// What refilled since the take, a begun event counted whole, gave
+		// that much of it back already.
+		refill := new(big.Int).Mul(big.NewInt(r.rate), big.NewInt(max(now-taken, 0)))
+		refill.Add(refill, big.NewInt(r.period-1)).Quo(refill, big.NewInt(r.period))
+		if refill.Cmp(big.NewInt(cost)) >= 0 {
+			return
+		}
+		r.tokens.Add(r.tokens, big.NewRat(cost-refill.Int64(), 1))
 		if r.tokens.Cmp(big.NewRat(r.burst, 1)) > 0 {
 			r.tokens.SetInt64(r.burst)
 		}

@@ -162,8 +162,25 @@ local function is_refund(arg)
   return string.byte(arg, 1) == 114 -- 'r'
 end
 
+-- refilled is algorithm.refilled: the events a bucket of p refills in
+-- elapsed µs, one begun counted whole, at most up_to.
+local function refilled(p, elapsed, up_to)
+  if elapsed <= 0 then
+    return 0
+  end
+  local q, r = muldiv(up_to, p.P, p.R)
+  if elapsed > q or (elapsed == q and r == 0) then
+    return up_to
+  end
+  local n, m = muldiv(elapsed, p.R, p.P)
+  if m > 0 then
+    n = n + 1
+  end
+  return n
+end
+
 -- refund_state is algorithm.Refund on an O(1) state.
-local function refund_state(alg, a, b, c, p, taken, cost)
+local function refund_state(alg, a, b, c, p, now, taken, cost)
   if alg == 1 then
     if floorwindow(taken, p.P) == a then
       b = b - min(cost, b)
@@ -180,19 +197,20 @@ local function refund_state(alg, a, b, c, p, taken, cost)
       c = c - min(cost, c)
     end
   elseif alg == 4 then
+    cost = cost - refilled(p, now - taken, cost)
     a = a - min(cost, a)
     if a == 0 then
       c = 0
     end
   else
-    local tq, tr = tat_at(a, b, c, p, taken)
-    local iq, ir = muldiv(cost, p.P, p.R)
+    local tq, tr = tat_at(a, b, c, p, now)
+    local iq, ir = muldiv(cost - refilled(p, now - taken, cost), p.P, p.R)
     tq, tr = tq - iq, tr - ir
     if tr < 0 then
       tq, tr = tq - 1, tr + p.R
     end
-    if tq < taken then
-      tq, tr = taken, 0
+    if tq < now then
+      tq, tr = now, 0
     end
     a, b, c = tq, tr, p.R
   end
@@ -266,7 +284,7 @@ local function refund(key, p, arg, now)
   if not a then
     return nil, b
   end
-  local na, nb, nc = refund_state(p.alg, a, b, c, p, taken, cost)
+  local na, nb, nc = refund_state(p.alg, a, b, c, p, now, taken, cost)
   local _, _, _, _, remaining, _, reset = ALGS[p.alg](na, nb, nc, p, now, 0)
   if a ~= 0 or b ~= 0 or c ~= 0 then
     rcall('SET', key, pack('<d<d<d', na, nb, nc), 'PX', ttl_ms(reset))
