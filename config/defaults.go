@@ -16,8 +16,14 @@ var defaults = struct {
 	metrics     metricsYAML
 	ui          uiYAML
 	forwardAuth forwardAuthYAML
+	reserve     reserveYAML
 	policy      policyYAML
 }{
+	// The service's open reservations: 32MiB holds some 80,000 on keys
+	// of a few dozen bytes, and a key's 1MiB some 2,500 (230 on keys of
+	// 4KiB). A policy may have half: a flood on one leaves the others
+	// room.
+	reserve: reserveYAML{MaxBytes: 32 << 20, MaxBytesPerPolicy: 16 << 20, MaxBytesPerKey: 1 << 20},
 	// A refusal is a 429; nginx's auth_request needs 403 (docs/gateways.md).
 	forwardAuth: forwardAuthYAML{DenyStatus: 429},
 	// The status page keeps the 32 most denied keys of each policy.
