@@ -52,8 +52,7 @@ type owedKey struct {
 // owed is what the store has not been told of a key and limit: cost the
 // stand-in admitted, less what was given back meanwhile (Request.Refund);
 // below 0, cost to give back to the store, as a refund of a take at
-// refund, the latest of the refunds it sums (the one that gives back
-// least).
+// refund: of the refunds it sums, the one that gives back least.
 type owed struct {
 	cost   int64
 	refund time.Time
@@ -79,7 +78,9 @@ func (l *ledger) give(key string, limit Limit, cost int64, refund time.Time) {
 }
 
 // note adds cost to what key owes under limit, and records refund when it
-// is later than the one recorded.
+// gives back less than the one recorded: when it is later for a window
+// or a log, earlier for a bucket (refills), which gives back less what
+// has refilled since.
 func (l *ledger) note(key string, limit Limit, cost int64, refund time.Time) {
 	if cost == 0 {
 		return
@@ -99,7 +100,7 @@ func (l *ledger) note(key string, limit Limit, cost int64, refund time.Time) {
 		k.key = strings.Clone(key) // not the caller's memory
 	}
 	o.cost += cost
-	if refund.After(o.refund) {
+	if !refund.IsZero() && (o.refund.IsZero() || refund.After(o.refund) != refills(limit)) {
 		o.refund = refund
 	}
 	if o.cost == 0 {

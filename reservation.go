@@ -34,6 +34,34 @@ type Reservation struct {
 // what was taken at or after that time.
 const clockSkew = time.Millisecond
 
+// asOfNow is how far past the caller's clock GiveBack names a bucket's
+// take: past any store's clock (Redis's runs apart from the caller's by
+// its measured offset, a millisecond or so), so that no refill since is
+// counted against what it gives back.
+const asOfNow = time.Second
+
+// refundTime is the time a refund of a take at taken names
+// (Request.Refund): clockSkew earlier for the windows and the sliding
+// log, which find the take by it; taken itself for the buckets, which
+// give back less what has refilled since it.
+func refundTime(l Limit, taken time.Time) time.Time {
+	if refills(l) {
+		return taken
+	}
+	return taken.Add(-clockSkew)
+}
+
+// refills reports whether l's algorithm is a bucket (token bucket, GCRA,
+// leaky bucket), which refills continuously: a refund gives back less
+// what has refilled since its take.
+func refills(l Limit) bool {
+	switch l.Algorithm.Resolved() {
+	case TokenBucket, GCRA, LeakyBucket:
+		return true
+	}
+	return false
+}
+
 // Reserve takes estimate events for key now, as Allow would, and returns
 // the Reservation that settles them once the request's actual cost is
 // known. Use it where the cost is known only after the work is done: an
@@ -57,7 +85,8 @@ func (l *Limiter) Reserve(ctx context.Context, key string, estimate int64) (*Res
 // difference is taken when actual is more than the estimate (never
 // refused: the work is done; past the capacity, the capacity is taken)
 // and given back when it is less, as far as the state still holds it (a
-// window that has moved on since holds none of it: see Request.Refund).
+// window that has moved on since holds none of it, nor a bucket what it
+// has refilled since: see Request.Refund).
 // A second call returns ErrSettled and changes nothing.
 func (r *Reservation) Settle(ctx context.Context, actual int64) error {
 	if !r.held {
@@ -92,7 +121,7 @@ func (g *Guard) Settle(ctx context.Context, label string, req Request, taken tim
 	case d > 0:
 		req.Cost, req.Force = min(d, req.Limit.Capacity()), true
 	case d < 0:
-		req.Cost, req.Refund = min(-d, req.Limit.Capacity()), taken.Add(-clockSkew)
+		req.Cost, req.Refund = min(-d, req.Limit.Capacity()), refundTime(req.Limit, taken)
 	default:
 		return Verdict{}
 	}
@@ -107,20 +136,35 @@ func (g *Guard) Settle(ctx context.Context, label string, req Request, taken tim
 // period (less a second), the oldest first. For cost taken earlier whose
 // time the caller did not keep, such as an Envoy descriptor's
 // is_negative_hits; near a window's start, a window that has just ended
-// holds none of it. It is never denied. When the store fails, mode
-// FailLocal gives it back to the stand-in, which counted what was taken
-// during the outage, and to the store when it recovers (net of what the
-// stand-in admitted); FailOpen and FailClosed give nothing back (failed
-// open: there was nothing counted locally to give back to). A failure is
-// logged and counted as any other. The state after it is written to *d.
+// holds none of it. A caller that undoes a take it has just made (a
+// request refused whole) sets req.Refund to the time it read before the
+// take: a window or a log gives back from the take's own window or
+// entry, and a bucket all of it, as of now (what it refilled in the
+// moments since is not counted against it). It is never denied. When
+// the store fails, mode FailLocal gives it back to the stand-in, which
+// counted what was taken during the outage, and to the store when it
+// recovers (net of what the stand-in admitted); FailOpen and FailClosed
+// give nothing back (failed open: there was nothing counted locally to
+// give back to). A failure is logged and counted as any other. The state
+// after it is written to *d.
 func (g *Guard) GiveBack(ctx context.Context, label string, req Request, mode FailMode, d *Decision) Verdict {
 	now := time.Now()
-	req.Cost, req.Refund, req.Force = min(req.Cost, req.Limit.Capacity()), now.Add(-clockSkew), false
-	if p := req.Limit.Period; req.Limit.Algorithm.Resolved() == SlidingLog {
+	taken := req.Refund
+	req.Cost, req.Force = min(req.Cost, req.Limit.Capacity()), false
+	switch p := req.Limit.Period; {
+	case refills(req.Limit):
+		// A take no older than the store's clock: nothing has refilled
+		// since, and all of it comes back.
+		req.Refund = now.Add(asOfNow)
+	case !taken.IsZero():
+		req.Refund = refundTime(req.Limit, taken) // the take's own window or entry
+	case req.Limit.Algorithm.Resolved() == SlidingLog:
 		// The log's entries of its period less a second (half of it when
 		// shorter), so that they are still in the log when the refund
 		// reaches the store, however late.
 		req.Refund = now.Add(min(p/2, time.Second) - p)
+	default:
+		req.Refund = refundTime(req.Limit, now)
 	}
 	if mode != FailLocal {
 		mode = FailOpen

@@ -81,8 +81,8 @@ type Request struct {
 	// request took at the time Refund holds and did not use (a Reservation
 	// settled for less, or cancelled). What the state still holds of it is
 	// given back, never past the capacity: a window that has moved on
-	// since holds none of it (algorithm.Refund says what each algorithm
-	// gives back). A refund is never denied, and it is decided alone: a
+	// since holds none of it, nor a bucket what it has refilled since
+	// (algorithm.Refund says what each algorithm gives back). A refund is never denied, and it is decided alone: a
 	// batch (TakeAll) of more than one request must not hold one.
 	Refund time.Time
 }

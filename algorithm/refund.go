@@ -14,10 +14,11 @@ import "github.com/sluicehq/sluice"
 //   - SlidingWindow: cost from the window taken falls in, the current one
 //     or the previous one (where it still weighs on the sliding window);
 //     nothing from older windows.
-//   - TokenBucket, GCRA and LeakyBucket: cost less the events the bucket
-//     has refilled since taken (one begun counted whole), up to full: as
-//     many tokens back into the bucket, or emission intervals off the TAT
-//     (the leaky bucket's queue shorter by as many). What refilled since
+//   - TokenBucket, GCRA and LeakyBucket: cost less what the bucket has
+//     refilled since taken, exactly (a fraction of a token included), up
+//     to full: as many tokens back into the bucket, or cost emission
+//     intervals less the time since taken off the TAT (the leaky bucket's
+//     queue shorter by as many). What refilled since
 //     the take has given that part of it back already; giving it again
 //     would let a key pass its capacity plus its refill. The refill is
 //     counted at p's rate: after a limit change, the new limit's.
@@ -42,44 +43,51 @@ func Refund(a sluice.Algorithm, s State, p *Params, now, taken, cost int64) Stat
 			s.C -= min(cost, s.C)
 		}
 	case sluice.TokenBucket:
-		cost -= refilled(p, now-taken, cost)
-		if s.A -= min(cost, s.A); s.A == 0 {
-			s.C = 0 // full: no fraction of a token beyond it
-		}
+		s = tokenRefund(s, p, now-taken, cost)
 	case sluice.LeakyBucket, sluice.GCRA:
-		tq, tr := tatAt(s, p, now)
-		iq, ir := mulDiv(cost-refilled(p, now-taken, cost), p.Period, p.Rate)
-		tq, tr = tq-iq, tr-ir
-		if tr < 0 {
-			tq, tr = tq-1, tr+p.Rate
+		iq, ir := mulDiv(cost, p.Period, p.Rate)
+		if elapsed := max(now-taken, 0); elapsed < iq || elapsed == iq && ir > 0 {
+			// cost×T − elapsed off max(TAT, now): its whole µs and the
+			// remainder below Rate.
+			tq, tr := tatAt(s, p, now)
+			tq, tr = tq-(iq-elapsed), tr-ir
+			if tr < 0 {
+				tq, tr = tq-1, tr+p.Rate
+			}
+			if tq < now {
+				tq, tr = now, 0
+			}
+			s = State{A: tq, B: tr, C: p.Rate}
 		}
-		if tq < now {
-			tq, tr = now, 0
-		}
-		s = State{A: tq, B: tr, C: p.Rate}
 	default:
 		panic("algorithm: Refund called with " + a.String())
 	}
 	return s
 }
 
-// refilled returns how many events a bucket of p refills in elapsed µs,
-// one begun counted whole, and at most upTo: min(ceil(elapsed × Rate /
-// Period), upTo), 0 when elapsed ≤ 0. Comparing elapsed with the time
-// upTo takes to refill first keeps the product's quotient below upTo,
-// which the Lua twin's doubles need.
-func refilled(p *Params, elapsed, upTo int64) int64 {
-	if elapsed <= 0 {
-		return 0
+// tokenRefund returns the token bucket s after giving back cost less
+// what p refills in elapsed µs, exactly: cost − elapsed×Rate/Period
+// tokens, their whole part off the deficit and their fraction into the
+// carry, up to full. It gives nothing once cost has refilled.
+func tokenRefund(s State, p *Params, elapsed, cost int64) State {
+	whole, frac := cost, int64(0) // given back: whole + frac/Period tokens
+	if elapsed > 0 {
+		if q, r := mulDiv(cost, p.Period, p.Rate); elapsed > q || elapsed == q && r == 0 {
+			return s
+		}
+		n, m := mulDiv(elapsed, p.Rate, p.Period) // refilled: n + m/Period, below cost
+		whole = cost - n
+		if m > 0 {
+			whole, frac = whole-1, p.Period-m
+		}
 	}
-	if q, r := mulDiv(upTo, p.Period, p.Rate); elapsed > q || elapsed == q && r == 0 {
-		return upTo
+	if s.C += frac; s.C >= p.Period {
+		s.C, whole = s.C-p.Period, whole+1
 	}
-	n, r := mulDiv(elapsed, p.Rate, p.Period)
-	if r > 0 {
-		n++
+	if s.A -= whole; s.A <= 0 {
+		s.A, s.C = 0, 0 // full: no fraction of a token beyond it
 	}
-	return n
+	return s
 }
 
 // RefundLog returns the sliding log at now after giving back cost taken

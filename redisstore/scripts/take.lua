@@ -162,21 +162,30 @@ local function is_refund(arg)
   return string.byte(arg, 1) == 114 -- 'r'
 end
 
--- refilled is algorithm.refilled: the events a bucket of p refills in
--- elapsed µs, one begun counted whole, at most up_to.
-local function refilled(p, elapsed, up_to)
-  if elapsed <= 0 then
-    return 0
+-- token_refund is algorithm.tokenRefund: cost less what p refills in
+-- elapsed µs, exactly, given back to the bucket (deficit, last, carry).
+local function token_refund(a, b, c, p, elapsed, cost)
+  local whole, frac = cost, 0
+  if elapsed > 0 then
+    local q, r = muldiv(cost, p.P, p.R)
+    if elapsed > q or (elapsed == q and r == 0) then
+      return a, b, c
+    end
+    local n, m = muldiv(elapsed, p.R, p.P)
+    whole = cost - n
+    if m > 0 then
+      whole, frac = whole - 1, p.P - m
+    end
   end
-  local q, r = muldiv(up_to, p.P, p.R)
-  if elapsed > q or (elapsed == q and r == 0) then
-    return up_to
+  c = c + frac
+  if c >= p.P then
+    c, whole = c - p.P, whole + 1
   end
-  local n, m = muldiv(elapsed, p.R, p.P)
-  if m > 0 then
-    n = n + 1
+  a = a - whole
+  if a <= 0 then
+    a, c = 0, 0
   end
-  return n
+  return a, b, c
 end
 
 -- refund_state is algorithm.Refund on an O(1) state.
@@ -197,15 +206,15 @@ local function refund_state(alg, a, b, c, p, now, taken, cost)
       c = c - min(cost, c)
     end
   elseif alg == 4 then
-    cost = cost - refilled(p, now - taken, cost)
-    a = a - min(cost, a)
-    if a == 0 then
-      c = 0
-    end
+    a, b, c = token_refund(a, b, c, p, now - taken, cost)
   else
+    local iq, ir = muldiv(cost, p.P, p.R)
+    local elapsed = max(now - taken, 0)
+    if elapsed > iq or (elapsed == iq and ir == 0) then
+      return a, b, c
+    end
     local tq, tr = tat_at(a, b, c, p, now)
-    local iq, ir = muldiv(cost - refilled(p, now - taken, cost), p.P, p.R)
-    tq, tr = tq - iq, tr - ir
+    tq, tr = tq - (iq - elapsed), tr - ir
     if tr < 0 then
       tq, tr = tq - 1, tr + p.R
     end
