@@ -19,9 +19,9 @@ var defaults = struct {
 	reserve     reserveYAML
 	policy      policyYAML
 }{
-	// The service's open reservations: 32MiB holds some 80,000 on keys
-	// of a few dozen bytes, and a key's 1MiB some 2,500 (230 on keys of
-	// 4KiB). A policy may have half: a flood on one leaves the others
+	// The service's open reservations: 32MiB holds some 50,000 on keys
+	// of a few dozen bytes (1,600 on one key), 3,800 on keys of 4KiB (120
+	// on one). A policy may have half: a flood on one leaves the others
 	// room.
 	reserve: reserveYAML{MaxBytes: 32 << 20, MaxBytesPerPolicy: 16 << 20, MaxBytesPerKey: 1 << 20},
 	// A refusal is a 429; nginx's auth_request needs 403 (docs/gateways.md).
