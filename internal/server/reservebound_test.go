@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,20 +72,17 @@ func TestReservationSize(t *testing.T) {
 }
 
 // peakRSS resets the process's peak resident set (Linux's clear_refs 5)
-// and returns a function that reads the peak since, in bytes. It skips
-// where /proc cannot tell.
-func peakRSS(t *testing.T) func() int64 {
+// and returns the resident set now and a function that reads the peak
+// since, in bytes. It skips where /proc cannot tell.
+func peakRSS(t *testing.T) (int64, func() int64) {
 	t.Helper()
-	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
-		t.Skipf("cannot reset the peak resident set: %v", err)
-	}
-	return func() int64 {
+	status := func(field string) int64 {
 		data, err := os.ReadFile("/proc/self/status")
 		if err != nil {
-			t.Fatal(err)
+			t.Skipf("no /proc/self/status: %v", err)
 		}
 		for line := range strings.Lines(string(data)) {
-			if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			if v, ok := strings.CutPrefix(line, field+":"); ok {
 				kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
 				if err != nil {
 					t.Fatal(err)
@@ -92,9 +90,13 @@ func peakRSS(t *testing.T) func() int64 {
 				return kb << 10
 			}
 		}
-		t.Fatal("no VmHWM in /proc/self/status")
+		t.Skipf("no %s in /proc/self/status", field)
 		return 0
 	}
+	if err := os.WriteFile("/proc/self/clear_refs", []byte("5"), 0); err != nil {
+		t.Skipf("cannot reset the peak resident set: %v", err)
+	}
+	return status("VmRSS"), func() int64 { return status("VmHWM") }
 }
 
 // floodConfig bounds reservations tightly: a flood reaches the bounds
@@ -214,23 +216,24 @@ func TestReservationFloodKeepsOthersReservations(t *testing.T) {
 
 // Reservations on keys of 4,000 bytes, 10,000 of them from one caller (a
 // new key each): the bytes counted stay within the bounds, the process's
-// peak resident set under store.max_bytes + 64MiB, and the victim's
-// reservation cancels.
+// resident set grows by less than 64MiB through the flood (the margin
+// beside store.max_bytes, which this flood does not fill: its refused
+// checks charge nothing), and the victim's reservation cancels.
 func TestReservationFloodOfLongKeysStaysBounded(t *testing.T) {
 	r := start(t, floodConfig, "")
 	victims := map[string]string{"tokens": r.reserveOver(t, "tokens", "victim", 1000)}
-	runtime.GC()
-	peak := peakRSS(t)
+	debug.FreeOSMemory() // what earlier tests left is not counted as ours
+	before, peak := peakRSS(t)
 	long := strings.Repeat("x", 3990)
 	got := r.flood(t, 100, func(q, c int) string { return fmt.Sprintf("%06d-%s", q*100+c, long) })
 	n, bytes := r.reserved.stats()
-	rss := peak()
-	t.Logf("answers %v; open: %d reservations of %d bytes; peak resident set %d MiB", got, n, bytes, rss>>20)
+	grew := peak() - before
+	t.Logf("answers %v; open: %d reservations of %d bytes; resident set %d MiB, grew by at most %d MiB", got, n, bytes, before>>20, grew>>20)
 	if got[503] == 0 || bytes > 4<<20 {
 		t.Errorf("answers %v, %d bytes open: want 503s at the policy's bound of 4MiB", got, bytes)
 	}
-	if rss > 16<<20+64<<20 {
-		t.Errorf("peak resident set %d MiB through the flood, past store.max_bytes + 64MiB", rss>>20)
+	if grew > 64<<20 {
+		t.Errorf("the resident set grew by %d MiB through the flood, past 64MiB", grew>>20)
 	}
 	r.victimsKept(t, victims)
 }
