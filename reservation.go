@@ -41,14 +41,27 @@ const clockSkew = time.Millisecond
 const asOfNow = time.Second
 
 // refundTime is the time a refund of a take at taken names
-// (Request.Refund): clockSkew earlier for the windows and the sliding
-// log, which find the take by it; taken itself for the buckets, which
-// give back less what has refilled since it.
+// (Request.Refund), taken being read before the take reached the store:
+// clockSkew earlier for the windows and the sliding log, which find the
+// take by it; later for the buckets, which give back less what has
+// refilled since it, by refundGrace.
 func refundTime(l Limit, taken time.Time) time.Time {
 	if refills(l) {
-		return taken
+		return taken.Add(refundGrace(l))
 	}
 	return taken.Add(-clockSkew)
+}
+
+// refundGrace is how much later than its recorded time a bucket's refund
+// names its take: 100ms, at most a tenth of an emission interval. A take
+// reaches the store some time after the time recorded before it (a
+// round trip; tens of milliseconds for a connection's first), and a
+// refund counting that refill against itself would leave a key refunded
+// back to back short of its capacity; what refills in the grace is the
+// most a refund may give back beyond what the state holds of its take:
+// a tenth of an event.
+func refundGrace(l Limit) time.Duration {
+	return min(100*time.Millisecond, l.Period/time.Duration(10*l.Rate))
 }
 
 // refills reports whether l's algorithm is a bucket (token bucket, GCRA,
