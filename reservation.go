@@ -28,6 +28,30 @@ type Reservation struct {
 // what was taken at or after that time.
 const clockSkew = time.Millisecond
 
+// refundTime is the time a refund of a take at taken names
+// (Request.Refund), taken being read before the take reached the store:
+// clockSkew earlier for the windows and the sliding log, which find the
+// take by it; later for the buckets, which give back less what has
+// refilled since it, by refundGrace.
+func refundTime(l Limit, taken time.Time) time.Time {
+	if l.Algorithm.HasBurst() { // the buckets and GCRA refill
+		return taken.Add(refundGrace(l))
+	}
+	return taken.Add(-clockSkew)
+}
+
+// refundGrace is how much later than its recorded time a bucket's refund
+// names its take: 100ms, at most a tenth of an emission interval. A take
+// reaches the store some time after the time recorded before it (a
+// round trip; tens of milliseconds for a connection's first), and a
+// refund counting that refill against itself would leave a key refunded
+// back to back short of its capacity; what refills in the grace is the
+// most a refund may give back beyond what the state holds of its take:
+// a tenth of an event.
+func refundGrace(l Limit) time.Duration {
+	return min(100*time.Millisecond, l.Period/time.Duration(10*l.Rate))
+}
+
 // Reserve takes estimate events for key now, as Allow would, and returns
 // the Reservation that settles them once the actual cost is known.
 func (l *Limiter) Reserve(ctx context.Context, key string, estimate int64) (*Reservation, error) {
@@ -43,8 +67,13 @@ func (l *Limiter) Reserve(ctx context.Context, key string, estimate int64) (*Res
 	return r, err
 }
 
-// Settle settles the reservation to actual, the request's real cost, as
-// Request.Settlement says. A second call returns ErrSettled.
+// Settle settles the reservation to actual, the request's real cost: the
+// difference is taken when actual is more than the estimate (never
+// refused: the work is done; past the capacity, the capacity is taken)
+// and given back when it is less, as far as the state still holds it (a
+// window that has moved on since holds none of it, nor a bucket what it
+// has refilled since: see Request.Refund).
+// A second call returns ErrSettled and changes nothing.
 func (r *Reservation) Settle(ctx context.Context, actual int64) error {
 	if !r.held {
 		return nil // denied, refused or failed open: it took nothing, and owes nothing
@@ -79,7 +108,7 @@ func (r Request) Settlement(taken time.Time, charged, actual int64) (Request, bo
 	case d > 0:
 		r.Cost, r.Force = min(d, r.Limit.Capacity()), true
 	case d < 0:
-		r.Cost, r.Refund = min(-d, r.Limit.Capacity()), taken.Add(-clockSkew)
+		r.Cost, r.Refund = min(-d, r.Limit.Capacity()), refundTime(r.Limit, taken)
 	default:
 		return r, false
 	}

@@ -2,11 +2,11 @@ package algorithm
 
 import "github.com/sluicehq/sluice"
 
-// Refund returns the O(1) algorithm a's state after giving back cost that
-// was taken at the time taken, as far as the state still holds it: a
-// settlement's refund (sluice.Request.Refund). It never leaves a key with
-// more than its capacity, nor a window with a count below zero, and it is
-// never refused. What each gives back:
+// Refund returns the O(1) algorithm a's state after giving back, at now,
+// cost that was taken at the time taken, as far as the state still holds
+// that take: a settlement's refund (sluice.Request.Refund). It never
+// leaves a key with more than its capacity, nor a window with a count
+// below zero, and it is never refused. What each gives back:
 //
 //   - FixedWindow and Calendar: cost from the window taken falls in, while
 //     it is the current one; nothing once the window has moved on, for its
@@ -14,13 +14,18 @@ import "github.com/sluicehq/sluice"
 //   - SlidingWindow: cost from the window taken falls in, the current one
 //     or the previous one (where it still weighs on the sliding window);
 //     nothing from older windows.
-//   - TokenBucket: cost tokens back into the bucket, up to full.
-//   - GCRA and LeakyBucket: cost emission intervals off the TAT, down to
-//     taken (full): the leaky bucket's queue is shorter by cost.
+//   - TokenBucket, GCRA and LeakyBucket: cost less what the bucket has
+//     refilled since taken, exactly (a fraction of a token included), up
+//     to full: as many tokens back into the bucket, or cost emission
+//     intervals less the time since taken off the TAT (the leaky bucket's
+//     queue shorter by as many). What refilled since
+//     the take has given that part of it back already; giving it again
+//     would let a key pass its capacity plus its refill. The refill is
+//     counted at p's rate: after a limit change, the new limit's.
 //
-// A refund reads no clock: a state that a later request has not rolled
-// yet is the state of the window it was written in.
-func Refund(a sluice.Algorithm, s State, p *Params, taken, cost int64) State {
+// Windows read no clock: a state that a later request has not rolled yet
+// is the state of the window it was written in.
+func Refund(a sluice.Algorithm, s State, p *Params, now, taken, cost int64) State {
 	switch a.Resolved() {
 	case sluice.FixedWindow:
 		if floorWindow(taken, p.Period) == s.A {
@@ -38,22 +43,49 @@ func Refund(a sluice.Algorithm, s State, p *Params, taken, cost int64) State {
 			s.C -= min(cost, s.C)
 		}
 	case sluice.TokenBucket:
-		if s.A -= min(cost, s.A); s.A == 0 {
-			s.C = 0 // full: no fraction of a token beyond it
-		}
+		s = tokenRefund(s, p, now-taken, cost)
 	case sluice.LeakyBucket, sluice.GCRA:
-		tq, tr := tatAt(s, p, taken)
 		iq, ir := mulDiv(cost, p.Period, p.Rate)
-		tq, tr = tq-iq, tr-ir
-		if tr < 0 {
-			tq, tr = tq-1, tr+p.Rate
+		if elapsed := max(now-taken, 0); elapsed < iq || elapsed == iq && ir > 0 {
+			// cost×T − elapsed off max(TAT, now): its whole µs and the
+			// remainder below Rate.
+			tq, tr := tatAt(s, p, now)
+			tq, tr = tq-(iq-elapsed), tr-ir
+			if tr < 0 {
+				tq, tr = tq-1, tr+p.Rate
+			}
+			if tq < now {
+				tq, tr = now, 0
+			}
+			s = State{A: tq, B: tr, C: p.Rate}
 		}
-		if tq < taken {
-			tq, tr = taken, 0
-		}
-		s = State{A: tq, B: tr, C: p.Rate}
 	default:
 		panic("algorithm: Refund called with " + a.String())
+	}
+	return s
+}
+
+// tokenRefund returns the token bucket s after giving back cost less
+// what p refills in elapsed µs, exactly: cost − elapsed×Rate/Period
+// tokens, their whole part off the deficit and their fraction into the
+// carry, up to full. It gives nothing once cost has refilled.
+func tokenRefund(s State, p *Params, elapsed, cost int64) State {
+	whole, frac := cost, int64(0) // given back: whole + frac/Period tokens
+	if elapsed > 0 {
+		if q, r := mulDiv(cost, p.Period, p.Rate); elapsed > q || elapsed == q && r == 0 {
+			return s
+		}
+		n, m := mulDiv(elapsed, p.Rate, p.Period) // refilled: n + m/Period, below cost
+		whole = cost - n
+		if m > 0 {
+			whole, frac = whole-1, p.Period-m
+		}
+	}
+	if s.C += frac; s.C >= p.Period {
+		s.C, whole = s.C-p.Period, whole+1
+	}
+	if s.A -= whole; s.A <= 0 {
+		s.A, s.C = 0, 0 // full: no fraction of a token beyond it
 	}
 	return s
 }

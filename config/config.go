@@ -67,8 +67,22 @@ type Config struct {
 	TrustedProxies []string // CIDRs whose X-Forwarded-For the proxy trusts
 	Admin          Admin
 	ForwardAuth    ForwardAuth
+	Reservations   Reservations
 	Policies       []*Policy
 	Domains        map[string]*Domain
+}
+
+// Reservations bounds the reservations the service's API holds open
+// (POST /v1/check with "reserve", until /v1/settle or /v1/cancel), in
+// bytes of memory as the service counts each: its id, key, policy and
+// limits, and its share of the indexes. A reservation that would pass a
+// bound is refused before its check is decided; an open one is never
+// pushed out by another. Each bound is at least 64KiB, and a key's is at
+// most its policy's, which is at most MaxBytes.
+type Reservations struct {
+	MaxBytes          int64 // all open reservations together. Default 32MiB.
+	MaxBytesPerPolicy int64 // those of one policy. Default 16MiB.
+	MaxBytesPerKey    int64 // those of one key of one policy. Default 1MiB.
 }
 
 // ForwardAuth is what /v1/forward-auth reads of a gateway's question and
@@ -536,6 +550,7 @@ func loadDir(dir string) (*Config, error) {
 		cfg = &Config{File: dir, Domains: map[string]*Domain{}}
 		cfg.Store = (&checker{}).store(nil, defaults.store)
 		cfg.Listeners, cfg.Envoy, cfg.Metrics, cfg.UI = Listeners(defaults.listeners), Envoy(defaults.envoy), Metrics(defaults.metrics), UI(defaults.ui)
+		cfg.Reservations = (&checker{}).reservations(nil, defaults.reserve)
 	}
 	for _, c := range domainFiles {
 		for name, d := range c.Domains {
@@ -573,9 +588,16 @@ type fileYAML struct {
 	UI             uiYAML          `yaml:"ui"`
 	Admin          adminYAML       `yaml:"admin"`
 	ForwardAuth    forwardAuthYAML `yaml:"forward_auth"`
+	Reservations   reserveYAML     `yaml:"reservations"`
 	Policies       []*yaml.Node    `yaml:"policies"`
 	Domains        []*yaml.Node    `yaml:"domains"`
 	TrustedProxies []*yaml.Node    `yaml:"trusted_proxies"`
+}
+
+type reserveYAML struct {
+	MaxBytes          byteSize `yaml:"max_bytes"`
+	MaxBytesPerPolicy byteSize `yaml:"max_bytes_per_policy"`
+	MaxBytesPerKey    byteSize `yaml:"max_bytes_per_key"`
 }
 
 type forwardAuthYAML struct {
@@ -718,9 +740,10 @@ func Parse(file string, data []byte) (*Config, error) {
 		cfg.Store = c.store(nil, defaults.store)
 		cfg.Listeners = Listeners(defaults.listeners)
 		cfg.Envoy, cfg.Metrics, cfg.UI = Envoy(defaults.envoy), Metrics(defaults.metrics), UI(defaults.ui)
+		cfg.Reservations = c.reservations(nil, defaults.reserve)
 	} else {
 		f := fileYAML{Store: defaults.store, Listeners: defaults.listeners, Envoy: defaults.envoy, Metrics: defaults.metrics, UI: defaults.ui,
-			ForwardAuth: defaults.forwardAuth}
+			ForwardAuth: defaults.forwardAuth, Reservations: defaults.reserve}
 		c.hoistStoreSection(doc)
 		m := c.decodeInto(doc, "", &f)
 		cfg.Store = c.store(m["store"], f.Store)
@@ -741,6 +764,7 @@ func Parse(file string, data []byte) (*Config, error) {
 			cfg.TrustedProxies = append(cfg.TrustedProxies, v)
 		}
 		cfg.Admin = Admin{Token: f.Admin.Token}
+		cfg.Reservations = c.reservations(m["reservations"], f.Reservations)
 		if cfg.ForwardAuth = ForwardAuth(f.ForwardAuth); cfg.ForwardAuth.DenyStatus != 429 && cfg.ForwardAuth.DenyStatus != 403 {
 			c.add(m["forward_auth"], "forward_auth.deny_status", "%d: want 429 or 403", cfg.ForwardAuth.DenyStatus)
 		}
@@ -1025,6 +1049,43 @@ func (c *checker) hoistStoreSection(doc *yaml.Node) {
 
 // listeners checks the listeners section n, decoded into y over the
 // defaults: every bound must be positive.
+// reservations checks the reservations section y, read from n (nil:
+// the defaults).
+func (c *checker) reservations(n *yaml.Node, y reserveYAML) Reservations {
+	r := Reservations{int64(y.MaxBytes), int64(y.MaxBytesPerPolicy), int64(y.MaxBytesPerKey)}
+	field := func(name string) *yaml.Node {
+		if n != nil && n.Kind == yaml.MappingNode {
+			for i := 0; i+1 < len(n.Content); i += 2 {
+				if n.Content[i].Value == name {
+					return n.Content[i+1]
+				}
+			}
+		}
+		return nil
+	}
+	bounds := []struct {
+		name string
+		v    int64
+	}{{"max_bytes", r.MaxBytes}, {"max_bytes_per_policy", r.MaxBytesPerPolicy}, {"max_bytes_per_key", r.MaxBytesPerKey}}
+	for i, b := range bounds {
+		// The least holds one reservation of the longest key and policy name.
+		if b.v < 64<<10 {
+			c.add(cmp.Or(field(b.name), n), "reservations."+b.name, "%d: must be at least 64KiB", b.v)
+			continue
+		}
+		// A bound past the one above it: the one the file sets is wrong.
+		if i == 0 || b.v <= bounds[i-1].v {
+			continue
+		}
+		if up := bounds[i-1]; field(b.name) != nil || field(up.name) == nil {
+			c.add(cmp.Or(field(b.name), n), "reservations."+b.name, "%d: more than reservations.%s (%d)", b.v, up.name, up.v)
+		} else {
+			c.add(field(up.name), "reservations."+up.name, "%d: less than reservations.%s (%d, its default)", up.v, b.name, b.v)
+		}
+	}
+	return r
+}
+
 func (c *checker) listeners(n *yaml.Node, y listenersYAML) Listeners {
 	l := Listeners(y)
 	at := map[string]*yaml.Node{}

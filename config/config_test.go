@@ -462,3 +462,36 @@ func TestListenerBoundsMustBePositive(t *testing.T) {
 		}
 	}
 }
+
+// The reservations' bounds default to 32MiB, 16MiB a policy and 1MiB a
+// key, read sizes, and refuse one under 64KiB or past the bound above it,
+// naming the field.
+func TestReservationBounds(t *testing.T) {
+	const pol = "\npolicies: [{name: a, limit: 1/s}]"
+	c, err := config.Parse("r.yaml", []byte("store: {type: memory}"+pol))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (config.Reservations{MaxBytes: 32 << 20, MaxBytesPerPolicy: 16 << 20, MaxBytesPerKey: 1 << 20}); c.Reservations != want {
+		t.Fatalf("defaults: %+v, want %+v", c.Reservations, want)
+	}
+	if c := config.Default(); c.Reservations.MaxBytes != 32<<20 {
+		t.Fatalf("the embedded default: %+v", c.Reservations)
+	}
+	c, err = config.Parse("r.yaml", []byte("reservations: {max_bytes: 8MiB, max_bytes_per_policy: 8MiB, max_bytes_per_key: 64KiB}"+pol))
+	if err != nil || c.Reservations != (config.Reservations{MaxBytes: 8 << 20, MaxBytesPerPolicy: 8 << 20, MaxBytesPerKey: 64 << 10}) {
+		t.Fatalf("set: %+v, %v", c, err)
+	}
+	for _, tt := range []struct{ src, want string }{
+		{"reservations:\n  max_bytes_per_key: 1000", "r.yaml:2:22: reservations.max_bytes_per_key: 1000: must be at least 64KiB"},
+		{"reservations:\n  max_bytes: 1MiB", "r.yaml:2:14: reservations.max_bytes: 1048576: less than reservations.max_bytes_per_policy (16777216, its default)"},
+		{"reservations:\n  max_bytes: 1MiB\n  max_bytes_per_policy: 2MiB", "r.yaml:3:25: reservations.max_bytes_per_policy: 2097152: more than reservations.max_bytes (1048576)"},
+		{"reservations:\n  max_bytes_per_key: 20MiB", "r.yaml:2:22: reservations.max_bytes_per_key: 20971520: more than reservations.max_bytes_per_policy (16777216)"},
+		{"reservations:\n  max_bytes: lots", "r.yaml:2:14: reservations.max_bytes: \"lots\" is not a size"},
+		{"reservations:\n  max_open: 10", "reservations.max_open"},
+	} {
+		if _, err := config.Parse("r.yaml", []byte(tt.src+pol)); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q:\n got %v\nwant %s", tt.src, err, tt.want)
+		}
+	}
+}

@@ -16,8 +16,14 @@ var defaults = struct {
 	metrics     metricsYAML
 	ui          uiYAML
 	forwardAuth forwardAuthYAML
+	reserve     reserveYAML
 	policy      policyYAML
 }{
+	// The service's open reservations: 32MiB holds some 50,000 on keys
+	// of a few dozen bytes (1,600 on one key), 3,800 on keys of 4KiB (120
+	// on one). A policy may have half: a flood on one leaves the others
+	// room.
+	reserve: reserveYAML{MaxBytes: 32 << 20, MaxBytesPerPolicy: 16 << 20, MaxBytesPerKey: 1 << 20},
 	// A refusal is a 429; nginx's auth_request needs 403 (docs/gateways.md).
 	// The original request is read from either pair of headers, a check
 	// carrying both refused (request_headers names the gateway's).

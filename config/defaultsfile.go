@@ -25,6 +25,7 @@ func Defaults() []byte {
 	}{
 		{"store", defaults.store}, {"listeners", defaults.listeners}, {"envoy", defaults.envoy},
 		{"metrics", defaults.metrics}, {"ui", defaults.ui}, {"forward_auth", defaults.forwardAuth},
+		{"reservations", defaults.reserve},
 	}
 	for _, s := range sections {
 		b.WriteString(s.name + ":\n")

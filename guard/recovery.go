@@ -53,8 +53,7 @@ type owedKey struct {
 // owed is what the store has not been told of a key and limit: cost the
 // stand-in admitted, less what was given back meanwhile (Request.Refund);
 // below 0, cost to give back to the store, as a refund of a take at
-// refund, the latest of the refunds it sums (the one that gives back
-// least).
+// refund: of the refunds it sums, the one that gives back least.
 type owed struct {
 	cost   int64
 	refund time.Time
@@ -80,7 +79,9 @@ func (l *ledger) give(key string, limit sluice.Limit, cost int64, refund time.Ti
 }
 
 // note adds cost to what key owes under limit, and records refund when it
-// is later than the one recorded.
+// gives back less than the one recorded: when it is later for a window
+// or a log, earlier for a bucket (refills), which gives back less what
+// has refilled since.
 func (l *ledger) note(key string, limit sluice.Limit, cost int64, refund time.Time) {
 	if cost == 0 {
 		return
@@ -100,7 +101,7 @@ func (l *ledger) note(key string, limit sluice.Limit, cost int64, refund time.Ti
 		k.key = strings.Clone(key) // not the caller's memory
 	}
 	o.cost += cost
-	if refund.After(o.refund) {
+	if !refund.IsZero() && (o.refund.IsZero() || refund.After(o.refund) != limit.Algorithm.HasBurst()) {
 		o.refund = refund
 	}
 	if o.cost == 0 {

@@ -38,7 +38,7 @@ func (s *Store) refund(req *sluice.Request, now int64) (sluice.Decision, error) 
 		if t != nil {
 			if e := t.ix.Load().find(h, req.Key); e != nil {
 				old, _ := e.lock(t.swaps) // entries in the index are live under the shard lock
-				st = algorithm.Refund(alg, old, &params, taken, req.Cost)
+				st = algorithm.Refund(alg, old, &params, now, taken, req.Cost)
 				e.unlock(st, t.swaps, t.unitOf(st.C))
 			}
 		}

@@ -327,12 +327,22 @@ func (s *Store) encode(now string, calls []*call) []string {
 // refundArg returns the cost argument of a refund: 'r' COST '@' TAKEN
 // (scripts/take.lua), TAKEN on Redis's clock when the call's now is
 // Redis's ("-1"): the refunded take was decided on it. The offset is as
-// exact as half the round trip it was measured over, so TAKEN is put
-// that much earlier: the take's own entry is then at or after it.
+// exact as half the round trip it was measured over, so for a window or
+// a log TAKEN is put that much earlier: the take's own entry is then at
+// or after it. A bucket gives back less what has refilled since TAKEN,
+// which its caller puts past the take (sluice's refundTime): it is put
+// that much later, or a key refunded back to back would drift below its
+// capacity by the clock's uncertainty.
 func (s *Store) refundArg(now string, r *sluice.Request) string {
 	taken := r.Refund.UnixMicro()
 	if now == "-1" && s.clock.known.Load() {
-		taken += s.clock.offset.Load() - s.clock.spread.Load()
+		spread := s.clock.spread.Load()
+		switch r.Limit.Algorithm.Resolved() {
+		case sluice.TokenBucket, sluice.GCRA, sluice.LeakyBucket:
+		default:
+			spread = -spread
+		}
+		taken += s.clock.offset.Load() + spread
 	}
 	return "r" + strconv.FormatInt(r.Cost, 10) + "@" + strconv.FormatInt(taken, 10)
 }

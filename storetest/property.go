@@ -19,8 +19,10 @@ import (
 // traffic exactly as the sequential reference does; that concurrent callers
 // on one hot key are admitted exactly the capacity, never one more; that a
 // batch is all-or-nothing under concurrency; that Reset restores capacity;
-// that the store's own clock is used when Request.Now is zero; and that
-// the store keeps no caller's bytes of a key (the Store contract).
+// that the store's own clock is used when Request.Now is zero; that a
+// refund never lets a bucket serve past its capacity plus its refill;
+// and that the store keeps no caller's bytes of a key (the Store
+// contract).
 func RunProperties(t *testing.T, newStore NewStore) {
 	t.Run("keys copied", func(t *testing.T) { RunKeysCopied(t, newStore) })
 	for _, alg := range algorithms {
@@ -33,6 +35,9 @@ func RunProperties(t *testing.T, newStore NewStore) {
 			t.Run("reset", func(t *testing.T) { reset(t, newStore(t), alg) })
 			t.Run("store clock", func(t *testing.T) { storeClock(t, newStore(t), alg) })
 			t.Run("reservations", func(t *testing.T) { reservations(t, newStore(t), alg) })
+			if alg == sluice.TokenBucket || alg == sluice.GCRA || alg == sluice.LeakyBucket {
+				t.Run("refunds never bank", func(t *testing.T) { refundsNeverBank(t, newStore(t), alg) })
+			}
 			if alg == sluice.Calendar {
 				t.Run("next midnight", func(t *testing.T) { nextMidnight(t, newStore(t)) })
 			}

@@ -99,6 +99,6 @@ func (m *reference) refund(r sluice.Request, now int64) {
 		return
 	}
 	if s, ok := m.states[k]; ok {
-		m.states[k] = algorithm.Refund(k.alg, s, &p, taken, r.Cost)
+		m.states[k] = algorithm.Refund(k.alg, s, &p, now, taken, r.Cost)
 	}
 }

@@ -28,7 +28,9 @@ var Epoch = time.Unix(1_700_006_400, 0)
 //
 // AT is an offset from Epoch ("0", "250ms", "1.5s") or an RFC 3339 time
 // ("2024-02-29T23:59:59Z"); KEY may be quoted Go
-// style ("\x00k"); a COST ending in "!" is forced (Request.Force). EXPECT is "allow" or "deny" followed by rem=N retry=D
+// style ("\x00k"); a COST ending in "!" is forced (Request.Force), and
+// one written -COST@TAKEN gives COST back as taken at the time TAKEN (an
+// offset as AT: Request.Refund). EXPECT is "allow" or "deny" followed by rem=N retry=D
 // reset=D and optionally delay=D (default 0), or "error NAME" with NAME one
 // of cost_exceeds_burst, empty_key, key_too_long, negative_cost,
 // invalid_limit. Blank lines and lines starting with # are ignored.
@@ -254,11 +256,23 @@ func parseRequest(s string, limits map[string]sluice.Limit) (sluice.Request, err
 		return req, fmt.Errorf("unknown limit %q", f[1])
 	}
 	costText, force := strings.CutSuffix(f[2], "!")
+	var refund time.Time
+	if n, at, ok := strings.Cut(costText, "@"); ok {
+		n, ok = strings.CutPrefix(n, "-")
+		if !ok {
+			return req, fmt.Errorf("cost %q: a refund is -COST@TAKEN", f[2])
+		}
+		taken, err := parseOffset(at)
+		if err != nil {
+			return req, fmt.Errorf("cost %q: %v", f[2], err)
+		}
+		costText, refund = n, Epoch.Add(taken)
+	}
 	cost, err := strconv.ParseInt(costText, 10, 64)
 	if err != nil {
 		return req, fmt.Errorf("cost %q: %v", f[2], err)
 	}
-	return sluice.Request{Key: key, Limit: l, Cost: cost, Force: force}, nil
+	return sluice.Request{Key: key, Limit: l, Cost: cost, Force: force, Refund: refund}, nil
 }
 
 func parseExpect(s string) (expect, error) {

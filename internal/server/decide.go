@@ -320,8 +320,8 @@ func (s *Server) giveBackChecks(ctx context.Context, ns []nativeCheck, outs []ou
 }
 
 // giveBackTaken gives back what outcome o, a check of cost on key, took,
-// as refunds of its take (Guard.Settle, from o.Taken), and reports
-// whether it gave any back. A check that took nothing (denied, a shadow
+// undoing its take (Guard.GiveBack, from o.Taken), and reports whether
+// it gave any back. A check that took nothing (denied, a shadow
 // check's denial too, failed open, or of cost 0) gives nothing, and a
 // limit that counts every request (count: all) keeps its charge.
 func (s *Server) giveBackTaken(ctx context.Context, label, key string, o *outcome, cost int64, fail sluice.FailMode) bool {
@@ -334,7 +334,8 @@ func (s *Server) giveBackTaken(ctx context.Context, label, key string, o *outcom
 	back := false
 	for _, d := range o.Decisions {
 		if !d.Limit.CountAll {
-			s.guard.Settle(ctx, label, sluice.Request{Key: key, Limit: d.Limit}, o.Taken, cost, 0, fail)
+			var dec sluice.Decision
+			s.guard.GiveBack(ctx, label, sluice.Request{Key: key, Limit: d.Limit, Cost: cost, Refund: o.Taken}, fail, &dec)
 			back = true
 		}
 	}

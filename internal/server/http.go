@@ -166,6 +166,10 @@ func (s *Server) handleCheck(w http.ResponseWriter, r *http.Request) {
 	}
 	defer s.track()()
 	resp, field, err := s.runChecks(r.Context(), req.Checks)
+	if full := (*reservationsFull)(nil); errors.As(err, &full) {
+		problem(w, full.status(), err.Error(), field)
+		return
+	}
 	if err != nil {
 		problem(w, http.StatusBadRequest, err.Error(), field)
 		return
@@ -205,8 +209,16 @@ func (s *Server) runChecks(ctx context.Context, checks []Check) (CheckResponse, 
 		if err != nil {
 			return CheckResponse{}, field, fmt.Errorf("%s: %v", field, err)
 		}
+		if c.Reserve && n.cost == 0 {
+			return CheckResponse{}, field + ".cost", fmt.Errorf("%s.cost: a reservation's estimate must be at least 1 (a check without reserve peeks at cost 0)", field)
+		}
 		ns[i] = n
 	}
+	held, field, err := s.holdReservations(cfg, checks, ns)
+	if err != nil {
+		return CheckResponse{}, field, err
+	}
+	defer held.release(s, ns)
 	outs := make([]outcome, len(checks))
 	for i := range ns {
 		outs[i] = s.checkPolicy(ctx, ns[i])
@@ -233,8 +245,10 @@ func (s *Server) runChecks(ctx context.Context, checks []Check) (CheckResponse, 
 		}
 		res.Allowed = res.Allowed || out.Shadow
 		if c.Reserve && out.Decisions[out.Closest].Allowed {
-			r := &reservation{policy: c.Policy, key: c.Key, storeKey: ns[i].storeKey,
-				estimate: ns[i].cost, mode: ns[i].p.FailMode, taken: out.Taken, took: out.Took}
+			n := &ns[i]
+			r := &reservation{policy: n.p.Name, key: n.storeKey[len(n.p.Name)+1:], storeKey: n.storeKey,
+				estimate: n.cost, mode: n.p.FailMode, taken: out.Taken, took: out.Took, size: held.take(i),
+				limits: make([]sluice.Limit, 0, len(out.Decisions))}
 			for _, d := range out.Decisions {
 				r.limits = append(r.limits, d.Limit) // the limits that decided it
 			}

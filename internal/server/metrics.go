@@ -36,7 +36,9 @@ type metrics struct {
 	// upstreamFailed is sluice proxy's requests its upstream failed.
 	upstreamFailed *prometheus.CounterVec
 	adminRefused   *prometheus.CounterVec // by refusedAdmin's reasons
-	detailed       seriesCap
+	// reservationsRefused is reservations refused at a bound, by bound.
+	reservationsRefused *prometheus.CounterVec
+	detailed            seriesCap
 
 	// The series a check counts in, each found by its labels once.
 	checksOf      series[checkLabels, prometheus.Counter]
@@ -222,6 +224,10 @@ func newMetrics() *metrics {
 			Name: "sluice_admin_refused_total",
 			Help: "Requests to the admin API and the status page refused for their token, by reason: wrong_token (none, or not the admin token), locked_out (from an address past its wrong tokens for the minute).",
 		}, []string{"reason"}),
+		reservationsRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sluice_reservations_refused_total",
+			Help: "Reservations (POST /v1/check with reserve) refused, charging nothing, because they would pass a reservations bound, by bound: max_bytes_per_key (429), max_bytes_per_policy or max_bytes (503).",
+		}, []string{"bound"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sluice_config_reloads_total",
 			Help: "Config reloads by result: success or failure.",
@@ -234,7 +240,7 @@ func newMetrics() *metrics {
 	info.WithLabelValues(build.Version, build.Revision, strconv.FormatBool(build.Modified), build.Go).Set(1)
 	m.lastReload.SetToCurrentTime()
 	m.reloadOK.Set(1)
-	m.reg.MustRegister(info, m.checks, m.nearLimit, m.latency, m.storeLatency, m.storeCalls, m.reloads, m.lastReload, m.reloadOK, m.descriptors, m.refused, m.estimated, m.charged, m.unread, m.unknownPlan, m.upstreamFailed, m.adminRefused,
+	m.reg.MustRegister(info, m.checks, m.nearLimit, m.latency, m.storeLatency, m.storeCalls, m.reloads, m.lastReload, m.reloadOK, m.descriptors, m.refused, m.estimated, m.charged, m.unread, m.unknownPlan, m.upstreamFailed, m.adminRefused, m.reservationsRefused,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

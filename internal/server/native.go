@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -28,6 +29,13 @@ func (n *native) Check(ctx context.Context, req *sluicev1.CheckRequest) (*sluice
 		checks[i] = Check{Policy: c.Policy, Key: c.Key, Cost: c.Cost, Plan: c.Plan, Reserve: c.Reserve}
 	}
 	resp, field, err := n.s.runChecks(ctx, checks)
+	if full := (*reservationsFull)(nil); errors.As(err, &full) {
+		code := codes.Unavailable
+		if full.status() == http.StatusTooManyRequests {
+			code = codes.ResourceExhausted
+		}
+		return nil, status.Error(code, err.Error())
+	}
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "%s: %v", field, err)
 	}

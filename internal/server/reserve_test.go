@@ -129,11 +129,21 @@ func TestReservationsOverTheAPI(t *testing.T) {
 func TestReservationExpires(t *testing.T) {
 	var rs reservations
 	now := time.Now()
-	id := rs.open(&reservation{policy: "p", key: "k", estimate: 5}, now)
+	open := func() string {
+		size := reservationSize("p\x00k", 1)
+		if err := rs.hold(testBounds, "p", "p\x00k", size, now); err != nil {
+			t.Fatal(err)
+		}
+		return rs.open(&reservation{policy: "p", key: "k", storeKey: "p\x00k", estimate: 5, size: size}, now)
+	}
+	id := open()
 	if _, err := rs.take(id, "p", "k", now.Add(reservationTTL)); err != errNoReservation {
 		t.Fatalf("a reservation past its expiry: %v, want errNoReservation", err)
 	}
-	id = rs.open(&reservation{policy: "p", key: "k"}, now)
+	if n, b := rs.stats(); n != 0 || b != 0 {
+		t.Fatalf("expired, it still holds %d reservations of %d bytes", n, b)
+	}
+	id = open()
 	if _, err := rs.take(id, "p", "k", now.Add(reservationTTL-time.Microsecond)); err != nil {
 		t.Fatalf("a reservation before its expiry: %v", err)
 	}

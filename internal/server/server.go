@@ -146,6 +146,7 @@ func New(opts Options) (*Server, error) {
 	s.history.add(true, "")
 	s.cfg.Store(&state{cfg: cfg})
 	s.registerTLSMetrics()
+	s.metrics.reg.MustRegister(s.reservationCollectors()...)
 	if f := opts.AdminTokenFile; f != nil {
 		s.metrics.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "sluice_admin_token_file_errors_total",
 			Help: "Reads of the admin token file (-admin-token-file) that failed, each at an admin request: the last token read stays in use; the first of a run is logged."},

@@ -162,8 +162,34 @@ local function is_refund(arg)
   return string.byte(arg, 1) == 114 -- 'r'
 end
 
+-- token_refund is algorithm.tokenRefund: cost less what p refills in
+-- elapsed µs, exactly, given back to the bucket (deficit, last, carry).
+local function token_refund(a, b, c, p, elapsed, cost)
+  local whole, frac = cost, 0
+  if elapsed > 0 then
+    local q, r = muldiv(cost, p.P, p.R)
+    if elapsed > q or (elapsed == q and r == 0) then
+      return a, b, c
+    end
+    local n, m = muldiv(elapsed, p.R, p.P)
+    whole = cost - n
+    if m > 0 then
+      whole, frac = whole - 1, p.P - m
+    end
+  end
+  c = c + frac
+  if c >= p.P then
+    c, whole = c - p.P, whole + 1
+  end
+  a = a - whole
+  if a <= 0 then
+    a, c = 0, 0
+  end
+  return a, b, c
+end
+
 -- refund_state is algorithm.Refund on an O(1) state.
-local function refund_state(alg, a, b, c, p, taken, cost)
+local function refund_state(alg, a, b, c, p, now, taken, cost)
   if alg == 1 then
     if floorwindow(taken, p.P) == a then
       b = b - min(cost, b)
@@ -180,19 +206,20 @@ local function refund_state(alg, a, b, c, p, taken, cost)
       c = c - min(cost, c)
     end
   elseif alg == 4 then
-    a = a - min(cost, a)
-    if a == 0 then
-      c = 0
-    end
+    a, b, c = token_refund(a, b, c, p, now - taken, cost)
   else
-    local tq, tr = tat_at(a, b, c, p, taken)
     local iq, ir = muldiv(cost, p.P, p.R)
-    tq, tr = tq - iq, tr - ir
+    local elapsed = max(now - taken, 0)
+    if elapsed > iq or (elapsed == iq and ir == 0) then
+      return a, b, c
+    end
+    local tq, tr = tat_at(a, b, c, p, now)
+    tq, tr = tq - (iq - elapsed), tr - ir
     if tr < 0 then
       tq, tr = tq - 1, tr + p.R
     end
-    if tq < taken then
-      tq, tr = taken, 0
+    if tq < now then
+      tq, tr = now, 0
     end
     a, b, c = tq, tr, p.R
   end
@@ -266,7 +293,7 @@ local function refund(key, p, arg, now)
   if not a then
     return nil, b
   end
-  local na, nb, nc = refund_state(p.alg, a, b, c, p, taken, cost)
+  local na, nb, nc = refund_state(p.alg, a, b, c, p, now, taken, cost)
   local _, _, _, _, remaining, _, reset = ALGS[p.alg](na, nb, nc, p, now, 0)
   if a ~= 0 or b ~= 0 or c ~= 0 then
     rcall('SET', key, pack('<d<d<d', na, nb, nc), 'PX', ttl_ms(reset))
