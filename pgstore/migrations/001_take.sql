@@ -303,12 +303,36 @@ BEGIN
   END IF;
 END $$;
 
--- refund_state is algorithm.Refund on an O(1) state.
-CREATE FUNCTION {{schema}}.refund_state(alg int, a bigint, b bigint, c bigint,
-  rate bigint, period bigint, taken bigint, cost bigint,
+-- token_refund is algorithm.tokenRefund: the token bucket (a, b, c)
+-- after giving back cost less what rate/period refills in elapsed µs,
+-- exactly: the whole tokens off the deficit and the fraction into the
+-- carry, up to full. It gives nothing once cost has refilled.
+CREATE FUNCTION {{schema}}.token_refund(a bigint, b bigint, c bigint,
+  rate bigint, period bigint, elapsed bigint, cost bigint,
   OUT na bigint, OUT nb bigint, OUT nc bigint)
 LANGUAGE plpgsql IMMUTABLE AS $$
-DECLARE w bigint; iq bigint; ir bigint; rr record;
+DECLARE whole bigint := cost; frac bigint := 0; q bigint; r bigint; n bigint; m bigint;
+BEGIN
+  na := a; nb := b; nc := c;
+  IF elapsed > 0 THEN
+    q := {{schema}}.mdq(cost, period, rate); r := {{schema}}.mdr(cost, period, rate);
+    IF elapsed > q OR (elapsed = q AND r = 0) THEN RETURN; END IF;
+    n := {{schema}}.mdq(elapsed, rate, period); m := {{schema}}.mdr(elapsed, rate, period);
+    whole := cost - n;
+    IF m > 0 THEN whole := whole - 1; frac := period - m; END IF;
+  END IF;
+  nc := nc + frac;
+  IF nc >= period THEN nc := nc - period; whole := whole + 1; END IF;
+  na := na - whole;
+  IF na <= 0 THEN na := 0; nc := 0; END IF; -- full: no fraction of a token beyond it
+END $$;
+
+-- refund_state is algorithm.Refund on an O(1) state.
+CREATE FUNCTION {{schema}}.refund_state(alg int, a bigint, b bigint, c bigint,
+  rate bigint, period bigint, now bigint, taken bigint, cost bigint,
+  OUT na bigint, OUT nb bigint, OUT nc bigint)
+LANGUAGE plpgsql IMMUTABLE AS $$
+DECLARE w bigint; iq bigint; ir bigint; elapsed bigint; rr record;
 BEGIN
   na := a; nb := b; nc := c;
   CASE alg
@@ -324,15 +348,19 @@ BEGIN
       nc := nc - least(cost, nc);
     END IF;
   WHEN 4 THEN
-    na := na - least(cost, na);
-    IF na = 0 THEN nc := 0; END IF;
+    rr := {{schema}}.token_refund(a, b, c, rate, period, now - taken, cost); na := rr.na; nb := rr.nb; nc := rr.nc;
   ELSE
-    rr := {{schema}}.tat_at(a, b, c, rate, taken); na := rr.tq; nb := rr.tr;
     iq := {{schema}}.mdq(cost, period, rate); ir := {{schema}}.mdr(cost, period, rate);
-    na := na - iq; nb := nb - ir;
-    IF nb < 0 THEN na := na - 1; nb := nb + rate; END IF;
-    IF na < taken THEN na := taken; nb := 0; END IF;
-    nc := rate;
+    elapsed := greatest(now - taken, 0);
+    IF elapsed < iq OR (elapsed = iq AND ir > 0) THEN
+      -- cost*T - elapsed off max(TAT, now): its whole µs and the
+      -- remainder below rate.
+      rr := {{schema}}.tat_at(a, b, c, rate, now); na := rr.tq; nb := rr.tr;
+      na := na - (iq - elapsed); nb := nb - ir;
+      IF nb < 0 THEN na := na - 1; nb := nb + rate; END IF;
+      IF na < now THEN na := now; nb := 0; END IF;
+      nc := rate;
+    END IF;
   END CASE;
 END $$;
 
@@ -592,7 +620,7 @@ BEGIN
         res[5 * first - 4] := 1; res[5 * first - 3] := s.remaining; res[5 * first - 1] := s.reset;
       ELSE
         cal := lims[8 * first - 3 : 8 * first];
-        y := {{schema}}.refund_state(alg, l.a, l.b, l.c, rate, period, refunds[first], costs[first]);
+        y := {{schema}}.refund_state(alg, l.a, l.b, l.c, rate, period, now, refunds[first], costs[first]);
         s := {{schema}}.status(alg, y.na, y.nb, y.nc, rate, period, lims[8 * first - 4], cal, now, 0);
         IF l.a <> 0 OR l.b <> 0 OR l.c <> 0 THEN
           PERFORM {{schema}}.save_row(durable[first], keys[first], kinds[first], y.na, y.nb, y.nc, NULL, clk + greatest(s.reset, 0) + 1000000);
