@@ -67,13 +67,8 @@ func (l *Limiter) Reserve(ctx context.Context, key string, estimate int64) (*Res
 	return r, err
 }
 
-// Settle settles the reservation to actual, the request's real cost: the
-// difference is taken when actual is more than the estimate (never
-// refused: the work is done; past the capacity, the capacity is taken)
-// and given back when it is less, as far as the state still holds it (a
-// window that has moved on since holds none of it, nor a bucket what it
-// has refilled since: see Request.Refund).
-// A second call returns ErrSettled and changes nothing.
+// Settle settles the reservation to actual, the request's real cost, as
+// Request.Settlement says. A second call returns ErrSettled.
 func (r *Reservation) Settle(ctx context.Context, actual int64) error {
 	if !r.held {
 		return nil // denied, refused or failed open: it took nothing, and owes nothing

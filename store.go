@@ -74,13 +74,10 @@ type Request struct {
 	// Now is the time of the request; zero means the store's clock (Redis
 	// TIME). Stores truncate it to whole microseconds.
 	Now time.Time
-	// Refund, when not zero, gives Cost back instead of taking it: cost a
-	// request took at the time Refund holds and did not use (a Reservation
-	// settled for less, or cancelled). What the state still holds of it is
-	// given back, never past the capacity: a window that has moved on
-	// since holds none of it, nor a bucket what it has refilled since
-	// (algorithm.Refund says what each algorithm gives back). A refund is never denied, and it is decided alone: a
-	// batch (TakeAll) of more than one request must not hold one.
+	// Refund, when not zero, gives back Cost that a request took at that
+	// time and did not use, as far as the state still holds it (a window
+	// that has moved on holds none, a bucket none of what it has refilled
+	// since): never denied, and never in a batch.
 	Refund time.Time
 }
 

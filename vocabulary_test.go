@@ -137,7 +137,7 @@ func TestVocabulary(t *testing.T) {
 	}
 
 	taken := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	base := sluice.Request{Key: "k", Limit: sluice.PerSecond(10), Cost: 7, Force: true}
+	base := sluice.Request{Key: "k", Limit: sluice.Limit{Algorithm: sluice.FixedWindow, Rate: 10, Period: time.Second}, Cost: 7, Force: true}
 	for _, tc := range []struct {
 		charged, actual, cost int64
 		force, refund, ok     bool
@@ -155,6 +155,15 @@ func TestVocabulary(t *testing.T) {
 		if tc.refund && !r.Refund.Before(taken) {
 			t.Errorf("Settlement(%d, %d): a refund of a take at %v, not before the take at %v", tc.charged, tc.actual, r.Refund, taken)
 		}
+	}
+	// A bucket's refund names its take a little later (at most 100ms, a
+	// tenth of an emission interval), so that what refilled while the take
+	// travelled to the store is not counted against what it gives back.
+	bucket := base
+	bucket.Limit = sluice.PerSecond(10) // GCRA
+	r, _ := bucket.Settlement(taken, 5, 2)
+	if grace := r.Refund.Sub(taken); grace <= 0 || grace > 10*time.Millisecond {
+		t.Errorf("a GCRA 10/s refund names its take %v after it; want within (0, 10ms]", grace)
 	}
 }
 

@@ -455,7 +455,7 @@ func TestProxyToTLSUpstream(t *testing.T) {
 	defer upstream.Close()
 	dir := t.TempDir()
 	file, ca := filepath.Join(dir, "proxy.yaml"), filepath.Join(dir, "ca.pem")
-	os.WriteFile(file, []byte("policies: [{name: p, limit: 100/1h}]\n"), 0o644)
+	os.WriteFile(file, []byte("policies: [{name: p, limit: 100/1h, match: /}]\n"), 0o644)
 	os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: upstream.Certificate().Raw}), 0o644)
 	get := func(px *proxyProc) (int, string) {
 		resp, err := http.Get("http://" + px.addr + "/x")

@@ -328,6 +328,7 @@ func TestProxyChargesDecodedBytes(t *testing.T) {
   - name: download
     limit: 1048576/720h # GCRA: a byte back in 2.5 s
     key: header:X-User
+    match: /
     cost: {estimate: 1024, from: bytes}
 `
 	line := "<p>the same paragraph, again and again</p>\n"
