@@ -10,17 +10,8 @@ import "github.com/sluicehq/sluice"
 // returns next and Admitted(a, s, next, p, now). A denial writes nothing;
 // its Result is Status's on s. It panics for SlidingLog.
 func Admit(a sluice.Algorithm, s State, p *Params, now, cost int64) (next State, allowed bool) {
-	switch a.Resolved() {
-	case sluice.FixedWindow:
-		return fixedAdmit(s, p, now, cost)
-	case sluice.SlidingWindow:
-		return slidingAdmit(s, p, now, cost)
-	case sluice.TokenBucket:
-		return tokenAdmit(s, p, now, cost)
-	case sluice.LeakyBucket, sluice.GCRA:
-		return gcraAdmit(s, p, now, cost)
-	case sluice.Calendar:
-		return calendarAdmit(s, p, now, cost)
+	if r := lookup(a); r != nil && r.admit != nil {
+		return r.admit(s, p, now, cost)
 	}
 	panic("algorithm: Admit called with " + a.String())
 }
@@ -34,25 +25,10 @@ func Admit(a sluice.Algorithm, s State, p *Params, now, cost int64) (next State,
 // a reload in pieces that the processor cannot forward, which costs a
 // decision more than its arithmetic.
 func Admitted(a sluice.Algorithm, s, next State, p *Params, now int64) (remaining, resetAfter, delay int64) {
-	switch a.Resolved() {
-	case sluice.FixedWindow:
-		remaining, resetAfter = fixedReport(next, p, now)
-	case sluice.SlidingWindow:
-		remaining, resetAfter = slidingReport(next, p, now)
-	case sluice.TokenBucket:
-		remaining, resetAfter = tokenReport(next, p, now)
-	case sluice.LeakyBucket:
-		remaining, resetAfter = gcraReport(next, p, now)
-		dq, dr := tatAt(s, p, now)
-		delay = tatDelay(dq, dr, now)
-	case sluice.GCRA:
-		remaining, resetAfter = gcraReport(next, p, now)
-	case sluice.Calendar:
-		remaining, resetAfter = calendarReport(next, p, now)
-	default:
-		panic("algorithm: Admitted called with " + a.String())
+	if r := lookup(a); r != nil && r.report != nil {
+		return r.report(s, next, p, now)
 	}
-	return remaining, resetAfter, delay
+	panic("algorithm: Admitted called with " + a.String())
 }
 
 // Denied returns the Result of a request that Admit denied from s, next
@@ -61,10 +37,8 @@ func Admitted(a sluice.Algorithm, s, next State, p *Params, now int64) (remainin
 // not decide again; the other algorithms' denials are reported by Status.
 // It returns scalars, as Admitted does.
 func Denied(a sluice.Algorithm, s, next State, p *Params, now, cost int64) (remaining, retryAfter, resetAfter int64) {
-	switch a.Resolved() {
-	case sluice.LeakyBucket, sluice.GCRA:
-		tq, tr := tatAt(s, p, now)
-		return tatRemaining(tq, tr, now, p), overBurst(next.A, next.B, now, p), tatDelay(tq, tr, now)
+	if r := lookup(a); r != nil && r.denied != nil {
+		return r.denied(s, next, p, now)
 	}
 	_, r := Status(a, s, p, now, cost)
 	return r.Remaining, r.RetryAfter, r.ResetAfter

@@ -8,13 +8,5 @@ import "github.com/sluicehq/sluice"
 // out. Stores use it for sluice.Request.Force.
 func Apply(a sluice.Algorithm, s State, p *Params, now, cost int64) State {
 	s, _ = Status(a, s, p, now, 0) // roll windows, refill buckets
-	switch a.Resolved() {
-	case sluice.FixedWindow, sluice.SlidingWindow, sluice.Calendar:
-		s.B += cost
-	case sluice.TokenBucket:
-		s.A += cost
-	case sluice.LeakyBucket, sluice.GCRA:
-		s.A, s.B = tatAdd(s.A, s.B, cost, p)
-	}
-	return s
+	return lookup(a).record(s, p, cost)
 }

@@ -86,3 +86,26 @@ func (p *Params) Window(now int64) (start, end int64) {
 	}
 	return start, end
 }
+
+// calendarAdmitted is Calendar's Admitted.
+func calendarAdmitted(_, next State, p *Params, now int64) (remaining, reset, delay int64) {
+	remaining, reset = calendarReport(next, p, now)
+	return remaining, reset, 0
+}
+
+// calendarRefund is Calendar's Refund: cost off the window taken falls in,
+// while it is the current one.
+func calendarRefund(s State, _ *Params, _, taken, cost int64) State {
+	if s.A <= taken && taken < s.C {
+		s.B -= min(cost, s.B)
+	}
+	return s
+}
+
+// calendarFullAt is Calendar's FullAt: the window's end, once it counts.
+func calendarFullAt(s State, _ *Params) int64 {
+	if s.B > 0 {
+		return s.C
+	}
+	return 0
+}

@@ -91,19 +91,8 @@ func Take(a sluice.Algorithm, s State, p *Params, now, cost int64) (State, Resul
 // reports the state at now (Allowed, Remaining, ResetAfter). Stores use it
 // to report the limits of a denied batch that would have allowed.
 func Status(a sluice.Algorithm, s State, p *Params, now, cost int64) (State, Result) {
-	switch a.Resolved() {
-	case sluice.FixedWindow:
-		return FixedWindow(s, p, now, cost)
-	case sluice.SlidingWindow:
-		return SlidingWindow(s, p, now, cost)
-	case sluice.TokenBucket:
-		return TokenBucket(s, p, now, cost)
-	case sluice.LeakyBucket:
-		return LeakyBucket(s, p, now, cost)
-	case sluice.GCRA:
-		return GCRA(s, p, now, cost)
-	case sluice.Calendar:
-		return Calendar(s, p, now, cost)
+	if r := lookup(a); r != nil && r.status != nil {
+		return r.status(s, p, now, cost)
 	}
 	panic("algorithm: Status called with " + a.String())
 }

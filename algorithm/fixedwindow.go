@@ -39,3 +39,26 @@ func fixedReport(s State, p *Params, now int64) (remaining, reset int64) {
 	}
 	return max(p.Rate-s.B, 0), reset // a forced cost can overfill the window
 }
+
+// fixedAdmitted is FixedWindow's Admitted.
+func fixedAdmitted(_, next State, p *Params, now int64) (remaining, reset, delay int64) {
+	remaining, reset = fixedReport(next, p, now)
+	return remaining, reset, 0
+}
+
+// fixedRefund is FixedWindow's Refund: cost off the window taken falls in,
+// while it is the current one.
+func fixedRefund(s State, p *Params, _, taken, cost int64) State {
+	if floorWindow(taken, p.Period) == s.A {
+		s.B -= min(cost, s.B)
+	}
+	return s
+}
+
+// fixedFullAt is FixedWindow's FullAt: the window's end, once it counts.
+func fixedFullAt(s State, p *Params) int64 {
+	if s.B > 0 {
+		return s.A + p.Period
+	}
+	return 0
+}

@@ -7,28 +7,8 @@ import "github.com/sluicehq/sluice"
 // life, after which a store may forget it. It equals now + ResetAfter of a
 // Result that produced s.
 func FullAt(a sluice.Algorithm, s State, p *Params) int64 {
-	switch a.Resolved() {
-	case sluice.FixedWindow:
-		if s.B > 0 {
-			return s.A + p.Period
-		}
-	case sluice.SlidingWindow:
-		switch {
-		case s.B > 0:
-			return s.A + 2*p.Period
-		case s.C > 0:
-			return s.A + p.Period
-		}
-	case sluice.Calendar:
-		if s.B > 0 {
-			return s.C
-		}
-	case sluice.TokenBucket:
-		if s.A > 0 {
-			return s.B + refillTime(s.A, s.C, p)
-		}
-	case sluice.LeakyBucket, sluice.GCRA:
-		return tatDelay(s.A, s.B, 0)
+	if r := lookup(a); r != nil && r.fullAt != nil {
+		return r.fullAt(s, p)
 	}
 	return 0
 }
@@ -38,7 +18,7 @@ func FullAt(a sluice.Algorithm, s State, p *Params) int64 {
 // is kept at beside it (so that a changed limit converts it), the windows
 // their previous count or start, the token bucket its last refill.
 func Words(a sluice.Algorithm) int {
-	if a.Resolved() == sluice.FixedWindow {
+	if r := lookup(a); r != nil && r.State[2] == "" && r.State[1] != "" {
 		return 2
 	}
 	return 3

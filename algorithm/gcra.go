@@ -131,3 +131,46 @@ func tatDelay(tq, tr, now int64) int64 {
 	}
 	return max(d, 0)
 }
+
+// gcraAdmitted is GCRA's Admitted.
+func gcraAdmitted(_, next State, p *Params, now int64) (remaining, reset, delay int64) {
+	remaining, reset = gcraReport(next, p, now)
+	return remaining, reset, 0
+}
+
+// gcraDenied is Denied of GCRA and LeakyBucket, from the TAT Admit
+// returned, without deciding again.
+func gcraDenied(s, next State, p *Params, now int64) (remaining, retryAfter, resetAfter int64) {
+	tq, tr := tatAt(s, p, now)
+	return tatRemaining(tq, tr, now, p), overBurst(next.A, next.B, now, p), tatDelay(tq, tr, now)
+}
+
+// gcraRecord is Apply of GCRA and LeakyBucket: cost emission intervals
+// onto the TAT, past the burst if they must.
+func gcraRecord(s State, p *Params, cost int64) State {
+	s.A, s.B = tatAdd(s.A, s.B, cost, p)
+	return s
+}
+
+// gcraRefund is Refund of GCRA and LeakyBucket: cost emission intervals
+// less the time since taken off the TAT, no earlier than now.
+func gcraRefund(s State, p *Params, now, taken, cost int64) State {
+	iq, ir := mulDiv(cost, p.Period, p.Rate)
+	if elapsed := max(now-taken, 0); elapsed < iq || elapsed == iq && ir > 0 {
+		// cost×T − elapsed off max(TAT, now): its whole µs and the
+		// remainder below Rate.
+		tq, tr := tatAt(s, p, now)
+		tq, tr = tq-(iq-elapsed), tr-ir
+		if tr < 0 {
+			tq, tr = tq-1, tr+p.Rate
+		}
+		if tq < now {
+			tq, tr = now, 0
+		}
+		s = State{A: tq, B: tr, C: p.Rate}
+	}
+	return s
+}
+
+// gcraFullAt is FullAt of GCRA and LeakyBucket: the TAT, rounded up.
+func gcraFullAt(s State, _ *Params) int64 { return tatDelay(s.A, s.B, 0) }

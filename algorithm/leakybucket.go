@@ -22,3 +22,11 @@ func LeakyBucket(s State, p *Params, now, cost int64) (State, Result) {
 	}
 	return next, res
 }
+
+// leakyAdmitted is LeakyBucket's Admitted: GCRA's, with the Delay of the
+// queue ahead of the request.
+func leakyAdmitted(s, next State, p *Params, now int64) (remaining, reset, delay int64) {
+	remaining, reset = gcraReport(next, p, now)
+	dq, dr := tatAt(s, p, now)
+	return remaining, reset, tatDelay(dq, dr, now)
+}

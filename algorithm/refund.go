@@ -26,43 +26,15 @@ import "github.com/sluicehq/sluice"
 // Windows read no clock: a state that a later request has not rolled yet
 // is the state of the window it was written in.
 func Refund(a sluice.Algorithm, s State, p *Params, now, taken, cost int64) State {
-	switch a.Resolved() {
-	case sluice.FixedWindow:
-		if floorWindow(taken, p.Period) == s.A {
-			s.B -= min(cost, s.B)
-		}
-	case sluice.Calendar:
-		if s.A <= taken && taken < s.C {
-			s.B -= min(cost, s.B)
-		}
-	case sluice.SlidingWindow:
-		switch floorWindow(taken, p.Period) {
-		case s.A:
-			s.B -= min(cost, s.B)
-		case s.A - p.Period:
-			s.C -= min(cost, s.C)
-		}
-	case sluice.TokenBucket:
-		s = tokenRefund(s, p, now-taken, cost)
-	case sluice.LeakyBucket, sluice.GCRA:
-		iq, ir := mulDiv(cost, p.Period, p.Rate)
-		if elapsed := max(now-taken, 0); elapsed < iq || elapsed == iq && ir > 0 {
-			// cost×T − elapsed off max(TAT, now): its whole µs and the
-			// remainder below Rate.
-			tq, tr := tatAt(s, p, now)
-			tq, tr = tq-(iq-elapsed), tr-ir
-			if tr < 0 {
-				tq, tr = tq-1, tr+p.Rate
-			}
-			if tq < now {
-				tq, tr = now, 0
-			}
-			s = State{A: tq, B: tr, C: p.Rate}
-		}
-	default:
-		panic("algorithm: Refund called with " + a.String())
+	if r := lookup(a); r != nil && r.refund != nil {
+		return r.refund(s, p, now, taken, cost)
 	}
-	return s
+	panic("algorithm: Refund called with " + a.String())
+}
+
+// tokenBucketRefund is TokenBucket's Refund.
+func tokenBucketRefund(s State, p *Params, now, taken, cost int64) State {
+	return tokenRefund(s, p, now-taken, cost)
 }
 
 // tokenRefund returns the token bucket s after giving back cost less

@@ -80,3 +80,33 @@ func slidingRetry(prev, curr, cost int64, p *Params, start, now int64) int64 {
 	kq, _ := mulDiv(p.Rate-cost, P, curr)
 	return start + P - now + max(P-kq, 0)
 }
+
+// slidingAdmitted is SlidingWindow's Admitted.
+func slidingAdmitted(_, next State, p *Params, now int64) (remaining, reset, delay int64) {
+	remaining, reset = slidingReport(next, p, now)
+	return remaining, reset, 0
+}
+
+// slidingRefund is SlidingWindow's Refund: cost off the window taken falls
+// in, the current one or the previous one.
+func slidingRefund(s State, p *Params, _, taken, cost int64) State {
+	switch floorWindow(taken, p.Period) {
+	case s.A:
+		s.B -= min(cost, s.B)
+	case s.A - p.Period:
+		s.C -= min(cost, s.C)
+	}
+	return s
+}
+
+// slidingFullAt is SlidingWindow's FullAt: the end of the window after
+// the one that last counts.
+func slidingFullAt(s State, p *Params) int64 {
+	switch {
+	case s.B > 0:
+		return s.A + 2*p.Period
+	case s.C > 0:
+		return s.A + p.Period
+	}
+	return 0
+}

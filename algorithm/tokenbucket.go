@@ -61,3 +61,24 @@ func refillTime(need, carry int64, p *Params) int64 {
 	q, r := mulDivBy(need, p.Period, &p.byRate)
 	return q + ceilDiv(r-carry, p.Rate)
 }
+
+// tokenAdmitted is TokenBucket's Admitted.
+func tokenAdmitted(_, next State, p *Params, now int64) (remaining, reset, delay int64) {
+	remaining, reset = tokenReport(next, p, now)
+	return remaining, reset, 0
+}
+
+// tokenRecord is TokenBucket's Apply: cost into the deficit, past Burst
+// if it must.
+func tokenRecord(s State, _ *Params, cost int64) State {
+	s.A += cost
+	return s
+}
+
+// tokenFullAt is TokenBucket's FullAt: when the deficit has refilled.
+func tokenFullAt(s State, p *Params) int64 {
+	if s.A > 0 {
+		return s.B + refillTime(s.A, s.C, p)
+	}
+	return 0
+}

@@ -57,7 +57,9 @@ type Result struct {
 	Window []int64
 }
 
-// All is every algorithm, in the order tables show them.
+// All is every algorithm, in the order tables show them, but Calendar:
+// its periods are calendar units, so name it in Config.Algorithms with a
+// limit of such a period.
 var All = []sluice.Algorithm{sluice.FixedWindow, sluice.SlidingLog, sluice.SlidingWindow, sluice.TokenBucket, sluice.LeakyBucket, sluice.GCRA}
 
 // epoch is time zero: a day boundary, so windows align with the traffic's
