@@ -30,7 +30,7 @@ func BenchmarkForwardAuth(b *testing.B) {
 	var s *server.Server
 	s, err := server.New(server.Options{Config: path, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", Logger: log,
 		ForwardAuth: func(cfg *config.Config) (http.Handler, error) {
-			return proxy.ForwardAuth(cfg, proxy.Deps{Guard: s.Guard(), Slots: s.Slots(), Overrides: s.Overrides(), Count: s.CountCheck}, log)
+			return proxy.ForwardAuth(cfg, proxy.Deps{Guard: s.Guard(), Slots: s.Slots(), Overrides: s.Overrides(), Accounting: s}, log)
 		}})
 	if err != nil {
 		b.Fatal(err)

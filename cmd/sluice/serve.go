@@ -129,7 +129,7 @@ func serve(args []string, stdout, stderr io.Writer) int {
 		// /v1/forward-auth decides as `sluice proxy` does: its decider,
 		// on this server's Guard, counted in its metrics.
 		ForwardAuth: func(cfg *config.Config) (http.Handler, error) {
-			return proxy.ForwardAuth(cfg, proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides(), Count: srv.CountCheck, UnknownPlan: srv.NoteUnknownPlan}, log)
+			return proxy.ForwardAuth(cfg, proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides(), Accounting: srv}, log)
 		},
 	})
 	if err != nil {
@@ -213,8 +213,7 @@ func proxyCmd(args []string, stdout, stderr io.Writer) int {
 	var srv *server.Server
 	var upstreamConns *http.Transport // one for the process: a reload keeps its connections
 	build := func(cfg *config.Config) error {
-		h, err := proxy.New(cfg, proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides(), Count: srv.CountCheck, Settled: srv.CountSettled, UnknownPlan: srv.NoteUnknownPlan,
-			UpstreamFailed: srv.CountUpstreamFailure, Transport: upstreamConns}, u, log)
+		h, err := proxy.New(cfg, proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides(), Accounting: srv, Transport: upstreamConns}, u, log)
 		if err != nil {
 			return err
 		}

@@ -44,8 +44,11 @@
 //  4. The Answer maps to the protocol's codes as above, the closest
 //     decision's RetryAfter (or UnavailableRetry) as its retry delay.
 //  5. The request is counted once, under Batch.Labeled (in sluice
-//     serve's process: the server's CountCheck), and a key is shown on
-//     a page or in a log only as config.ShownKey shows it.
+//     serve's process: the server's CountCheck; a door outside
+//     internal/server reaches it through a small interface of its own
+//     that *server.Server implements, as internal/proxy's Accounting,
+//     never through function fields), and a key is shown on a page or
+//     in a log only as config.ShownKey shows it.
 //  6. Registered where it listens (cmd/sluice, or a listener of
 //     internal/server), and given a row in internal/server's
 //     TestEveryDoorOneIdentityRule, which sends the same good and bad

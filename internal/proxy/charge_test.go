@@ -88,13 +88,13 @@ func chat(t *testing.T, url, token string, stream bool) (*http.Response, string)
 func TestProxyChargesTheAnswersTokens(t *testing.T) {
 	for name, store := range chargeStores(t) {
 		settled := make(chan [2]int64, 64)
-		srv := gatewayTo(t, tokensYAML, store, http.HandlerFunc(completions), Deps{
-			Settled: func(policy string, estimate, actual int64, unread bool) {
+		srv := gatewayTo(t, tokensYAML, store, http.HandlerFunc(completions), Deps{Accounting: tally{
+			settled: func(policy string, estimate, actual int64, unread bool) {
 				if policy == "tokens" && !unread {
 					settled <- [2]int64{estimate, actual}
 				}
 			},
-		})
+		}})
 		for _, stream := range []bool{false, true} {
 			t.Run(fmt.Sprintf("%s/stream=%v", name, stream), func(t *testing.T) {
 				token := fmt.Sprintf("%s-%v", name, stream)
@@ -169,9 +169,9 @@ func TestProxyStreamsAndChargesAClientThatLeaves(t *testing.T) {
 				<-r.Context().Done() // the client has gone: the proxy cancels the upstream call
 			})
 			settled := make(chan [2]int64, 1)
-			srv := gatewayTo(t, tokensYAML, store, upstream, Deps{
-				Settled: func(_ string, estimate, actual int64, _ bool) { settled <- [2]int64{estimate, actual} },
-			})
+			srv := gatewayTo(t, tokensYAML, store, upstream, Deps{Accounting: tally{
+				settled: func(_ string, estimate, actual int64, _ bool) { settled <- [2]int64{estimate, actual} },
+			}})
 			req, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(`{"stream":true}`))
 			req.Header.Set("Authorization", "Bearer leaver")
 			resp, err := http.DefaultClient.Do(req)
@@ -276,9 +276,9 @@ func TestProxyChargesGzippedAnswers(t *testing.T) {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
 			accepts := make(chan string, 8)
 			settled := make(chan [2]int64, 8)
-			srv := gatewayTo(t, tokensYAML, memstore.New(memstore.Options{}), gzipped(accepts), Deps{
-				Settled: func(policy string, estimate, actual int64, unread bool) { settled <- [2]int64{estimate, actual} },
-			})
+			srv := gatewayTo(t, tokensYAML, memstore.New(memstore.Options{}), gzipped(accepts), Deps{Accounting: tally{
+				settled: func(policy string, estimate, actual int64, unread bool) { settled <- [2]int64{estimate, actual} },
+			}})
 			ask := func() *http.Response {
 				body := `{"model":"m"}`
 				if stream {
@@ -340,9 +340,9 @@ func TestProxyChargesDecodedBytes(t *testing.T) {
 		z.Close()
 	})
 	settled := make(chan int64, 16)
-	srv := gatewayTo(t, yaml, memstore.New(memstore.Options{}), upstream, Deps{
-		Settled: func(_ string, _, actual int64, _ bool) { settled <- actual },
-	})
+	srv := gatewayTo(t, yaml, memstore.New(memstore.Options{}), upstream, Deps{Accounting: tally{
+		settled: func(_ string, _, actual int64, _ bool) { settled <- actual },
+	}})
 	for i := range 10 {
 		req, _ := http.NewRequest("GET", srv.URL+"/page", nil)
 		req.Header.Set("X-User", "amy")
@@ -391,9 +391,9 @@ func TestProxyChargesAStreamCutBeforeItsUsage(t *testing.T) {
 				<-r.Context().Done() // the usage event never comes: the client leaves first
 			})
 			settled := make(chan [2]int64, 1)
-			srv := gatewayTo(t, tokensYAML, memstore.New(memstore.Options{}), upstream, Deps{
-				Settled: func(_ string, estimate, actual int64, _ bool) { settled <- [2]int64{estimate, actual} },
-			})
+			srv := gatewayTo(t, tokensYAML, memstore.New(memstore.Options{}), upstream, Deps{Accounting: tally{
+				settled: func(_ string, estimate, actual int64, _ bool) { settled <- [2]int64{estimate, actual} },
+			}})
 			req, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(`{"stream":true}`))
 			req.Header.Set("Authorization", "Bearer cut")
 			if coding != "" {

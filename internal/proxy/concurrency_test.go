@@ -140,7 +140,7 @@ policies:
 // TestOverridesAndPlans: the proxy limits each request by its key's
 // override, else its plan header's plan, else the policy's limit; an
 // override set at runtime applies to the next request. A plan the policy
-// does not have is told to Deps.UnknownPlan, once a request.
+// does not have is told to Accounting.NoteUnknownPlan, once a request.
 func TestOverridesAndPlans(t *testing.T) {
 	redistest.HourAhead()
 	runtime := overrides.New()
@@ -160,7 +160,7 @@ policies:
     overrides: [{key: "partner-*", limit: fixed_window 3/1h}]
     plan_from: header:X-Plan
     plans: {pro: fixed_window 2/1h}
-`, memstore.New(memstore.Options{}), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), Deps{Overrides: runtime, UnknownPlan: noteUnknown})
+`, memstore.New(memstore.Options{}), http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}), Deps{Overrides: runtime, Accounting: tally{unknownPlan: noteUnknown}})
 	admitted := func(key, plan string) int {
 		n := 0
 		for range 6 {

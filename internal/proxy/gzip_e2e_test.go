@@ -84,9 +84,9 @@ http {
 func TestProxyChargesNginxGzippedAnswers(t *testing.T) {
 	answer := `{"id":"c1","choices":[{"message":{"content":"` + strings.Repeat("hello ", 200) + `"}}],"usage":{"total_tokens":3000}}`
 	settled := make(chan [2]int64, 8)
-	srv := gatewayURL(t, tokensYAML, memstore.New(memstore.Options{}), nginxGzip(t, answer), Deps{
-		Settled: func(_ string, estimate, actual int64, _ bool) { settled <- [2]int64{estimate, actual} },
-	})
+	srv := gatewayURL(t, tokensYAML, memstore.New(memstore.Options{}), nginxGzip(t, answer), Deps{Accounting: tally{
+		settled: func(_ string, estimate, actual int64, _ bool) { settled <- [2]int64{estimate, actual} },
+	}})
 	ask := func() *http.Response {
 		req, _ := http.NewRequest("POST", srv.URL+"/v1/chat/completions", strings.NewReader(`{"model":"m"}`))
 		req.Header.Set("Authorization", "Bearer nginx")

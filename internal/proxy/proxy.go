@@ -36,27 +36,50 @@ type Deps struct {
 	Slots guard.Slots
 	// Overrides are the limits set at runtime; nil: none.
 	Overrides *overrides.Registry
-	// Count, if set, counts each check once under its policy, with its
-	// outcome, the client's identity and the decision closest to its
-	// limit (nil for none): the server's CountCheck, so that the proxy's
-	// checks are in its metrics and status page.
-	Count func(policy string, o guard.Outcome, identity string, closest *sluice.Decision, at time.Time)
-	// Settled, if set, counts the settled charge of a request whose
-	// policy charges by its answer: the server's CountSettled.
-	Settled func(policy string, estimate, actual int64, unread bool)
-	// UnknownPlan, if set, counts and logs a request whose plan_from
-	// header names a plan its policy does not have: the server's
-	// NoteUnknownPlan.
-	UnknownPlan func(policy, plan string)
-	// UpstreamFailed, if set, counts a request the upstream failed, once,
-	// by reason: unreachable (answered 502), timeout (no headers in
-	// time: 504), cut (its answer ended mid-body, and so did the
-	// client's): the server's CountUpstreamFailure.
-	UpstreamFailed func(reason string)
+	// Accounting counts what the proxy decides in the server it runs in
+	// (its metrics and status page); nil: nothing is counted.
+	Accounting Accounting
 	// Transport is the connections to the upstream, kept across reloads;
 	// nil: a new one, NewTransport(cfg.Listeners).
 	Transport *http.Transport
 }
+
+// Accounting is what the proxy and forward-auth tell the server they run
+// in of the requests they decide, so that those are in its metrics and
+// status page: *server.Server implements it.
+type Accounting interface {
+	// CountCheck counts a check once under its policy, with its outcome,
+	// the client's identity and the decision closest to its limit (nil
+	// for none), decided at start.
+	CountCheck(policy string, o guard.Outcome, identity string, closest *sluice.Decision, start time.Time)
+	// CountSettled counts the settled charge of a request whose policy
+	// charges by its answer: its estimate, what it was charged, and
+	// whether the answer's cost could not be read.
+	CountSettled(policy string, estimate, actual int64, unread bool)
+	// NoteUnknownPlan counts and logs a request whose plan_from header
+	// names a plan its policy does not have.
+	NoteUnknownPlan(policy, plan string)
+	// CountUpstreamFailure counts a request the upstream failed, once, by
+	// reason: unreachable (answered 502), timeout (no headers in time:
+	// 504), cut (its answer ended mid-body, and so did the client's).
+	CountUpstreamFailure(reason string)
+}
+
+// accounting returns deps' Accounting, or one that counts nothing.
+func (deps Deps) accounting() Accounting {
+	if deps.Accounting == nil {
+		return countNothing{}
+	}
+	return deps.Accounting
+}
+
+// countNothing is the Accounting of a proxy that runs in no server.
+type countNothing struct{}
+
+func (countNothing) CountCheck(string, guard.Outcome, string, *sluice.Decision, time.Time) {}
+func (countNothing) CountSettled(string, int64, int64, bool)                               {}
+func (countNothing) NoteUnknownPlan(string, string)                                        {}
+func (countNothing) CountUpstreamFailure(string)                                           {}
 
 // New returns a handler that limits by cfg's policies and forwards what it
 // allows to upstream. Streaming responses are flushed as they come and
@@ -76,17 +99,16 @@ func New(cfg *config.Config, deps Deps, upstream *url.URL, log *slog.Logger) (ht
 		tr = NewTransport(cfg.Listeners)
 	}
 	logs := sample.New(1)
+	acct := deps.accounting()
 	rp.Transport = cutWatch{tr, func(r *http.Request, err error) {
-		if deps.UpstreamFailed != nil {
-			deps.UpstreamFailed("cut")
-		}
+		acct.CountUpstreamFailure("cut")
 		if ok, held := logs.Allow("cut"); ok {
 			log.Warn("sluice proxy: the upstream's answer was cut: its client got the part that came", "method", r.Method, "path", r.URL.Path,
 				"error", err.Error(), "suppressed", held)
 		}
 	}}
 	rp.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
-	rp.ErrorHandler = upstreamFailed(log, logs, deps.UpstreamFailed)
+	rp.ErrorHandler = upstreamFailed(log, logs, acct)
 	return d.handler(forward(rp)), nil
 }
 
@@ -208,7 +230,7 @@ func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(h
 			Name: p.Name, Pattern: p.Match, Key: key, Cost: p.Cost, CostFrom: p.CostFrom, CostUnread: p.CostUnread, ChargeStatus: p.ChargeStatus,
 			FailMode: p.FailMode, Missing: p.Missing, Shadow: p.Shadow, Shape: p.Shape,
 			Concurrency: p.Concurrency, ConcurrencyWait: p.ConcurrencyWait,
-			Limits: limitsFor(p, deps.Overrides, deps.UnknownPlan),
+			Limits: limitsFor(p, deps.Overrides, deps.accounting()),
 		}
 		if len(p.Limits) > 0 {
 			hp.Limit = p.Limits[0]
@@ -220,7 +242,8 @@ func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(h
 		policies = append(policies, hp)
 	}
 	opts := httplimit.Options{Guard: deps.Guard, Slots: deps.Slots, Policies: policies, Logger: log, ClientIP: resolver, OnDenied: onDenied}
-	if count := deps.Count; count != nil {
+	// Without Accounting no hook is set: nothing runs after a decision.
+	if acct := deps.Accounting; acct != nil {
 		opts.OnResult = func(_ *http.Request, res *httplimit.Result) {
 			if res.Label == "" {
 				return // no policy applied
@@ -229,12 +252,10 @@ func newDecider(cfg *config.Config, deps Deps, log *slog.Logger, onDenied func(h
 			if res.Closest >= 0 {
 				closest = &res.Decisions[res.Closest]
 			}
-			count(res.Label, res.Outcome, res.Identity, closest, time.Now())
+			acct.CountCheck(res.Label, res.Outcome, res.Identity, closest, time.Now())
 		}
-	}
-	if settled := deps.Settled; settled != nil {
 		opts.OnSettle = func(_ *http.Request, s httplimit.Settlement) {
-			settled(s.Policy.Name, s.Estimate, s.Actual, s.Err != nil)
+			acct.CountSettled(s.Policy.Name, s.Estimate, s.Actual, s.Err != nil)
 		}
 	}
 	if len(policies) == 0 {
@@ -307,16 +328,16 @@ func headersOf(p *config.Policy) []string {
 
 // limitsFor returns the limits of a request under p: an override set at
 // runtime, else p's override, plan (from PlanFrom) or limits. A plan p
-// does not have is told to unknown, if set.
-func limitsFor(p *config.Policy, runtime *overrides.Registry, unknown func(policy, plan string)) func(*http.Request, string) []sluice.Limit {
+// does not have is told to acct.
+func limitsFor(p *config.Policy, runtime *overrides.Registry, acct Accounting) func(*http.Request, string) []sluice.Limit {
 	_, planHeader, _ := strings.Cut(p.PlanFrom, ":")
 	return func(r *http.Request, identity string) []sluice.Limit {
 		var plan string
 		if planHeader != "" {
 			plan = r.Header.Get(planHeader)
 		}
-		if plan != "" && unknown != nil && !p.HasPlan(plan) {
-			unknown(p.Name, plan)
+		if plan != "" && !p.HasPlan(plan) {
+			acct.NoteUnknownPlan(p.Name, plan)
 		}
 		return runtime.LimitsFor(p, identity, plan)
 	}
@@ -328,7 +349,7 @@ func limitsFor(p *config.Policy, runtime *overrides.Registry, unknown func(polic
 // counted against its client's limit, as every request that reached the
 // proxy is: an upstream that fails is no reason to give a client more
 // (docs/http.md).
-func upstreamFailed(log *slog.Logger, logs *sample.Sampler, count func(reason string)) func(http.ResponseWriter, *http.Request, error) {
+func upstreamFailed(log *slog.Logger, logs *sample.Sampler, acct Accounting) func(http.ResponseWriter, *http.Request, error) {
 	return func(w http.ResponseWriter, r *http.Request, err error) {
 		if r.Context().Err() != nil {
 			return // the client went away: nobody to answer
@@ -338,9 +359,7 @@ func upstreamFailed(log *slog.Logger, logs *sample.Sampler, count func(reason st
 		if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
 			status, title, reason = http.StatusGatewayTimeout, "the upstream did not answer in time", "timeout"
 		}
-		if count != nil {
-			count(reason)
-		}
+		acct.CountUpstreamFailure(reason)
 		if ok, held := logs.Allow("upstream"); ok {
 			log.Warn("sluice proxy: upstream failed", "status", status, "method", r.Method, "path", r.URL.Path,
 				"error", err.Error(), "suppressed", held)

@@ -134,7 +134,7 @@ policies:
   - {name: open, limit: 1/1h, key: "header:X-Key", match: "/open", fail_mode: open}
   - {name: closed, limit: 1/1h, key: "header:X-Key", match: "/closed", fail_mode: closed}
   - {name: uploads, concurrency: 2, key: "header:X-Key", match: "/upload", fail_mode: open}
-`, rs, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "up") }), Deps{Count: count})
+`, rs, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "up") }), Deps{Accounting: tally{check: count}})
 	fp.Down()
 	for i := range 3 {
 		want := 200
@@ -376,7 +376,7 @@ func TestUpstreamAnswersBeforeReadingTheUpload(t *testing.T) {
 	})
 	var failures atomic.Int64
 	srv := gatewayTo(t, "policies: [{name: p, limit: 100/1h, match: /}]", memstore.New(memstore.Options{}), refuse,
-		Deps{UpstreamFailed: func(string) { failures.Add(1) }})
+		Deps{Accounting: tally{upstreamFailed: func(string) { failures.Add(1) }}})
 	for i := range 3 {
 		resp, err := http.Post(srv.URL+"/upload", "application/octet-stream", bytes.NewReader(make([]byte, 32<<20)))
 		if err != nil {
@@ -500,14 +500,14 @@ func TestUpstreamIdleConnectionsClosedFirst(t *testing.T) {
 	}
 }
 
-// Every way the upstream fails a request is told to Deps.UpstreamFailed
-// once and logged: refused (502), no headers in time (504), and an answer
-// cut mid-body, which reaches the client as a cut answer and was logged
-// only at debug level.
+// Every way the upstream fails a request is told to
+// Accounting.CountUpstreamFailure once and logged: refused (502), no
+// headers in time (504), and an answer cut mid-body, which reaches the
+// client as a cut answer and was logged only at debug level.
 func TestUpstreamFailuresCounted(t *testing.T) {
 	var mu sync.Mutex
 	failed := map[string]int{}
-	deps := Deps{UpstreamFailed: func(reason string) { mu.Lock(); failed[reason]++; mu.Unlock() }}
+	deps := Deps{Accounting: tally{upstreamFailed: func(reason string) { mu.Lock(); failed[reason]++; mu.Unlock() }}}
 	cut := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Length", "1000")
 		w.WriteHeader(200)
@@ -574,5 +574,37 @@ func TestUpstreamFailuresCounted(t *testing.T) {
 	defer mu.Unlock()
 	if want := map[string]int{"cut": 1, "unreachable": 1, "timeout": 1}; !maps.Equal(failed, want) {
 		t.Fatalf("counted %v; want %v", failed, want)
+	}
+}
+
+// tally is an Accounting that tells each count to its function, if set.
+type tally struct {
+	check          func(policy string, o guard.Outcome, identity string, closest *sluice.Decision, start time.Time)
+	settled        func(policy string, estimate, actual int64, unread bool)
+	unknownPlan    func(policy, plan string)
+	upstreamFailed func(reason string)
+}
+
+func (t tally) CountCheck(policy string, o guard.Outcome, identity string, closest *sluice.Decision, start time.Time) {
+	if t.check != nil {
+		t.check(policy, o, identity, closest, start)
+	}
+}
+
+func (t tally) CountSettled(policy string, estimate, actual int64, unread bool) {
+	if t.settled != nil {
+		t.settled(policy, estimate, actual, unread)
+	}
+}
+
+func (t tally) NoteUnknownPlan(policy, plan string) {
+	if t.unknownPlan != nil {
+		t.unknownPlan(policy, plan)
+	}
+}
+
+func (t tally) CountUpstreamFailure(reason string) {
+	if t.upstreamFailed != nil {
+		t.upstreamFailed(reason)
 	}
 }

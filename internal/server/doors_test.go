@@ -122,7 +122,7 @@ func everyDoor(t *testing.T) (map[string]frontDoor, *atomic.Int64) {
 	log := slog.New(slog.NewTextHandler(&logbuf.Buffer{}, nil))
 	var srv *Server
 	deps := func() proxy.Deps {
-		return proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides(), Count: srv.CountCheck}
+		return proxy.Deps{Guard: srv.Guard(), Slots: srv.Slots(), Overrides: srv.Overrides(), Accounting: srv}
 	}
 	srv, err := New(Options{Config: path, HTTPAddr: "127.0.0.1:0", GRPCAddr: "127.0.0.1:0", Logger: log,
 		ForwardAuth: func(cfg *config.Config) (http.Handler, error) { return proxy.ForwardAuth(cfg, deps(), log) }})
