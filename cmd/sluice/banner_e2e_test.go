@@ -18,7 +18,7 @@ import (
 // a token as the user name, shows nowhere in its output.
 func TestProxyBannerHidesUpstreamUserinfo(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "sluice.yaml")
-	os.WriteFile(file, []byte("policies: [{name: p, limit: 10/1m}]\n"), 0o644)
+	os.WriteFile(file, []byte("policies: [{name: p, limit: 10/1m, match: /}]\n"), 0o644)
 	const upstream = "http://tok3n-user:pa55word@127.0.0.1:1/base"
 	for _, tt := range []struct {
 		name string

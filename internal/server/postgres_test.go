@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/sluicehq/sluice/internal/pgtest"
 )
@@ -20,6 +21,7 @@ func TestPostgresHotKeyExact(t *testing.T) {
 		"  - {name: fixed, limit: fixed_window 1000/1h}\n  - {name: gcra, limit: gcra 1000/1h}\n", "")
 	before := r.checks(t)
 	for _, policy := range []string{"fixed", "gcra"} {
+		start := time.Now()
 		var admitted atomic.Int64
 		var wg sync.WaitGroup
 		for range 64 {
@@ -37,8 +39,15 @@ func TestPostgresHotKeyExact(t *testing.T) {
 			})
 		}
 		wg.Wait()
-		if n := admitted.Load(); n != 1000 {
-			t.Errorf("%s: admitted %d of %d; want exactly 1000", policy, n, 64*40)
+		// GCRA 1000/1h refills one every 3.6 s: a run that lasts longer
+		// (the race detector, a busy host) may rightly admit those too.
+		// The fixed window of the hour refills nothing within it.
+		refilled := int64(0)
+		if policy == "gcra" {
+			refilled = int64(time.Since(start)/(3600*time.Millisecond)) + 1
+		}
+		if n := admitted.Load(); n < 1000 || n > 1000+refilled {
+			t.Errorf("%s: admitted %d of %d; want 1000, plus at most the %d refilled meanwhile", policy, n, 64*40, refilled)
 		}
 	}
 	after := r.checks(t)
