@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/textproto"
 	"net/url"
 	"strings"
 )
@@ -185,6 +186,7 @@ type forwardKey struct{}
 // the upstream is to see it. keyHeaders are the headers policies key on.
 func canonical(next http.Handler, keyHeaders []string) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dropConnectionHeaders(r.Header)
 		for _, h := range keyHeaders {
 			if len(r.Header[h]) > 1 {
 				problem(w, http.StatusBadRequest, "the "+h+" header appears more than once")
@@ -215,6 +217,23 @@ func canonical(next http.Handler, keyHeaders []string) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// dropConnectionHeaders removes the headers a client names in
+// Connection, which the reverse proxy removes too before the upstream
+// sees the request (RFC 9110, 7.6.1): a policy must not key on a header
+// the upstream never receives (`Connection: X-API-Key` with a key made up
+// each time). Upgrade stays: the reverse proxy reads it to carry a
+// protocol switch, and sends it on.
+func dropConnectionHeaders(h http.Header) {
+	for _, v := range h["Connection"] {
+		for name := range strings.SplitSeq(v, ",") {
+			name = textproto.TrimString(name)
+			if name != "" && !strings.EqualFold(name, "Upgrade") && !strings.EqualFold(name, "Connection") {
+				h.Del(name)
+			}
+		}
+	}
 }
 
 // forward restores the URL canonical chose for the upstream, then calls next.

@@ -351,3 +351,46 @@ policies:
 		t.Fatalf("/api/..;/admin: %d; want 400", code)
 	}
 }
+
+// A client that names the key header in Connection has the reverse proxy
+// strip it before the upstream: the policies must not key on it either,
+// or a key made up at each request would never be limited while the
+// upstream serves a request without one.
+func TestConnectionNamedKeyHeaderNotKeyed(t *testing.T) {
+	redistest.HourAhead()
+	var keys []string
+	srv := gatewayTo(t, `
+policies:
+  - {name: anon, limit: fixed_window 3/1h, key: "header:X-API-Key", match: "/anon/"}
+`, memstore.New(memstore.Options{}), http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		keys = append(keys, r.Header.Get("X-API-Key"))
+	}), Deps{})
+	served := 0
+	for i := range 8 {
+		req, _ := http.NewRequest("GET", srv.URL+"/anon/x", nil)
+		req.Header.Set("Connection", "keep-alive, X-API-Key")
+		req.Header.Set("X-API-Key", fmt.Sprint("made-up-", i))
+		resp, err := srv.Client().Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		switch resp.StatusCode {
+		case 200:
+			served++
+		case 429:
+		default:
+			t.Fatalf("status %d", resp.StatusCode)
+		}
+	}
+	// Limited as the upstream sees them: without a key, by the client's
+	// address (missing: client_ip).
+	if served != 3 {
+		t.Fatalf("served %d of 8 made-up keys named in Connection on a limit of 3", served)
+	}
+	for _, k := range keys {
+		if k != "" {
+			t.Fatalf("the upstream was sent the key %q", k)
+		}
+	}
+}
